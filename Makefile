@@ -1,0 +1,130 @@
+# nvfp4moe - one hand-written Makefile (the only build system).
+#
+#   make            library (static + shared) and the CLI, CUDA parts too when nvcc is found
+#   make run        the main job: `nvfp4moe run` on the built-in default layer
+#   make test       builds everything and runs the CPU test suite
+#   make gpu-test   (CUDA builds, on a GPU machine) the GPU correctness test
+#   make install PREFIX=/usr/local
+#   make CUDA=0     force a CPU-only build;  make CC=clang  build host code with clang
+#
+# Source lists are globs: a new src/*.c, kernels/*.cu, tools/*.c or tests/test_*.c is picked up
+# without editing this file. Debian packages the build needs are installed by `make deps`, which
+# run/test/all call first (as root, or through sudo).
+
+PREFIX   ?= /usr/local
+BUILD    ?= build
+CC       ?= cc
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) /usr/local/cuda)
+NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard $(CUDA_HOME)/bin/nvcc))
+
+# CUDA=auto (default): build the CUDA backends when nvcc exists.
+CUDA ?= auto
+ifeq ($(CUDA),auto)
+  ifneq ($(NVCC),)
+    CUDA := 1
+  else
+    CUDA := 0
+  endif
+endif
+
+DEB_PKGS := libjansson-dev pkg-config
+
+CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+OPT      ?= -O2 -g
+CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread -Iinclude -Isrc
+LDLIBS   += -ljansson -lm -pthread
+
+# Hopper (sm_90a: wgmma/setmaxnreg) plus Ampere (sm_80: mma.sync, cp.async; runs on sm_80+).
+CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -Xcompiler -fPIC -Xcompiler -Wall \
+             -Iinclude -Isrc -Ikernels --expt-relaxed-constexpr -lineinfo
+
+SRC_C    := $(sort $(wildcard src/*.c))
+SRC_CU   := $(sort $(wildcard kernels/*.cu))
+TOOL_C   := $(sort $(wildcard tools/*.c))
+TEST_C   := $(sort $(wildcard tests/test_*.c))
+GPU_TEST_C := $(sort $(wildcard tests/gpu_*.c))
+
+OBJ      := $(SRC_C:%.c=$(BUILD)/obj/%.o)
+ifeq ($(CUDA),1)
+  CFLAGS += -DNVFP4MOE_HAVE_CUDA -I$(CUDA_HOME)/include
+  OBJ    += $(SRC_CU:%.cu=$(BUILD)/obj/%.o)
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+endif
+TOOL_OBJ := $(TOOL_C:%.c=$(BUILD)/obj/%.o)
+
+LIB_A    := $(BUILD)/libnvfp4moe.a
+LIB_SO   := $(BUILD)/libnvfp4moe.so
+CLI      := $(BUILD)/nvfp4moe
+TESTS    := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
+GPU_TESTS := $(GPU_TEST_C:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps run test gpu-test install clean cuda-objs
+all: deps
+	@$(MAKE) --no-print-directory build-all
+
+.PHONY: build-all
+build-all: $(LIB_A) $(LIB_SO) $(CLI) $(TESTS) $(if $(filter 1,$(CUDA)),$(GPU_TESTS))
+
+# Installs the Debian packages the build needs, once. Does nothing when they are present.
+deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h kernels/*.cuh kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# Every .cu file, compiled (CI runs this: it has nvcc but no GPU).
+cuda-objs: $(SRC_CU:%.cu=$(BUILD)/obj/%.o)
+
+$(LIB_A): $(OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(CLI): $(TOOL_OBJ) $(LIB_A)
+	$(CC) -o $@ $(TOOL_OBJ) $(LIB_A) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB_A) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
+run: deps
+	@$(MAKE) --no-print-directory $(CLI)
+	./$(CLI) run
+
+# Runs every CPU test; each prints "N passed, N failed"; the last line sums them.
+test: deps
+	@$(MAKE) --no-print-directory build-all
+	@NVFP4MOE_CLI=$(CLI) tests/run_all.sh $(TESTS)
+
+gpu-test: deps
+	@$(MAKE) --no-print-directory build-all
+	@for t in $(GPU_TESTS); do echo "== $$t"; $$t || exit 1; done
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/nvfp4moe.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' \
+	    -e 's|@VERSION@|$(shell sed -n 's/^#define NVFP4MOE_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' include/nvfp4moe.h | paste -sd.)|' \
+	    -e 's|@LIBS_PRIVATE@|$(filter-out -ljansson,$(LDLIBS))|' \
+	    nvfp4moe.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/nvfp4moe.pc
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,80 @@
+/*
+ * moe_gemm.h - the C interface between the host glue (src/backend_cuda.c) and the MoE GEMM kernels
+ * of the MARLIN-class W4A16 backend (kernels/marlin_*.cu). Plain C, C linkage; includable from C
+ * and CUDA. All pointers are device pointers unless a comment says otherwise.
+ *
+ * Token grouping (moe_align style), shared by every grouped kernel:
+ *   P = M * top_k (token, slot) pairs; pair p = t * top_k + j is token t's j-th expert.
+ *   sorted_ids   [cap]            pair indices grouped by expert, each expert's run padded to a
+ *                                 multiple of block_m with the sentinel value P
+ *   block_expert [cap / block_m]  the expert of each block of block_m rows; -1 past num_blocks
+ *   num_blocks   [1]              valid blocks (device memory: launches never read it on the host)
+ *   cap = nvfp4moe_group_capacity(P, E, block_m)
+ */
+#ifndef NVFP4MOE_MOE_GEMM_H
+#define NVFP4MOE_MOE_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Rows of sorted_ids needed for P pairs over E experts with blocks of block_m rows. */
+static inline int64_t nvfp4moe_group_capacity(int64_t P, int64_t E, int64_t block_m) {
+    int64_t cap = P + E * (block_m - 1);
+    return (cap + block_m - 1) / block_m * block_m;
+}
+
+/* Bytes of device memory the repacked weights of E experts of shape [N, K] take. */
+size_t nvfp4moe_marlin_packed_bytes(int32_t E, int32_t N, int32_t K);
+
+/* Repacks canonical NVFP4 weights into the kernel's layout, once, at plan creation.
+ *   w     [E, N, K/2]  packed E2M1 (element 2j low nibble), device
+ *   sf    [E, N, K/16] E4M3 block scales, linear layout, device
+ *   out   nvfp4moe_marlin_packed_bytes(E, N, K) bytes, device
+ * N and K are multiples of 16; the layout pads them to the kernel's tiles with zeros. */
+cudaError_t nvfp4moe_marlin_repack(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N,
+                                   int32_t K, void *out, cudaStream_t stream);
+
+typedef struct nvfp4moe_marlin_args {
+    const void *a;            /* activations, bf16 or fp16, rows of K values */
+    int32_t a_row_div;        /* pair p reads A row p / a_row_div (GEMM1: top_k; GEMM2: 1) */
+    const void *b;            /* repacked weights */
+    const float *scale_2;     /* [E] per-expert dequantization scale (ModelOpt weight_scale_2) */
+    const float *bias;        /* [E, N] float added after scaling, or NULL */
+    const float *row_scale;   /* [P] output row p is multiplied by row_scale[p] (GEMM2: top-k
+                                 weights), or NULL */
+    void *c;                  /* [P, N] output, row p = pair p, same dtype as a */
+    const int32_t *sorted_ids;
+    const int32_t *block_expert;
+    const int32_t *num_blocks;
+    int32_t P, N, K, E;
+    int32_t block_m;          /* rows per block of sorted_ids (8, 16, 32, 48 or 64) */
+    int32_t max_blocks;       /* cap / block_m: the grid is sized from this, never from num_blocks */
+    int32_t is_bf16;          /* 1: bf16, 0: fp16 */
+    void *workspace;          /* nvfp4moe_marlin_workspace_bytes(...) bytes, or NULL if 0 */
+    int32_t sm_count;         /* multiprocessors of the device */
+} nvfp4moe_marlin_args;
+
+/* Workspace the GEMM needs for these sizes (may be 0). */
+size_t nvfp4moe_marlin_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t max_blocks,
+                                       int32_t block_m, int32_t sm_count);
+
+/* C[p, :] = row_scale[p] * (scale_2[e] * (A[p / a_row_div, :] . dequant(W_e)^T) + bias[e, :])
+ * for every valid pair p in a block of expert e. Rows of padding (sentinel) are not written.
+ * No allocation, no host synchronization: capturable in a CUDA graph. */
+cudaError_t nvfp4moe_marlin_gemm(const nvfp4moe_marlin_args *args, cudaStream_t stream);
+
+/* The block_m the GEMM prefers for P pairs over E experts (vLLM: the first of 8, 16, 32, 48, 64
+ * with P/E/block_m < 0.9, else 64). */
+int32_t nvfp4moe_marlin_block_m(int64_t P, int32_t E);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // NVFP4MOE_MOE_GEMM_H

@@ -1,0 +1,100 @@
+/*
+ * internal.h - helpers shared by the library's own C files (and the tests). Not installed.
+ */
+#ifndef NVFP4MOE_INTERNAL_H
+#define NVFP4MOE_INTERNAL_H
+
+#include "nvfp4moe.h"
+
+#include <stdarg.h>
+
+// ---- errors ----
+
+/* Records a formatted message as this thread's last error and returns s. */
+nvfp4moe_status nvfp4moe_set_error(nvfp4moe_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prefixes this thread's last error with "prefix: ". */
+void nvfp4moe_error_prefix(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+#define NVFP4MOE_RETURN_IF(cond, status, ...)                                                      \
+    do {                                                                                           \
+        if (cond) return nvfp4moe_set_error((status), __VA_ARGS__);                                \
+    } while (0)
+
+#define NVFP4MOE_TRY(expr)                                                                         \
+    do {                                                                                           \
+        nvfp4moe_status s_ = (expr);                                                               \
+        if (s_ != NVFP4MOE_OK) return s_;                                                          \
+    } while (0)
+
+// ---- small helpers ----
+
+#define NVFP4MOE_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define NVFP4MOE_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define NVFP4MOE_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
+/* snprintf into a fixed buffer, never overflowing, always terminated. */
+void nvfp4moe_strlcpy(char *dst, const char *src, size_t len);
+
+/* Converts n values of dtype at src (bf16/fp16 as uint16_t, f32) to float / from float. */
+void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst);
+void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst);
+size_t nvfp4moe_dtype_size(nvfp4moe_dtype dt);
+
+/* Rounds x through dtype (bf16/fp16/f32) and back. */
+float nvfp4moe_round_to_dtype(nvfp4moe_dtype dt, float x);
+
+/* splitmix64: the library's one pseudo-random generator (deterministic in its state). */
+uint64_t nvfp4moe_rand_u64(uint64_t *state);
+/* Uniform in [0, 1). */
+double nvfp4moe_rand_uniform(uint64_t *state);
+/* Standard normal (Box-Muller). */
+double nvfp4moe_rand_normal(uint64_t *state);
+
+// ---- reference pieces (src/moe_ref.c, src/activation.c) ----
+
+/* Applies cfg's activation to one row: in has nvfp4moe_config_n1(cfg) values (gated: [g | u], or
+ * interleaved for swigluoai), out has I values. */
+void nvfp4moe_activation_ref(const nvfp4moe_config *cfg, const double *in, double *out);
+
+/* Quantize-dequantize one row of n values (n % 16 == 0) with global scale gs, as vLLM's
+ * ref_nvfp4_quant followed by dequantization, in float32. */
+void nvfp4moe_qdq_row(const float *x, int64_t n, float gs, float *out);
+/* MXFP8 (E4M3 elements, E8M0 scale per 32) quantize-dequantize of one row (n % 32 == 0). */
+void nvfp4moe_mxfp8_qdq_row(const float *x, int64_t n, float *out);
+
+// ---- backends that run ----
+//
+// One per runnable oracle row (CPU_REFERENCE, MARLIN, EMULATION, ...). The oracle table in
+// src/oracle.c points at these; a row whose impl is NULL is "not available in this build".
+
+typedef struct nvfp4moe_backend_impl {
+    const char *name;          /* the oracle row's name, e.g. "CPU_REFERENCE" */
+    bool device_memory;        /* forward() takes device pointers and a cudaStream_t */
+    /* Numerics the backend computes with for a config of scheme s (MARLIN: always W4A16). */
+    nvfp4moe_scheme (*effective_scheme)(nvfp4moe_scheme s);
+    /* Prepares the weights (copies / converts them; w may be freed afterwards). */
+    nvfp4moe_status (*create)(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                              bool weights_on_device, const nvfp4moe_device *dev, void **state);
+    size_t (*workspace_size)(const void *state, int64_t num_tokens);
+    nvfp4moe_status (*forward)(void *state, const nvfp4moe_io *io, void *stream);
+    void (*destroy)(void *state);
+} nvfp4moe_backend_impl;
+
+extern const nvfp4moe_backend_impl nvfp4moe_impl_cpu_reference;
+#ifdef NVFP4MOE_HAVE_CUDA
+extern const nvfp4moe_backend_impl nvfp4moe_impl_marlin;
+extern const nvfp4moe_backend_impl nvfp4moe_impl_emulation;
+#endif
+
+/* Looks up the runnable implementation of an oracle row by name (NULL: none in this build). */
+const nvfp4moe_backend_impl *nvfp4moe_impl_find(const char *backend_name);
+
+#endif // NVFP4MOE_INTERNAL_H

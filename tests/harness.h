@@ -1,0 +1,104 @@
+/*
+ * harness.h - the test harness: checks that count, print the case and the first mismatches, and a
+ * closing "N passed, N failed" line. Header-only; each tests/test_*.c is one program.
+ */
+#ifndef NVFP4MOE_TEST_HARNESS_H
+#define NVFP4MOE_TEST_HARNESS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int t_passed, t_failed;
+static const char *t_case = "";
+
+#define T_CASE(name) (t_case = (name))
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            t_passed++;                                                                            \
+        } else {                                                                                   \
+            t_failed++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d [%s] %s: ", __FILE__, __LINE__, t_case, #cond);            \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+/* Checks a library call returned OK, printing the library's message otherwise. */
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        nvfp4moe_status s_ = (expr);                                                               \
+        CHECK(s_ == NVFP4MOE_OK, "%s -> %s: %s", #expr, nvfp4moe_status_str(s_),                   \
+              nvfp4moe_last_error());                                                              \
+    } while (0)
+
+/* Checks expr failed with status st and that the message contains needle. */
+#define CHECK_ERR(expr, st, needle)                                                                \
+    do {                                                                                           \
+        nvfp4moe_status s_ = (expr);                                                               \
+        CHECK(s_ == (st) && strstr(nvfp4moe_last_error(), (needle)) != NULL,                       \
+              "%s -> %s \"%s\", want %s containing \"%s\"", #expr, nvfp4moe_status_str(s_),        \
+              nvfp4moe_last_error(), nvfp4moe_status_str(st), (needle));                           \
+    } while (0)
+
+/* Bitwise comparison of two byte arrays; prints the first mismatches. */
+static inline int check_bytes(const char *what, const uint8_t *got, const uint8_t *want, size_t n) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] != want[i]) {
+            if (bad < 5)
+                fprintf(stderr, "  [%s] %s: byte %zu got 0x%02x want 0x%02x\n", t_case, what, i,
+                        got[i], want[i]);
+            bad++;
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "FAIL [%s] %s: %d of %zu bytes differ\n", t_case, what, bad, n);
+        t_failed++;
+    } else {
+        t_passed++;
+    }
+    return bad == 0;
+}
+
+/* ||got - want|| / ||want|| over n values (want in double); prints the case and the worst
+ * elements when it exceeds tol. NaN never passes. Returns the error. */
+static inline double check_rel_l2(const char *what, const float *got, const double *want, size_t n,
+                                  double tol) {
+    double num = 0, den = 0;
+    int nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) || isinf(got[i])) nan++;
+        double d = (double)got[i] - want[i];
+        num += d * d;
+        den += want[i] * want[i];
+    }
+    double err = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (nan || !(err <= tol)) {
+        fprintf(stderr, "FAIL [%s] %s: rel err %.3g > %.3g (%d non-finite of %zu)\n", t_case, what,
+                err, tol, nan, n);
+        int shown = 0;
+        for (size_t i = 0; i < n && shown < 5; i++) {
+            double d = fabs((double)got[i] - want[i]);
+            if (isnan(got[i]) || d > tol * (fabs(want[i]) + 1e-3)) {
+                fprintf(stderr, "  [%zu] got %.6g want %.6g\n", i, (double)got[i], want[i]);
+                shown++;
+            }
+        }
+        t_failed++;
+    } else {
+        t_passed++;
+    }
+    return err;
+}
+
+static inline int t_finish(const char *suite) {
+    printf("%s: %d passed, %d failed\n", suite, t_passed, t_failed);
+    return t_failed ? 1 : 0;
+}
+
+#endif // NVFP4MOE_TEST_HARNESS_H
