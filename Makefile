@@ -32,6 +32,8 @@ DEB_PKGS := libjansson-dev pkg-config
 CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT      ?= -O2 -g
+# No fused multiply-add contraction: the codec must round exactly as vLLM's reference does.
+CFLAGS   += -ffp-contract=off
 CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread -Iinclude -Isrc
 LDLIBS   += -ljansson -lm -pthread
 

@@ -109,6 +109,7 @@ float    nvfp4moe_fp16_to_float(uint16_t h);
 
 // ---- enumerations with stable names ----
 
+
 typedef enum nvfp4moe_dtype {
     NVFP4MOE_DTYPE_BF16 = 0,
     NVFP4MOE_DTYPE_FP16 = 1,
@@ -163,6 +164,16 @@ nvfp4moe_status nvfp4moe_dtype_parse(const char *s, nvfp4moe_dtype *out);
 nvfp4moe_status nvfp4moe_activation_parse(const char *s, nvfp4moe_activation *out);
 nvfp4moe_status nvfp4moe_routing_parse(const char *s, nvfp4moe_routing *out);
 nvfp4moe_status nvfp4moe_scheme_parse(const char *s, nvfp4moe_scheme *out);
+
+/* Converts n values of dtype at src (bf16/fp16 as uint16_t bit patterns, or f32) to float, and
+ * back (round to nearest even). */
+void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst);
+void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst);
+/* Bytes of one value of dt. */
+size_t nvfp4moe_dtype_size(nvfp4moe_dtype dt);
+
+/* Fills dst with n standard-normal values in dtype dt, deterministic in seed (test and demo data). */
+void nvfp4moe_fill_normal(void *dst, nvfp4moe_dtype dt, int64_t n, uint64_t seed);
 
 /* True for the gated ("act_and_mul") activations: GEMM1 produces N1 = 2*I columns. */
 bool nvfp4moe_activation_is_gated(nvfp4moe_activation a);
@@ -276,6 +287,9 @@ typedef struct nvfp4moe_layer {
  * and tensor), with input scales calibrated on random unit-variance activations. Deterministic in
  * seed. Free with nvfp4moe_layer_free. */
 nvfp4moe_status nvfp4moe_layer_random(const nvfp4moe_config *cfg, uint64_t seed, nvfp4moe_layer **out);
+/* A layer holding a copy of w (host memory), so the caller's buffers may be freed. */
+nvfp4moe_status nvfp4moe_layer_copy(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                    nvfp4moe_layer **out);
 void nvfp4moe_layer_free(nvfp4moe_layer *layer);
 
 // ---- running a layer ----
@@ -312,33 +326,47 @@ typedef struct nvfp4moe_device {
     int32_t sm_count;    /* multiprocessors, 0 if unknown */
     int32_t ordinal;     /* CUDA device index; -1 for a CPU or a what-if device */
     bool    detected;    /* read from real hardware (false: given by name) */
-    char    name[64];    /* "NVIDIA H200", "cpu", or the name it was given as */
+    char    name[64];    /* "NVIDIA H200", "cpu", or the name it was given as ("h200", "sm_90") */
 } nvfp4moe_device;
 
 /* The first CUDA GPU if this build has CUDA and one is present, else the CPU. Never fails for
- * lack of a GPU. */
+ * lack of a GPU, a driver or a CUDA runtime: any CUDA error means "the CPU" (INVALID_ARGUMENT only
+ * for dev == NULL). */
 nvfp4moe_status nvfp4moe_device_detect(nvfp4moe_device *dev);
-/* "sm_90" / "sm90" (any sm_XY or sm_XYZ) or a name: a100, l40s, h100, h200, b200, gb200, b300,
- * rtx5090, rtx-pro-6000, dgx-spark, cpu. */
+/* A what-if device: "sm_90" / "sm90" / "sm_100a" (any sm_XY or sm_XYZ; case-insensitive) or a
+ * name: a100 (sm_80), l40s (sm_89), h100, h200 (sm_90), b200, gb200 (sm_100), b300 (sm_103),
+ * rtx5090, rtx-pro-6000 (sm_120), dgx-spark (sm_121), cpu. '-' and '_' are equivalent. NOT_FOUND
+ * (listing the accepted names) for anything else; dev is written only on success. */
 nvfp4moe_status nvfp4moe_device_parse(const char *s, nvfp4moe_device *dev);
-/* "sm_90" or "cpu": the form vLLM's messages use. */
+/* "sm_90" or "cpu" (dev NULL: "cpu"): the form vLLM's messages use. Writes at most len bytes into
+ * buf and returns buf. */
 const char *nvfp4moe_device_str(const nvfp4moe_device *dev, char *buf, size_t len);
 
 // ---- the oracle: backend selection ----
 //
-// (declarations owned by src/oracle.c; see the README's "select" section)
+// nvfp4moe_select mirrors vLLM's select_nvfp4_moe_backend (oracle/nvfp4.py): the same backends,
+// kernel classes, support predicates (checked in vLLM's order), auto priority list, SwiGLU clamp
+// set, explicit-request path, log line and exception messages. Our own backends (CPU_REFERENCE,
+// always last) are added to the list unless vllm_only is set. A backend whose implementation lives
+// in a library this build does not contain is rejected with "... is not available in this build";
+// the what-if option `installed` plans as if those libraries were present. docs/select.md has the
+// user's view.
 
 /* Libraries whose kernels this build does not contain; --installed plans as if they were present. */
-#define NVFP4MOE_LIB_FLASHINFER  (1u << 0)
-#define NVFP4MOE_LIB_B12X        (1u << 1)
-#define NVFP4MOE_LIB_HUMMING     (1u << 2)
-#define NVFP4MOE_LIB_VLLM_CUTLASS (1u << 3)  /* vLLM's own CUTLASS FP4 grouped GEMM (_C ops) */
+#define NVFP4MOE_LIB_FLASHINFER  (1u << 0)   /* "flashinfer" */
+#define NVFP4MOE_LIB_B12X        (1u << 1)   /* "b12x" */
+#define NVFP4MOE_LIB_HUMMING     (1u << 2)   /* "humming" */
+#define NVFP4MOE_LIB_VLLM_CUTLASS (1u << 3)  /* "cutlass": vLLM's own CUTLASS FP4 grouped GEMM (_C ops) */
 #define NVFP4MOE_LIB_ALL         0xFFFFFFFFu
+
+/* Parses the --installed value: "all", "none", or a comma-separated list of the library names
+ * above (case-insensitive). NOT_FOUND names the unknown entry and lists the accepted ones. */
+nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t *mask);
 
 typedef struct nvfp4moe_oracle_options {
     bool     installed_set;  /* false: availability is what this build contains */
-    uint32_t installed;      /* NVFP4MOE_LIB_* mask, used when installed_set; also makes MARLIN and
-                                EMULATION count as present */
+    uint32_t installed;      /* NVFP4MOE_LIB_* mask, used when installed_set; also makes our own
+                                backends (MARLIN, EMULATION, CPU_REFERENCE) count as present */
     bool     vllm_only;      /* only vLLM's backends: decisions identical to vLLM */
 } nvfp4moe_oracle_options;
 
@@ -349,37 +377,49 @@ typedef enum nvfp4moe_verdict {
     NVFP4MOE_VERDICT_NOT_IN_LIST,     /* not a candidate (explicit-only, clamp filter, ...): reason */
 } nvfp4moe_verdict;
 
+/* "chosen", "supported", "rejected", "not in list" ("?" out of range). */
+const char *nvfp4moe_verdict_name(nvfp4moe_verdict v);
+
 #define NVFP4MOE_MAX_CANDIDATES 32
 
 typedef struct nvfp4moe_candidate {
     char backend[40];     /* "MARLIN" */
     char kernel[48];      /* "MarlinExperts" */
     nvfp4moe_verdict verdict;
-    bool supported;       /* the kernel's predicate said yes */
-    char reason[256];     /* vLLM's wording: "kernel does not support current device sm_90" */
+    bool supported;       /* the kernel can run this config here: its predicate said yes and its
+                             implementation is available (for NOT_IN_LIST: it would be) */
+    char reason[384];     /* vLLM's wording: "kernel does not support current device sm_90"; for
+                             NOT_IN_LIST why it was not a candidate, then what it would have said */
 } nvfp4moe_candidate;
 
 typedef struct nvfp4moe_report {
     char backend[40];     /* chosen backend, "" if none */
     char kernel[48];      /* chosen kernel class, "" if none */
-    char log[640];        /* "Using 'MARLIN' NvFp4 MoE backend out of potential backends: [...]." */
+    char log[640];        /* "Using 'MARLIN' NvFp4 MoE backend out of potential backends: [...]."
+                             ("" when nothing was chosen, or for a requantization source) */
     char error_kind[24];  /* "" / "ValueError" / "NotImplementedError" */
     char error[640];      /* the exception's message */
     char device[16];      /* "sm_90" / "cpu" */
+    char requested[32];   /* cfg->moe_backend normalised (lower case, '-' -> '_'): "auto", "marlin" */
     int32_t n_candidates;
-    nvfp4moe_candidate candidates[NVFP4MOE_MAX_CANDIDATES];
+    nvfp4moe_candidate candidates[NVFP4MOE_MAX_CANDIDATES]; /* every kernel, priority order */
 } nvfp4moe_report;
 
 /* Chooses the backend and kernel for cfg on dev (NULL: detect) as vLLM's select_nvfp4_moe_backend
- * does, recording every candidate's verdict. Returns OK when one was chosen; INVALID_ARGUMENT when
- * the config is invalid; NOT_FOUND ("ValueError", unknown moe_backend name) or UNSUPPORTED
- * ("ValueError" for an explicit request, "NotImplementedError" for auto) otherwise. The report is
- * filled in every case; it is a plain value: nothing to free. */
+ * does, recording every candidate's verdict. opt may be NULL (defaults: this build's libraries,
+ * our backends included). Returns OK when one was chosen; INVALID_ARGUMENT when the config is
+ * invalid (the report then holds no decision); NOT_FOUND ("ValueError", unknown moe_backend name)
+ * or UNSUPPORTED ("ValueError" for an explicit request, "NotImplementedError" for auto) otherwise,
+ * with the exception's message also in nvfp4moe_last_error(). The report is filled in every case;
+ * it is a plain value (about 14 KiB): nothing to free. Pure: no allocation, no CUDA call unless
+ * dev is NULL. */
 nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_device *dev,
                                 const nvfp4moe_oracle_options *opt, nvfp4moe_report *report);
 
-/* Renders the report as the text `nvfp4moe select` prints. snprintf semantics: returns the length
- * the full text needs; writes at most len bytes, NUL-terminated. */
+/* Renders the report as the text `nvfp4moe select` prints: the chosen backend and kernel, the vLLM
+ * log line or the exception, then a table of every candidate in priority order with its verdict
+ * and reason. snprintf semantics: returns the length the full text needs; writes at most len
+ * bytes, NUL-terminated (buf may be NULL when len is 0). */
 size_t nvfp4moe_report_render(const nvfp4moe_report *report, char *buf, size_t len);
 
 // ---- plans: a backend prepared for one layer ----
@@ -412,6 +452,240 @@ size_t nvfp4moe_plan_workspace_size(const nvfp4moe_plan *plan, int64_t num_token
  * otherwise. Device plans do not allocate, synchronize or branch on data on the host. */
 nvfp4moe_status nvfp4moe_plan_forward(nvfp4moe_plan *plan, const nvfp4moe_io *io, void *stream);
 void nvfp4moe_plan_destroy(nvfp4moe_plan *plan);
+
+// ---- checkpoints ----
+//
+// Reading and writing model directories: safetensors files (memory-mapped, zero copy, every rule of
+// the format enforced), multi-shard models (model.safetensors.index.json), Hugging Face config.json
+// (+ hf_quant_config.json / quantization_config), and NVFP4 MoE layers stored the ModelOpt way
+// (per-expert or fused 3-D experts) or the compressed-tensors way (nvfp4-pack-quantized).
+// Errors name the file and the tensor or field. Nothing here prints: warnings are returned.
+
+/* safetensors dtypes, as the format names them ("F8_E4M3"...). */
+typedef enum nvfp4moe_st_dtype {
+    NVFP4MOE_ST_BOOL = 0, NVFP4MOE_ST_U8, NVFP4MOE_ST_I8, NVFP4MOE_ST_F8_E5M2, NVFP4MOE_ST_F8_E4M3,
+    NVFP4MOE_ST_F8_E8M0, NVFP4MOE_ST_F8_E4M3FNUZ, NVFP4MOE_ST_F8_E5M2FNUZ, NVFP4MOE_ST_I16,
+    NVFP4MOE_ST_U16, NVFP4MOE_ST_F16, NVFP4MOE_ST_BF16, NVFP4MOE_ST_I32, NVFP4MOE_ST_U32,
+    NVFP4MOE_ST_F32, NVFP4MOE_ST_C64, NVFP4MOE_ST_F64, NVFP4MOE_ST_I64, NVFP4MOE_ST_U64,
+    NVFP4MOE_ST_F4, NVFP4MOE_ST_F6_E2M3, NVFP4MOE_ST_F6_E3M2,
+    NVFP4MOE_ST_DTYPE_COUNT
+} nvfp4moe_st_dtype;
+
+/* "F8_E4M3"; "?" out of range. */
+const char *nvfp4moe_st_dtype_name(nvfp4moe_st_dtype d);
+/* Bits per element (4 for F4, 6 for F6_*, 8 for U8...); 0 out of range. */
+int nvfp4moe_st_dtype_bits(nvfp4moe_st_dtype d);
+/* Exact, case-sensitive name -> dtype. NOT_FOUND for an unknown name. */
+nvfp4moe_status nvfp4moe_st_dtype_parse(const char *s, nvfp4moe_st_dtype *out);
+
+#define NVFP4MOE_ST_MAX_DIMS 8                    /* more dimensions is a format error */
+#define NVFP4MOE_ST_MAX_HEADER (100u * 1000u * 1000u) /* header bytes, as the reference reader */
+
+/* One tensor of an open file. Every pointer in it belongs to the file and stays valid until the
+ * file (or the model holding it) is closed. data points into the read-only mapping. */
+typedef struct nvfp4moe_st_tensor {
+    const char *name;
+    const char *file;                         /* path of the file holding it */
+    nvfp4moe_st_dtype dtype;
+    int32_t  ndim;                            /* 0 for a scalar */
+    int64_t  shape[NVFP4MOE_ST_MAX_DIMS];
+    int64_t  numel;                           /* product of shape (1 for a scalar) */
+    uint64_t offset;                          /* from the start of the data section */
+    uint64_t nbytes;                          /* == numel * bits / 8, checked */
+    const void *data;                         /* may be unaligned: copy with memcpy */
+} nvfp4moe_st_tensor;
+
+typedef struct nvfp4moe_st_file nvfp4moe_st_file;
+
+/* Maps path and validates the whole header: 8-byte little-endian length (<= file size - 8 and <=
+ * NVFP4MOE_ST_MAX_HEADER), UTF-8 JSON object starting with '{' (duplicate keys rejected), known
+ * dtypes, shapes (<= 8 dims, no overflow), shape x dtype size == data_offsets span, offsets inside
+ * the data section, sorted and contiguous (no overlap, no hole, nothing left uncovered),
+ * "__metadata__" a string->string object. FORMAT / IO / NOT_FOUND with the file and tensor named.
+ * Close with nvfp4moe_st_close. */
+nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out);
+void nvfp4moe_st_close(nvfp4moe_st_file *f);   /* NULL is fine */
+const char *nvfp4moe_st_file_path(const nvfp4moe_st_file *f);
+/* Tensors in data order (ascending offset), i < count. */
+size_t nvfp4moe_st_file_count(const nvfp4moe_st_file *f);
+const nvfp4moe_st_tensor *nvfp4moe_st_file_tensor(const nvfp4moe_st_file *f, size_t i);
+/* By name; NULL when absent (no error is set). */
+const nvfp4moe_st_tensor *nvfp4moe_st_file_find(const nvfp4moe_st_file *f, const char *name);
+/* A "__metadata__" value, NULL when absent. Owned by the file. */
+const char *nvfp4moe_st_file_metadata(const nvfp4moe_st_file *f, const char *key);
+
+/* All the tensors of a model directory. */
+typedef struct nvfp4moe_st_model nvfp4moe_st_model;
+
+/* Opens path: a .safetensors file; or a directory with model.safetensors.index.json (every shard
+ * its weight_map names; each mapped tensor must be in its shard; shard names may not leave the
+ * directory); or with model.safetensors; or else every *.safetensors in it. A tensor name in two
+ * shards is a FORMAT error. Close with nvfp4moe_st_model_close. */
+nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out);
+void nvfp4moe_st_model_close(nvfp4moe_st_model *m);   /* NULL is fine */
+size_t nvfp4moe_st_model_num_files(const nvfp4moe_st_model *m);
+const nvfp4moe_st_file *nvfp4moe_st_model_file(const nvfp4moe_st_model *m, size_t i);
+/* Tensors sorted by name, i < count. */
+size_t nvfp4moe_st_model_count(const nvfp4moe_st_model *m);
+const nvfp4moe_st_tensor *nvfp4moe_st_model_tensor(const nvfp4moe_st_model *m, size_t i);
+/* By name (binary search); NULL when absent (no error is set). */
+const nvfp4moe_st_tensor *nvfp4moe_st_model_find(const nvfp4moe_st_model *m, const char *name);
+/* Index of the first tensor whose name is >= name (count if none): with a prefix, the start of the
+ * run of tensors that share it. */
+size_t nvfp4moe_st_model_lower_bound(const nvfp4moe_st_model *m, const char *name);
+
+/* Builds a safetensors file in memory. add() copies the data, so the caller's buffers may be
+ * freed at once. Free with nvfp4moe_st_writer_free. */
+typedef struct nvfp4moe_st_writer nvfp4moe_st_writer;
+nvfp4moe_status nvfp4moe_st_writer_create(nvfp4moe_st_writer **out);
+void nvfp4moe_st_writer_free(nvfp4moe_st_writer *w);   /* NULL is fine */
+/* data holds numel(shape) * bits / 8 bytes (NULL allowed only when that is 0). Names must be new,
+ * non-empty and not "__metadata__". Tensors are laid out in the order they are added. */
+nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const char *name,
+                                       nvfp4moe_st_dtype dtype, int32_t ndim,
+                                       const int64_t *shape, const void *data);
+nvfp4moe_status nvfp4moe_st_writer_set_metadata(nvfp4moe_st_writer *w, const char *key,
+                                                const char *value);
+/* Writes the file (header padded with spaces to a multiple of 8) through path.tmp + rename, so
+ * a failed save leaves no partial file at path. */
+nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char *path);
+
+// ---- model configs ----
+
+#define NVFP4MOE_MAX_WARNINGS 16
+
+/* Warnings a load produced, in order (the library never prints them). */
+typedef struct nvfp4moe_warnings {
+    int32_t count;                               /* stored, <= NVFP4MOE_MAX_WARNINGS */
+    int32_t dropped;                             /* more that did not fit */
+    char    text[NVFP4MOE_MAX_WARNINGS][320];
+} nvfp4moe_warnings;
+
+typedef enum nvfp4moe_ckpt_format {
+    NVFP4MOE_CKPT_UNQUANTIZED = 0,        /* "unquantized": bf16/fp16/f32 weights */
+    NVFP4MOE_CKPT_MODELOPT,               /* "modelopt": per-expert Linear tensors */
+    NVFP4MOE_CKPT_MODELOPT_FUSED,         /* "modelopt-fused": 3-D experts.gate_up_proj/down_proj */
+    NVFP4MOE_CKPT_COMPRESSED_TENSORS,     /* "compressed-tensors": nvfp4-pack-quantized */
+    NVFP4MOE_CKPT_FORMAT_COUNT
+} nvfp4moe_ckpt_format;
+const char *nvfp4moe_ckpt_format_name(nvfp4moe_ckpt_format f);
+nvfp4moe_status nvfp4moe_ckpt_format_parse(const char *s, nvfp4moe_ckpt_format *out);
+
+/* What config.json (+ hf_quant_config.json) says about a model's MoE layers. */
+typedef struct nvfp4moe_model_info {
+    nvfp4moe_config cfg;       /* the MoE layers' deployment config (defaults elsewhere) */
+    bool   quantized;          /* an NVFP4 quantization config was found */
+    bool   format_known;       /* false: the format is only known once tensors are seen */
+    nvfp4moe_ckpt_format format; /* from the quantization config (MODELOPT for per-expert or fused
+                                    ModelOpt: the tensors tell which) */
+    char   model_type[64];     /* config.json model_type */
+    char   quant_method[32];   /* "modelopt", "compressed-tensors", "" */
+    char   quant_algo[32];     /* "NVFP4", "W4A16_NVFP4", "nvfp4-pack-quantized" (CT format) */
+    char   quant_source[32];   /* "hf_quant_config.json" / "config.json" / "" */
+    char   prefix[64];         /* module prefix of the decoder layers: "model.layers" */
+    int32_t num_layers;        /* num_hidden_layers */
+    int32_t num_moe_layers;
+    int32_t first_moe_layer;   /* -1 if none */
+    int32_t num_shared_experts;/* n_shared_experts / shared_expert_intermediate_size > 0 */
+    int32_t num_excluded;      /* exclude_modules / ignore entries */
+    nvfp4moe_warnings warnings;/* e.g. config.json and hf_quant_config.json disagree */
+    void   *storage_;          /* private */
+} nvfp4moe_model_info;
+
+/* Reads dir/config.json (and dir/hf_quant_config.json when present; when both carry a
+ * quantization config, config.json's wins, as vLLM does). Expert count from num_experts /
+ * n_routed_experts / num_local_experts; I from moe_intermediate_size (else intermediate_size);
+ * top_k from num_experts_per_tok (or moe_topk / top_k); activation from hidden_act; routing from
+ * scoring_func, n_group, topk_group, norm_topk_prob, routed_scaling_factor (and the model type);
+ * MoE layers from first_k_dense_replace, moe_layer_freq, decoder_sparse_step, mlp_only_layers,
+ * interleave_moe_layer_step; scheme W4A4 vs W4A16. Unknown fields are ignored; a field of the wrong
+ * type is a FORMAT error naming it. Free with nvfp4moe_model_info_free. */
+nvfp4moe_status nvfp4moe_model_info_read(const char *dir, nvfp4moe_model_info **out);
+/* The same from JSON texts (hf_quant_json may be NULL); name is used in messages. */
+nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, const char *hf_quant_json,
+                                          const char *name, nvfp4moe_model_info **out);
+void nvfp4moe_model_info_free(nvfp4moe_model_info *info);   /* NULL is fine */
+bool nvfp4moe_model_info_is_moe_layer(const nvfp4moe_model_info *info, int32_t layer);
+/* The i-th exclude_modules / ignore pattern (fnmatch wildcards, or "re:" + POSIX extended regex). */
+const char *nvfp4moe_model_info_excluded(const nvfp4moe_model_info *info, int32_t i);
+/* True when module (e.g. "model.layers.3.mlp.experts") matches an exclusion pattern. */
+bool nvfp4moe_model_info_is_excluded(const nvfp4moe_model_info *info, const char *module);
+
+// ---- checkpoint layers ----
+
+/* An NVFP4 MoE layer read from a checkpoint. layer.w is in the canonical layout above and owned
+ * by this object: never pass &layer to nvfp4moe_layer_free; free with nvfp4moe_ckpt_layer_free. */
+typedef struct nvfp4moe_ckpt_layer {
+    nvfp4moe_layer layer;       /* cfg + weights */
+    int32_t index;              /* decoder layer number */
+    nvfp4moe_ckpt_format format;/* what the tensors turned out to be */
+    const float *router;        /* [E, H] router weight (mlp.gate.weight) as float, or NULL */
+    nvfp4moe_st_dtype router_dtype; /* its dtype in the file */
+    nvfp4moe_warnings warnings;
+    void *storage_;             /* private */
+} nvfp4moe_ckpt_layer;
+
+/* Loads MoE layer `layer` of a model directory: config from config.json, tensors from its
+ * safetensors. Gate/up global scales that differ within an expert are reconciled to the larger
+ * dequantization scale (max(scale_2_gate, scale_2_up)), rescaling the other half's E4M3 block
+ * scales by scale_2_half / max (never overflows; vLLM's reconcile_nvfp4_moe_w13_scales rule,
+ * exact wherever the rescaled block scale is representable), with a warning naming the expert.
+ * Input scales: max over gate/up per expert. Every tensor's presence, dtype and shape is checked
+ * (NOT_FOUND / FORMAT naming the tensor and the file). Free with nvfp4moe_ckpt_layer_free. */
+nvfp4moe_status nvfp4moe_ckpt_layer_load(const char *dir, int32_t layer, nvfp4moe_ckpt_layer **out);
+/* The same, from an already opened config and tensor set (both only borrowed). check_only: check
+ * every tensor, produce the warnings, but copy no weight (*out then has NULL weight pointers). */
+nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
+                                              const nvfp4moe_st_model *tensors, int32_t layer,
+                                              bool check_only, nvfp4moe_ckpt_layer **out);
+void nvfp4moe_ckpt_layer_free(nvfp4moe_ckpt_layer *l);   /* NULL is fine */
+
+/* An unquantized MoE layer in float: the source of `nvfp4moe quantize`. */
+typedef struct nvfp4moe_float_layer {
+    nvfp4moe_config cfg;        /* shape, activation, routing */
+    float *w13;                 /* [E, N1, H] rows [0, I) gate, [I, 2I) up (gated) */
+    float *w2;                  /* [E, H, I] */
+    float *router;              /* [E, H] or NULL */
+    float *correction_bias;     /* [E] when cfg.has_correction_bias, else NULL */
+    void  *storage_;            /* private */
+} nvfp4moe_float_layer;
+
+/* Random weights N(0, 1/sqrt(fan_in)) rounded to bf16, and a N(0, 1/sqrt(H)) router.
+ * Deterministic in seed. */
+nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
+                                            nvfp4moe_float_layer **out);
+/* Reads layer `layer` of an unquantized (BF16/F16/F32) checkpoint: per-expert
+ * experts.E.{gate,up,down}_proj.weight, or fused experts.gate_up_proj [E, H, N1] / down_proj
+ * [E, I, H] (the Hugging Face [in, out] layout). */
+nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
+                                          const nvfp4moe_st_model *tensors, int32_t layer,
+                                          nvfp4moe_float_layer **out);
+void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l);   /* NULL is fine */
+
+/* Quantizes a float layer the ModelOpt way: per expert and projection amax -> scale_2 =
+ * amax / (6*448), gate and up sharing max(amax_gate, amax_up) as ModelOpt's export does; input
+ * scales calibrated as amax / (6*448) of calib_tokens random N(0,1) hidden states (w13) and of the
+ * activations they produce in each expert (w2). Deterministic in seed. */
+nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
+                                              uint64_t seed, nvfp4moe_ckpt_layer **out);
+
+/* Adds layer `index`'s tensors to a writer under "<prefix>.<index>.mlp." in format fmt
+ * (UNQUANTIZED takes a float layer, the others a ckpt layer; pass the one that applies, NULL the
+ * other). W4A16 configs store no input scales. */
+nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format fmt,
+                                        const char *prefix, int32_t index,
+                                        const nvfp4moe_ckpt_layer *q,
+                                        const nvfp4moe_float_layer *f);
+
+/* Writes dir/config.json describing cfg (a model of num_layers layers whose MoE layers are
+ * [first_moe_layer, num_layers)), and for fmt != UNQUANTIZED its quantization config
+ * (config.json quantization_config, plus hf_quant_config.json for ModelOpt). If base_config_json
+ * is not NULL, that config is copied instead of generated and only the quantization config is
+ * replaced. */
+nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
+                                            int32_t num_layers, int32_t first_moe_layer,
+                                            nvfp4moe_ckpt_format fmt,
+                                            const char *base_config_json);
 
 #ifdef __cplusplus
 }

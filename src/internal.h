@@ -43,10 +43,6 @@ void nvfp4moe_error_prefix(const char *fmt, ...)
 /* snprintf into a fixed buffer, never overflowing, always terminated. */
 void nvfp4moe_strlcpy(char *dst, const char *src, size_t len);
 
-/* Converts n values of dtype at src (bf16/fp16 as uint16_t, f32) to float / from float. */
-void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst);
-void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst);
-size_t nvfp4moe_dtype_size(nvfp4moe_dtype dt);
 
 /* Rounds x through dtype (bf16/fp16/f32) and back. */
 float nvfp4moe_round_to_dtype(nvfp4moe_dtype dt, float x);

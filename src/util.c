@@ -69,7 +69,8 @@ void nvfp4moe_error_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_last_error, sizeof old);
-    snprintf(g_last_error, sizeof g_last_error, "%s: %s", prefix, old);
+    /* Truncation is fine here: the message stays terminated. */
+    if (snprintf(g_last_error, sizeof g_last_error, "%s: %s", prefix, old) < 0) g_last_error[0] = '\0';
 }
 
 void nvfp4moe_strlcpy(char *dst, const char *src, size_t len) {
@@ -176,4 +177,12 @@ double nvfp4moe_rand_normal(uint64_t *state) {
     double u1 = nvfp4moe_rand_uniform(state), u2 = nvfp4moe_rand_uniform(state);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void nvfp4moe_fill_normal(void *dst, nvfp4moe_dtype dt, int64_t n, uint64_t seed) {
+    uint64_t st = seed;
+    for (int64_t i = 0; i < n; i++) {
+        float v = (float)nvfp4moe_rand_normal(&st);
+        nvfp4moe_from_float(dt, &v, 1, (char *)dst + (size_t)i * nvfp4moe_dtype_size(dt));
+    }
 }
