@@ -1,0 +1,205 @@
+/*
+ * moe_ref.c - the float64 CPU reference of the whole MoE layer: the spec every backend is tested
+ * against. Plain loops, no intrinsics, one expert at a time.
+ *
+ *   route -> [apply weight on input] -> quantize activations (per scheme) -> GEMM1 [gate; up]
+ *         -> activation (exact clamp rules) -> quantize again (per scheme) -> GEMM2 -> weighted sum
+ *
+ * Numerics, per scheme (vLLM_nvfp4_moe.md §4.3-4.6):
+ *   W4A4           activations quantize-dequantized with a1_gs = 1/max_e(w13_input_scale) before
+ *                  GEMM1 and a2_gs = 1/max_e(w2_input_scale) before GEMM2 (vLLM EMULATION's rule)
+ *   W4A4 per-token the global scale is 448*6/amax(row), per token and per row of GEMM1's output
+ *   W4A8 MXFP8     activations quantize-dequantized as MXFP8 (E4M3, E8M0 scale per 32)
+ *   W4A16          activations are used as they are
+ * Weights are dequantized exactly (e2m1 * e4m3 * scale_2, in float64); GEMMs accumulate in float64.
+ * Where a quantizer consumes an intermediate, the intermediate is first rounded to the activation
+ * dtype, as every real kernel stores it in that dtype. The output is rounded to cfg.out_dtype.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Dequantizes one [rows, cols] NVFP4 matrix into float64 (exact). */
+static void dequant_f64(const uint8_t *q, const uint8_t *sf, int64_t rows, int64_t cols, float scale_2,
+                        double *out) {
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c += 2) {
+            uint8_t byte = q[r * (cols / 2) + c / 2];
+            double s = (double)nvfp4moe_e4m3_decode(sf[r * (cols / 16) + c / 16]) * (double)scale_2;
+            out[r * cols + c] = (double)nvfp4moe_e2m1_decode(byte & 0xF) * s;
+            out[r * cols + c + 1] = (double)nvfp4moe_e2m1_decode((uint8_t)(byte >> 4)) * s;
+        }
+    }
+}
+
+/* Quantize-dequantize one activation row of n values as the scheme prescribes (src already in the
+ * activation dtype). gs is the static global scale for W4A4. */
+static void quantize_activation(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst) {
+    switch (scheme) {
+    case NVFP4MOE_SCHEME_W4A4:
+        nvfp4moe_qdq_row(src, n, gs, dst);
+        break;
+    case NVFP4MOE_SCHEME_W4A4_PER_TOKEN: {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
+        /* 448 * 6 / amax puts the row's largest block at the top of the E4M3 scale range; an
+         * all-zero row quantizes to zeros with any scale. */
+        nvfp4moe_qdq_row(src, n, amax > 0.0f ? 448.0f * 6.0f / amax : 1.0f, dst);
+        break;
+    }
+    case NVFP4MOE_SCHEME_W4A8_MXFP8:
+        nvfp4moe_mxfp8_qdq_row(src, n, dst);
+        break;
+    default:
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+        break;
+    }
+}
+
+static nvfp4moe_status check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
+    NVFP4MOE_RETURN_IF(!io, NVFP4MOE_ERR_INVALID_ARGUMENT, "io is NULL");
+    NVFP4MOE_RETURN_IF(io->num_tokens < 0, NVFP4MOE_ERR_SHAPE, "io.num_tokens=%lld is negative",
+                       (long long)io->num_tokens);
+    if (io->num_tokens == 0) return NVFP4MOE_OK;
+    NVFP4MOE_RETURN_IF(!io->hidden, NVFP4MOE_ERR_INVALID_ARGUMENT, "io.hidden is NULL");
+    NVFP4MOE_RETURN_IF(!io->output, NVFP4MOE_ERR_INVALID_ARGUMENT, "io.output is NULL");
+    NVFP4MOE_RETURN_IF(!io->topk_ids && !io->router_logits && cfg->routing != NVFP4MOE_ROUTING_SIMULATED,
+                       NVFP4MOE_ERR_INVALID_ARGUMENT, "io.router_logits and io.topk_ids are both NULL");
+    NVFP4MOE_RETURN_IF(io->topk_ids && !io->topk_weights, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "io.topk_ids is given but io.topk_weights is NULL");
+    return NVFP4MOE_OK;
+}
+
+/* Routing for the reference and the CPU backends: precomputed (checked) or from the logits. */
+static nvfp4moe_status reference_routing(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                         const nvfp4moe_io *io, int32_t *ids, float *wts) {
+    const int64_t M = io->num_tokens, E = cfg->num_experts, K = cfg->top_k;
+    if (io->topk_ids) {
+        for (int64_t i = 0; i < M * K; i++) {
+            NVFP4MOE_RETURN_IF(io->topk_ids[i] < 0 || io->topk_ids[i] >= E, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                               "io.topk_ids[%lld][%lld]=%d is not an expert in [0, %lld)",
+                               (long long)(i / K), (long long)(i % K), io->topk_ids[i], (long long)E);
+            NVFP4MOE_RETURN_IF(!isfinite(io->topk_weights[i]), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                               "io.topk_weights[%lld][%lld] is not finite", (long long)(i / K),
+                               (long long)(i % K));
+        }
+        memcpy(ids, io->topk_ids, sizeof(int32_t) * (size_t)(M * K));
+        memcpy(wts, io->topk_weights, sizeof(float) * (size_t)(M * K));
+        return NVFP4MOE_OK;
+    }
+    float *logits = NULL;
+    if (io->router_logits) {
+        logits = malloc(sizeof(float) * (size_t)(M * E));
+        if (!logits) return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "reference: out of memory (logits)");
+        nvfp4moe_to_float(cfg->router_logits_dtype, io->router_logits, M * E, logits);
+    }
+    nvfp4moe_status s = nvfp4moe_route(cfg, logits, M, w->correction_bias, ids, wts);
+    free(logits);
+    return s;
+}
+
+nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                           const nvfp4moe_io *io) {
+    NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
+    NVFP4MOE_TRY(nvfp4moe_weights_validate(cfg, w));
+    NVFP4MOE_TRY(check_io(cfg, io));
+    const int64_t M = io->num_tokens;
+    if (M == 0) return NVFP4MOE_OK;
+    const int64_t E = cfg->num_experts, K = cfg->top_k, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t N1 = nvfp4moe_config_n1(cfg);
+    const nvfp4moe_scheme scheme = cfg->scheme;
+
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(M * K));
+    float *wts = malloc(sizeof(float) * (size_t)(M * K));
+    float *x = malloc(sizeof(float) * (size_t)(M * H));       /* inputs, then quantized inputs */
+    float *xq = malloc(sizeof(float) * (size_t)H);
+    double *acc = calloc((size_t)(M * H), sizeof(double));
+    double *w13 = malloc(sizeof(double) * (size_t)(N1 * H));
+    double *w2 = malloc(sizeof(double) * (size_t)(H * I));
+    double *h = malloc(sizeof(double) * (size_t)N1), *act = malloc(sizeof(double) * (size_t)I);
+    float *actf = malloc(sizeof(float) * (size_t)I), *actq = malloc(sizeof(float) * (size_t)I);
+    int64_t *order = malloc(sizeof(int64_t) * (size_t)(M * K));
+    int64_t *start = calloc((size_t)(E + 1), sizeof(int64_t));
+    float *outf = malloc(sizeof(float) * (size_t)(M * H));
+    nvfp4moe_status st = NVFP4MOE_OK;
+    if (!ids || !wts || !x || !xq || !acc || !w13 || !w2 || !h || !act || !actf || !actq || !order || !start ||
+        !outf) {
+        st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "reference: out of memory (M=%lld)", (long long)M);
+        goto done;
+    }
+    if ((st = reference_routing(cfg, w, io, ids, wts)) != NVFP4MOE_OK) goto done;
+
+    /* Inputs, with the router weight applied first when the model asks for it (Llama4). */
+    nvfp4moe_to_float(cfg->in_dtype, io->hidden, M * H, x);
+    if (cfg->apply_router_weight_on_input)
+        for (int64_t t = 0; t < M; t++)
+            for (int64_t k = 0; k < H; k++) x[t * H + k] = nvfp4moe_round_to_dtype(cfg->in_dtype, x[t * H + k] * wts[t]);
+
+    float a1_gs = 1.0f, a2_gs = 1.0f;
+    if (scheme == NVFP4MOE_SCHEME_W4A4) {
+        float m1 = 0.0f, m2 = 0.0f;
+        for (int64_t e = 0; e < E; e++) {
+            m1 = fmaxf(m1, w->w13_input_scale[e]);
+            m2 = fmaxf(m2, w->w2_input_scale[e]);
+        }
+        a1_gs = 1.0f / m1;
+        a2_gs = 1.0f / m2;
+    }
+    for (int64_t t = 0; t < M; t++) {
+        quantize_activation(scheme, x + t * H, H, a1_gs, xq);
+        memcpy(x + t * H, xq, sizeof(float) * (size_t)H);
+    }
+
+    /* Group the (token, slot) pairs by expert: a counting sort keeps token order within an expert. */
+    for (int64_t p = 0; p < M * K; p++) start[ids[p] + 1]++;
+    for (int64_t e = 0; e < E; e++) start[e + 1] += start[e];
+    {
+        int64_t *fill = calloc((size_t)E, sizeof(int64_t));
+        if (!fill) {
+            st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "reference: out of memory");
+            goto done;
+        }
+        for (int64_t p = 0; p < M * K; p++) order[start[ids[p]] + fill[ids[p]]++] = p;
+        free(fill);
+    }
+
+    for (int64_t e = 0; e < E; e++) {
+        if (start[e] == start[e + 1]) continue;
+        dequant_f64(w->w13 + e * N1 * H / 2, w->w13_scale + e * N1 * H / 16, N1, H, w->w13_scale_2[e], w13);
+        dequant_f64(w->w2 + e * H * I / 2, w->w2_scale + e * H * I / 16, H, I, w->w2_scale_2[e], w2);
+        for (int64_t q = start[e]; q < start[e + 1]; q++) {
+            const int64_t p = order[q], t = p / K;
+            const float *xt = x + t * H;
+            for (int64_t n = 0; n < N1; n++) {
+                double s = 0;
+                for (int64_t k = 0; k < H; k++) s += (double)xt[k] * w13[n * H + k];
+                h[n] = s + (cfg->has_bias ? (double)w->w13_bias[e * N1 + n] : 0.0);
+            }
+            nvfp4moe_activation_ref(cfg, h, act);
+            const double *a2 = act;
+            double *a2buf = h; /* h is free again: reuse it for the quantized activation */
+            if (scheme != NVFP4MOE_SCHEME_W4A16) {
+                for (int64_t i = 0; i < I; i++) actf[i] = nvfp4moe_round_to_dtype(cfg->in_dtype, (float)act[i]);
+                quantize_activation(scheme, actf, I, a2_gs, actq);
+                for (int64_t i = 0; i < I; i++) a2buf[i] = actq[i];
+                a2 = a2buf;
+            }
+            const double coef = cfg->apply_router_weight_on_input ? 1.0 : (double)wts[p];
+            for (int64_t n = 0; n < H; n++) {
+                double s = 0;
+                for (int64_t i = 0; i < I; i++) s += a2[i] * w2[n * I + i];
+                s += cfg->has_bias ? (double)w->w2_bias[e * H + n] : 0.0;
+                acc[t * H + n] += coef * s;
+            }
+        }
+    }
+    for (int64_t i = 0; i < M * H; i++) outf[i] = (float)acc[i];
+    nvfp4moe_from_float(cfg->out_dtype, outf, M * H, io->output);
+
+done:
+    free(ids); free(wts); free(x); free(xq); free(acc); free(w13); free(w2); free(h); free(act);
+    free(actf); free(actq); free(order); free(start); free(outf);
+    return st;
+}
