@@ -1,0 +1,192 @@
+/*
+ * cmd_run.c - `nvfp4moe run`: builds a layer (the built-in default, or the shape the flags give),
+ * with random BF16 weights quantized to NVFP4, runs random hidden states through it on the backend
+ * the oracle picks (or --moe-backend), and prints the backend, shapes, time and an output checksum.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef NVFP4MOE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static void run_usage(FILE *f) {
+    fprintf(f, "usage: nvfp4moe run [flags]\n\n"
+               "Runs one NVFP4 MoE layer on the best available backend (or --moe-backend) and prints the\n"
+               "backend, the shapes, the time and a checksum of the output. With no flags: the MoE layer of\n"
+               "Qwen3-30B-A3B (E=128, top-8, hidden 2048, intermediate 768), random weights, 16 tokens.\n\n"
+               "  --tokens M                tokens to run (default 16)\n"
+               "  --device NAME             plan for this device (default: detect; see nvfp4moe select --help)\n\n");
+    cli_config_flags_help(f);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+
+#ifdef NVFP4MOE_HAVE_CUDA
+/* Runs a device plan: copies the inputs to the GPU, runs, copies the output back. */
+static int forward_on_device(nvfp4moe_plan *plan, const nvfp4moe_io *host, size_t hidden_bytes,
+                             size_t logits_bytes, size_t out_bytes, double *seconds) {
+    void *d_hidden = NULL, *d_logits = NULL, *d_out = NULL, *d_ws = NULL;
+    size_t ws = nvfp4moe_plan_workspace_size(plan, host->num_tokens);
+    int rc = CLI_EXIT_FAILURE;
+    cudaError_t e = cudaSuccess;
+    if ((e = cudaMalloc(&d_hidden, hidden_bytes ? hidden_bytes : 1)) != cudaSuccess ||
+        (e = cudaMalloc(&d_logits, logits_bytes ? logits_bytes : 1)) != cudaSuccess ||
+        (e = cudaMalloc(&d_out, out_bytes ? out_bytes : 1)) != cudaSuccess ||
+        (ws && (e = cudaMalloc(&d_ws, ws)) != cudaSuccess) ||
+        (e = cudaMemcpy(d_hidden, host->hidden, hidden_bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(d_logits, host->router_logits, logits_bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+        fprintf(stderr, "nvfp4moe run: CUDA: %s\n", cudaGetErrorString(e));
+        goto out;
+    }
+    nvfp4moe_io io = *host;
+    io.hidden = d_hidden;
+    io.router_logits = d_logits;
+    io.output = d_out;
+    io.workspace = d_ws;
+    io.workspace_size = ws;
+    /* The first forward loads the kernels; time the second one. */
+    for (int rep = 0; rep < 2; rep++) {
+        double t0 = now_s();
+        nvfp4moe_status st = nvfp4moe_plan_forward(plan, &io, NULL);
+        if (st == NVFP4MOE_OK && (e = cudaDeviceSynchronize()) != cudaSuccess) st = NVFP4MOE_ERR_CUDA;
+        if (st != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe run: forward failed: %s: %s\n", nvfp4moe_status_str(st),
+                    e != cudaSuccess ? cudaGetErrorString(e) : nvfp4moe_last_error());
+            goto out;
+        }
+        *seconds = now_s() - t0;
+    }
+    if ((e = cudaMemcpy(host->output, d_out, out_bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) {
+        fprintf(stderr, "nvfp4moe run: CUDA: %s\n", cudaGetErrorString(e));
+        goto out;
+    }
+    rc = CLI_EXIT_OK;
+out:
+    cudaFree(d_hidden); cudaFree(d_logits); cudaFree(d_out); cudaFree(d_ws);
+    return rc;
+}
+#endif
+
+int cmd_run(int argc, char **argv) {
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    long long tokens = 16;
+    const char *device_name = NULL;
+    bool custom = false;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_config_flag(argc, argv, &i, &cfg);
+        if (r < 0) return CLI_EXIT_FAILURE;
+        if (r > 0) {
+            custom = true;
+            continue;
+        }
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            run_usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (!strcmp(a, "--tokens")) {
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &tokens)) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--device")) {
+            if (!(device_name = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+        } else {
+            fprintf(stderr, "nvfp4moe run: unknown flag '%s' (try nvfp4moe run --help)\n", a);
+            return CLI_EXIT_FAILURE;
+        }
+    }
+    if (nvfp4moe_config_validate(&cfg) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe run: bad config: %s\n", nvfp4moe_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    nvfp4moe_device dev;
+    nvfp4moe_status st = device_name ? nvfp4moe_device_parse(device_name, &dev) : nvfp4moe_device_detect(&dev);
+    if (st != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe run: --device: %s\n", nvfp4moe_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+
+    char desc[256];
+    nvfp4moe_config_describe(&cfg, desc, sizeof desc);
+    printf("layer     %s%s\n", custom ? "" : "Qwen3-30B-A3B MoE layer (built-in default): ", desc);
+    double t0 = now_s();
+    nvfp4moe_layer *layer = NULL;
+    if ((st = nvfp4moe_layer_random(&cfg, cfg.seed, &layer)) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe run: building the layer failed: %s\n", nvfp4moe_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    const int64_t E = cfg.num_experts, H = cfg.hidden_size, I = cfg.intermediate_size, N1 = nvfp4moe_config_n1(&cfg);
+    double mb = (double)E * (double)(N1 * H + H * I) * (0.5 + 1.0 / 16) / 1e6;
+    printf("weights   random bf16 -> NVFP4 (seed %llu): %.1f MB, made in %.2f s\n", (unsigned long long)cfg.seed,
+           mb, now_s() - t0);
+
+    nvfp4moe_plan *plan = NULL;
+    nvfp4moe_plan_options po = {.device = &dev};
+    if ((st = nvfp4moe_plan_create(&cfg, &layer->w, &po, &plan)) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe run: no backend can run this layer: %s\n", nvfp4moe_last_error());
+        nvfp4moe_layer_free(layer);
+        return CLI_EXIT_FAILURE;
+    }
+    char dbuf[32];
+    printf("device    %s (%s)\n", nvfp4moe_device_str(&dev, dbuf, sizeof dbuf), dev.name);
+    printf("backend   %s (%s), numerics %s\n", nvfp4moe_plan_backend(plan), nvfp4moe_plan_kernel(plan),
+           nvfp4moe_scheme_name(nvfp4moe_plan_effective_scheme(plan)));
+
+    const int64_t M = tokens;
+    size_t hidden_bytes = (size_t)(M * H) * nvfp4moe_dtype_size(cfg.in_dtype), out_bytes = (size_t)(M * H) * nvfp4moe_dtype_size(cfg.out_dtype);
+    size_t logits_bytes = (size_t)(M * E) * nvfp4moe_dtype_size(cfg.router_logits_dtype);
+    void *hidden = malloc(hidden_bytes + 1), *logits = malloc(logits_bytes + 1), *out = malloc(out_bytes + 1);
+    int rc = CLI_EXIT_FAILURE;
+    if (!hidden || !logits || !out) {
+        fprintf(stderr, "nvfp4moe run: out of memory for %lld tokens\n", (long long)M);
+        goto done;
+    }
+    nvfp4moe_fill_normal(hidden, cfg.in_dtype, M * H, cfg.seed * 31 + 7);
+    nvfp4moe_fill_normal(logits, cfg.router_logits_dtype, M * E, cfg.seed * 31 + 11);
+    nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out};
+    double secs = 0;
+    if (nvfp4moe_plan_uses_device_memory(plan)) {
+#ifdef NVFP4MOE_HAVE_CUDA
+        if (forward_on_device(plan, &io, hidden_bytes, logits_bytes, out_bytes, &secs) != CLI_EXIT_OK) goto done;
+#endif
+    } else {
+        t0 = now_s();
+        if ((st = nvfp4moe_plan_forward(plan, &io, NULL)) != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe run: forward failed: %s\n", nvfp4moe_last_error());
+            goto done;
+        }
+        secs = now_s() - t0;
+    }
+    printf("tokens    %lld: hidden [%lld, %lld] %s -> output [%lld, %lld] %s\n", (long long)M, (long long)M,
+           (long long)H, nvfp4moe_dtype_name(cfg.in_dtype), (long long)M, (long long)H,
+           nvfp4moe_dtype_name(cfg.out_dtype));
+    printf("forward   %.3f ms\n", secs * 1e3);
+    double sum = 0, asum = 0;
+    for (int64_t i = 0; i < M * H; i++) {
+        float v;
+        nvfp4moe_to_float(cfg.out_dtype, (const char *)out + (size_t)i * nvfp4moe_dtype_size(cfg.out_dtype), 1, &v);
+        sum += v;
+        asum += fabs(v);
+    }
+    printf("checksum  sum=%.6g abs_sum=%.6g fnv1a=%016llx\n", sum, asum,
+           (unsigned long long)fnv1a(out, out_bytes, 0xCBF29CE484222325ull));
+    rc = CLI_EXIT_OK;
+done:
+    free(hidden); free(logits); free(out);
+    nvfp4moe_plan_destroy(plan);
+    nvfp4moe_layer_free(layer);
+    return rc;
+}
