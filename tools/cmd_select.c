@@ -1,0 +1,148 @@
+/*
+ * cmd_select.c - `nvfp4moe select`: which NVFP4 MoE backend and kernel vLLM's oracle picks for a
+ * deployment, on this machine or a what-if device and install, with every candidate's reason.
+ * Exit status: 0 chosen, 2 ValueError, 3 NotImplementedError, 1 usage error (docs/select.md).
+ */
+#include "cli.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void select_usage(FILE *f) {
+    fprintf(f,
+            "usage: nvfp4moe select [flags]\n\n"
+            "Chooses the NVFP4 MoE backend and kernel for a deployment exactly as vLLM's\n"
+            "select_nvfp4_moe_backend does, and shows why every other backend was or was not chosen.\n"
+            "With no flags: the built-in default layer (Qwen3-30B-A3B), moe_backend auto, the detected\n"
+            "device and the libraries this build contains.\n\n"
+            "  --device NAME             plan for this device instead of the detected one: sm_XY (sm_90,\n"
+            "                            sm_100, ...) or a100 l40s h100 h200 b200 gb200 b300 rtx5090\n"
+            "                            rtx-pro-6000 dgx-spark cpu\n"
+            "  --installed LIBS          plan as if these libraries were installed: all | none |\n"
+            "                            flashinfer,b12x,humming,cutlass (default: what this build has)\n"
+            "  --vllm-only               only vLLM's backends (no CPU_REFERENCE): decisions identical to vLLM\n"
+            "  --json                    print one JSON object instead of text\n"
+            "  --help                    this text\n\n"
+            "exit status: 0 a backend was chosen, 2 ValueError (unknown or unsupported explicit\n"
+            "moe_backend), 3 NotImplementedError (no backend supports it), 1 usage error\n\n");
+    cli_config_flags_help(f);
+}
+
+/* The report as one JSON object (docs/select.md lists the keys). Returns NULL without memory. */
+static char *report_json(const nvfp4moe_report *r) {
+    json_t *root = json_object();
+    json_t *cands = json_array();
+    if (!root || !cands) {
+        json_decref(root);
+        json_decref(cands);
+        return NULL;
+    }
+    json_object_set_new(root, "backend", r->backend[0] ? json_string(r->backend) : json_null());
+    json_object_set_new(root, "kernel", r->kernel[0] ? json_string(r->kernel) : json_null());
+    json_object_set_new(root, "log", json_string(r->log));
+    json_object_set_new(root, "device", json_string(r->device));
+    for (int i = 0; i < r->n_candidates; i++) {
+        const nvfp4moe_candidate *c = &r->candidates[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "backend", json_string(c->backend));
+        json_object_set_new(o, "kernel", json_string(c->kernel));
+        json_object_set_new(o, "supported", json_boolean(c->supported));
+        json_object_set_new(o, "verdict", json_string(nvfp4moe_verdict_name(c->verdict)));
+        json_object_set_new(o, "reason", json_string(c->reason));
+        json_array_append_new(cands, o);
+    }
+    json_object_set_new(root, "candidates", cands);
+    if (r->error_kind[0]) {
+        json_t *e = json_object();
+        json_object_set_new(e, "kind", json_string(r->error_kind));
+        json_object_set_new(e, "message", json_string(r->error));
+        json_object_set_new(root, "error", e);
+    } else {
+        json_object_set_new(root, "error", json_null());
+    }
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return s;
+}
+
+int cmd_select(int argc, char **argv) {
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    nvfp4moe_oracle_options opt = {0};
+    nvfp4moe_device dev;
+    bool have_dev = false, json = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            select_usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        int used = cli_config_flag(argc, argv, &i, &cfg);
+        if (used < 0) return CLI_EXIT_FAILURE;
+        if (used > 0) continue;
+        if (!strcmp(a, "--device")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return CLI_EXIT_FAILURE;
+            if (nvfp4moe_device_parse(v, &dev) != NVFP4MOE_OK) {
+                fprintf(stderr, "nvfp4moe select: --device: %s\n", nvfp4moe_last_error());
+                return CLI_EXIT_FAILURE;
+            }
+            have_dev = true;
+        } else if (!strcmp(a, "--installed")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return CLI_EXIT_FAILURE;
+            if (nvfp4moe_oracle_libs_parse(v, &opt.installed) != NVFP4MOE_OK) {
+                fprintf(stderr, "nvfp4moe select: --installed: %s\n", nvfp4moe_last_error());
+                return CLI_EXIT_FAILURE;
+            }
+            opt.installed_set = true;
+        } else if (!strcmp(a, "--vllm-only")) {
+            opt.vllm_only = true;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            fprintf(stderr, "nvfp4moe select: unknown flag '%s' (try nvfp4moe select --help)\n", a);
+            return CLI_EXIT_FAILURE;
+        }
+    }
+
+    if (!have_dev && nvfp4moe_device_detect(&dev) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe select: %s\n", nvfp4moe_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+
+    /* The report is ~14 KiB: static keeps it off small thread stacks. */
+    static nvfp4moe_report report;
+    nvfp4moe_status st = nvfp4moe_select(&cfg, &dev, &opt, &report);
+    if (st != NVFP4MOE_OK && !report.error_kind[0]) {
+        /* Not an oracle decision: the config itself is invalid (the message names the field). */
+        fprintf(stderr, "nvfp4moe select: %s\n", nvfp4moe_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+
+    if (json) {
+        char *s = report_json(&report);
+        if (!s) {
+            fprintf(stderr, "nvfp4moe select: out of memory\n");
+            return CLI_EXIT_FAILURE;
+        }
+        printf("%s\n", s);
+        free(s);
+    } else {
+        if (dev.detected && dev.is_cuda) printf("detected: %s\n", dev.name);
+        size_t need = nvfp4moe_report_render(&report, NULL, 0);
+        char *text = malloc(need + 1);
+        if (!text) {
+            fprintf(stderr, "nvfp4moe select: out of memory\n");
+            return CLI_EXIT_FAILURE;
+        }
+        nvfp4moe_report_render(&report, text, need + 1);
+        fputs(text, stdout);
+        free(text);
+    }
+
+    if (st == NVFP4MOE_OK) return CLI_EXIT_OK;
+    return strcmp(report.error_kind, "NotImplementedError") == 0 ? CLI_EXIT_NOT_IMPL : CLI_EXIT_VALUE;
+}
