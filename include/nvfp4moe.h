@@ -283,7 +283,7 @@ typedef struct nvfp4moe_layer {
 } nvfp4moe_layer;
 
 /* Builds a layer of shape cfg with random weights: each expert's bf16 weights are drawn
- * N(0, 1/sqrt(fan_in)), quantized to NVFP4 the ModelOpt way (global_scale = 448*6/amax per expert
+ * approximately normal (Irwin-Hall, 4 terms) with deviation 1/sqrt(fan_in), quantized to NVFP4 the ModelOpt way (global_scale = 448*6/amax per expert
  * and tensor), with input scales calibrated on random unit-variance activations. Deterministic in
  * seed. Free with nvfp4moe_layer_free. */
 nvfp4moe_status nvfp4moe_layer_random(const nvfp4moe_config *cfg, uint64_t seed, nvfp4moe_layer **out);

@@ -19,21 +19,18 @@ static const float k_e2m1_magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.
 /* The thresholds of round-to-nearest-even on the grid {0, .5, 1, 1.5, 2, 3, 4, 6}: each midpoint
  * goes to the neighbour whose code is even (0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0,
  * 2.5 -> 2.0, 3.5 -> 4.0, 5.0 -> 4.0), which is the hardware's cvt.rn.satfinite.e2m1x2. */
-uint8_t nvfp4moe_e2m1_encode(float x) {
+static inline uint8_t e2m1_encode(float x) {
     if (isnan(x)) return 0;
     uint8_t sign = signbit(x) ? 0x8 : 0x0;
     float a = fabsf(x);
-    uint8_t m;
-    if (a <= 0.25f)      m = 0;
-    else if (a < 0.75f)  m = 1;
-    else if (a <= 1.25f) m = 2;
-    else if (a < 1.75f)  m = 3;
-    else if (a <= 2.5f)  m = 4;
-    else if (a < 3.5f)   m = 5;
-    else if (a <= 5.0f)  m = 6;
-    else                 m = 7;   /* saturates at 6, Inf included */
+    /* Counting the thresholds passed (strict '>' where the tie goes down, '>=' where it goes up)
+     * is the same rounding as a chain of ifs, without its unpredictable branches. */
+    uint8_t m = (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) +
+                          (a > 5.0f)); /* saturates at code 7 (6.0), Inf included */
     return sign | m;
 }
+
+uint8_t nvfp4moe_e2m1_encode(float x) { return e2m1_encode(x); }
 
 float nvfp4moe_e2m1_decode(uint8_t code) {
     float v = k_e2m1_magnitude[code & 0x7];
@@ -91,7 +88,7 @@ static uint8_t quantize_block(const float *x, float gs, uint8_t *q) {
     uint8_t sf = nvfp4moe_e4m3_encode(clamp_keep_nan(s, -E4M3_MAX, E4M3_MAX));
     s = nvfp4moe_e4m3_decode(sf);
     float inv = (s == 0.0f) ? 0.0f : 1.0f / (s / gs);
-    for (int i = 0; i < 16; i++) q[i] = nvfp4moe_e2m1_encode(clamp_keep_nan(x[i] * inv, -6.0f, 6.0f));
+    for (int i = 0; i < 16; i++) q[i] = e2m1_encode(clamp_keep_nan(x[i] * inv, -6.0f, 6.0f));
     return sf;
 }
 
