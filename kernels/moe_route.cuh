@@ -1,0 +1,198 @@
+// moe_route.cuh - the per-token router as a warp-level device function, shared by the routing grid
+// kernel (moe_route.cu) and the fused single-block route+group kernel (moe_align.cu).
+//
+// One warp routes one token. The token's selection scores live in a per-warp shared array of E
+// doubles; top-k is k rounds of a warp arg-max whose order is (score descending, index ascending),
+// the reference's tie rule. A selected score is overwritten with NaN, which never wins a compare.
+#ifndef NVFP4MOE_MOE_ROUTE_CUH
+#define NVFP4MOE_MOE_ROUTE_CUH
+
+#include "nvfp4moe.h"
+#include "pipeline.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace nvfp4moe_rt {
+
+__device__ __forceinline__ float load_logit(const void *p, int dtype, int64_t i) {
+    if (dtype == NVFP4MOE_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dtype == NVFP4MOE_DTYPE_FP16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+// True when (v, i) ranks before (bv, bi): larger value first, then the lower index. bi < 0 means
+// "nothing yet"; NaN never ranks before anything, -inf ranks before nothing-yet.
+__device__ __forceinline__ bool ranks_before(double v, int i, double bv, int bi) {
+    return v > bv || (v == bv && (bi < 0 || i < bi));
+}
+
+// Warp arg-max over s[0..n), ties to the lower index. Returns the index (-1 if all NaN).
+__device__ __forceinline__ int warp_argmax(const double *s, int n, int lane) {
+    double bv = -INFINITY;
+    int bi = -1;
+    for (int i = lane; i < n; i += 32) {
+        const double v = s[i];
+        if (ranks_before(v, i, bv, bi)) { bv = v; bi = i; }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const double ov = __shfl_xor_sync(0xffffffffu, bv, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (oi >= 0 && ranks_before(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+    }
+    return bi;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// splitmix64, the library's generator (src/util.c), so "simulated" matches the CPU bit for bit.
+__device__ __forceinline__ uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Routes token t exactly as src/route.c does (selection and weights in float64, the same
+// comparisons): the top-k ids are bit-identical on tie-free data and follow the same tie rule.
+// sel: this warp's shared scratch of E doubles. Writes ids/weights [t*k, t*k+k).
+static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const void *logits, int64_t t,
+                            double *sel, int32_t *ids, float *weights, int lane) {
+    const int E = rp.num_experts, k = rp.top_k;
+    const int64_t row = t * (int64_t)E;
+    const int m = rp.method;
+
+    if (m == NVFP4MOE_ROUTING_SIMULATED) {
+        // k distinct experts drawn uniformly (redrawing repeats), weight 1/k; lane 0 draws.
+        if (lane == 0) {
+            uint64_t st = (rp.seed ^ 0x5151F00Dull) ^ ((uint64_t)t * 0x9E3779B97F4A7C15ull);
+            int32_t chosen[NVFP4MOE_GPU_MAX_TOPK];
+            for (int j = 0; j < k; j++) {
+                int32_t e;
+                bool dup;
+                do {
+                    e = (int32_t)(splitmix64(&st) % (uint64_t)E);
+                    dup = false;
+                    for (int q = 0; q < j; q++) dup |= chosen[q] == e;
+                } while (dup);
+                chosen[j] = e;
+                ids[t * k + j] = e;
+                weights[t * k + j] = (float)(1.0 / k);
+            }
+        }
+        return;
+    }
+
+    // Selection scores. Where the score is a monotonic function of the logit (softmax, sigmoid,
+    // and the bias-free grouped methods) the logit itself is compared, as the reference does.
+    const bool biased = (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 || m == NVFP4MOE_ROUTING_MINIMAX2) &&
+                        rp.correction_bias != nullptr;
+    for (int e = lane; e < E; e += 32) {
+        const double l = (double)load_logit(logits, rp.logits_dtype, row + e);
+        sel[e] = biased ? sigmoid_d(l) + (double)rp.correction_bias[e] : l;
+    }
+    __syncwarp();
+
+    // DeepSeek-V3 group limiting: a group scores the sum of its top-2 biased scores (with a
+    // correction bias) or its max; keep topk_group groups (ties to the lower group).
+    if (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 && rp.n_group > 1) {
+        const int G = rp.n_group, per = E / G;
+        double gv = -INFINITY;
+        if (lane < G) {
+            double a = -INFINITY, b = -INFINITY;
+            for (int i = 0; i < per; i++) {
+                const double c = sel[lane * per + i];
+                if (c > a) { b = a; a = c; } else if (c > b) { b = c; }
+            }
+            gv = biased && per >= 2 ? a + b : a;
+        }
+        bool keep = false;
+        for (int r = 0; r < rp.topk_group; r++) {
+            double bv = lane < G ? gv : (double)NAN;
+            int bi = lane < G && !isnan(gv) ? lane : -1;
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                const double ov = __shfl_xor_sync(0xffffffffu, bv, off);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+                if (oi >= 0 && ranks_before(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+            }
+            if (lane == bi) { keep = true; gv = NAN; }
+        }
+        __syncwarp();
+        // each group's owner lane masks its group when it was not kept
+        if (lane < G && !keep)
+            for (int i = 0; i < per; i++) sel[lane * per + i] = -INFINITY;
+        __syncwarp();
+    }
+
+    // Top-k: lane j keeps the j-th selected expert; a taken score becomes NaN (never wins again).
+    int my_id = -1;
+    for (int j = 0; j < k; j++) {
+        const int bi = warp_argmax(sel, E, lane);
+        if (lane == j) my_id = bi;
+        __syncwarp();
+        if (lane == 0 && bi >= 0) sel[bi] = NAN;
+        __syncwarp();
+    }
+
+    // Weights of the selected experts, in float64 as the reference.
+    const bool mine = lane < k && my_id >= 0;
+    const double l = mine ? (double)load_logit(logits, rp.logits_dtype, row + my_id) : 0.0;
+    const double top = __shfl_sync(0xffffffffu, l, 0);  // the first selected has the largest logit
+    double w = 0.0;
+    switch (m) {
+    case NVFP4MOE_ROUTING_SOFTMAX_TOPK:
+    case NVFP4MOE_ROUTING_RENORMALIZE_NAIVE: {
+        double z = 0.0;
+        for (int e = lane; e < E; e += 32) z += exp((double)load_logit(logits, rp.logits_dtype, row + e) - top);
+        z = warp_sum(z);
+        w = mine ? exp(l - top) / z : 0.0;
+        if (m == NVFP4MOE_ROUTING_RENORMALIZE_NAIVE) {
+            const double s = warp_sum(w);
+            w = s > 0 ? w / s : 0.0;
+        }
+        break;
+    }
+    case NVFP4MOE_ROUTING_RENORMALIZE: {
+        const double ex = mine ? exp(l - top) : 0.0;
+        w = ex / warp_sum(ex);
+        break;
+    }
+    case NVFP4MOE_ROUTING_LLAMA4:
+    case NVFP4MOE_ROUTING_SIGMOID:
+        w = mine ? sigmoid_d(l) : 0.0;
+        break;
+    case NVFP4MOE_ROUTING_SIGMOID_RENORM:
+    case NVFP4MOE_ROUTING_DEEPSEEK_V3:
+    case NVFP4MOE_ROUTING_MINIMAX2: {
+        const double sc = mine ? sigmoid_d(l) : 0.0;  // the unbiased score is the weight
+        const double s = warp_sum(sc);
+        w = s > 0 ? sc / s : 0.0;
+        if (m != NVFP4MOE_ROUTING_SIGMOID_RENORM) w *= (double)rp.routed_scaling_factor;
+        break;
+    }
+    default:
+        break;
+    }
+    if (lane < k) {
+        ids[t * k + lane] = my_id;
+        weights[t * k + lane] = (float)w;
+    }
+}
+
+}  // namespace nvfp4moe_rt
+
+// Routing grid: one warp per token, dynamic shared memory of E doubles per warp.
+cudaError_t nvfp4moe_gpu_route_grid(const nvfp4moe_gpu_route_params *rp, const void *logits,
+                                    int64_t M, int32_t *ids, float *weights, cudaStream_t stream);
+
+#endif  // NVFP4MOE_MOE_ROUTE_CUH

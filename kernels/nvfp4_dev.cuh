@@ -1,0 +1,94 @@
+// nvfp4_dev.cuh - NVFP4 element/scale codecs and the reference quantize-dequantize on the device,
+// written to give the same float32 results as src/nvfp4.c (vLLM's ref_nvfp4_quant).
+#ifndef NVFP4MOE_NVFP4_DEV_CUH
+#define NVFP4MOE_NVFP4_DEV_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+namespace nvfp4moe_dev {
+
+// E2M1 magnitudes 2..7 have the float bit pattern 0x3F000000 + (mag << 22); 0 and 0.5 are special.
+__device__ __forceinline__ float e2m1_decode(unsigned code) {
+    const unsigned mag = code & 7u;
+    float v = mag == 0 ? 0.0f : mag == 1 ? 0.5f : __uint_as_float(0x3F000000u + (mag << 22));
+    return (code & 8u) ? -v : v;
+}
+
+// Round to nearest, ties to even on the E2M1 grid, saturating at 6 (input already clamped).
+// Returns the decoded value (the QDQ only needs the value, not the code).
+__device__ __forceinline__ float e2m1_round(float x) {
+    const float a = fabsf(x);
+    float r;
+    if (a <= 0.25f) r = 0.0f;
+    else if (a < 0.75f) r = 0.5f;
+    else if (a <= 1.25f) r = 1.0f;
+    else if (a < 1.75f) r = 1.5f;
+    else if (a <= 2.5f) r = 2.0f;
+    else if (a < 3.5f) r = 3.0f;
+    else if (a <= 5.0f) r = 4.0f;
+    else r = 6.0f;
+    return copysignf(r, x);
+}
+
+__device__ __forceinline__ float e4m3_decode(unsigned code) {
+    const unsigned exp = (code >> 3) & 15u, man = code & 7u;
+    float v = exp == 0 ? (float)man * 0.001953125f : __uint_as_float(((exp + 120u) << 23) | (man << 20));
+    if ((code & 0x7Fu) == 0x7Fu) v = __uint_as_float(0x7FC00000u);
+    return (code & 0x80u) ? -v : v;
+}
+
+// E4M3 "fn" round-trip: RNE, saturating to +-448.
+__device__ __forceinline__ float e4m3_round(float x) {
+    const __nv_fp8_storage_t c = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+    return e4m3_decode((unsigned)c);
+}
+
+__device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+// In-place QDQ of one block of 16 float values with global scale gs (float32 throughout, same
+// operation order as src/nvfp4.c: s = e4m3(gs*amax/6), inv = 1/(s/gs), q = e2m1(x*inv), x = q*(s/gs)).
+__device__ __forceinline__ void qdq16(float *v, float gs) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const float a = fabsf(v[i]);
+        if (!(a <= amax)) amax = a;
+    }
+    const float s = e4m3_round(clamp_keep_nan(gs * amax / 6.0f, -448.0f, 448.0f));
+    const float step = s / gs;
+    const float inv = s == 0.0f ? 0.0f : 1.0f / step;
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = e2m1_round(clamp_keep_nan(v[i] * inv, -6.0f, 6.0f)) * step;
+}
+
+template <typename T> __device__ __forceinline__ float to_f(T x);
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <> __device__ __forceinline__ float to_f<__half>(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <typename T> __device__ __forceinline__ float round_t(float x) { return to_f<T>(from_f<T>(x)); }
+
+// 8 consecutive 16-bit values (16 bytes, must be 16-byte aligned) <-> floats.
+template <typename T> __device__ __forceinline__ void load8(const T *p, float *v) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const T *h = reinterpret_cast<const T *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = to_f<T>(h[i]);
+}
+template <typename T> __device__ __forceinline__ void store8(T *p, const float *v) {
+    uint4 u;
+    T *h = reinterpret_cast<T *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) h[i] = from_f<T>(v[i]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+
+}  // namespace nvfp4moe_dev
+
+#endif  // NVFP4MOE_NVFP4_DEV_CUH

@@ -1,0 +1,455 @@
+/*
+ * backend_cuda.c - the two CUDA backends of the oracle: MARLIN (W4A16: NVFP4 weights decoded in
+ * the colleague's Marlin-class GEMM, kernels/marlin_*.cu) and EMULATION (vLLM's W4A4 emulation:
+ * activations NVFP4 quantize-dequantized, weights dequantized in our own GEMM, float accumulation).
+ *
+ * Both share one pipeline, all on the caller's stream, with no allocation, no host
+ * synchronization and no host branching on data (a forward can be captured in a CUDA graph):
+ *
+ *   route (or the caller's top-k) + group pairs by expert   1 launch for M <= 64, else 2
+ *   [scale by the router weight and/or QDQ the input]       EMULATION, or weight-on-input only
+ *   GEMM1 [gate; up] (bias)                                  1
+ *   activation (exact clamp rules) [+ QDQ for EMULATION]     1
+ *   GEMM2 x top-k weight (bias)                              1
+ *   sum over the top-k                                       1
+ *
+ * Intermediates are stored in the activation dtype (bf16/fp16), as every real kernel does.
+ */
+#ifdef NVFP4MOE_HAVE_CUDA
+
+#include "internal.h"
+
+#include "../kernels/moe_gemm.h"
+#include "../kernels/pipeline.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Until the Marlin GEMM (kernels/marlin_*.cu) is in the tree, its entry points are weak: MARLIN then
+ * reports "not available" instead of breaking every link. Remove once the kernel has landed: a weak
+ * reference does not pull an object out of a static archive. */
+#define NVFP4MOE_MARLIN_WEAK 1
+#if NVFP4MOE_MARLIN_WEAK
+#pragma weak nvfp4moe_marlin_packed_bytes
+#pragma weak nvfp4moe_marlin_repack
+#pragma weak nvfp4moe_marlin_workspace_bytes
+#pragma weak nvfp4moe_marlin_gemm
+#pragma weak nvfp4moe_marlin_block_m
+static bool marlin_linked(void) {
+    return &nvfp4moe_marlin_packed_bytes && &nvfp4moe_marlin_repack && &nvfp4moe_marlin_workspace_bytes &&
+           &nvfp4moe_marlin_gemm && &nvfp4moe_marlin_block_m;
+}
+#else
+static bool marlin_linked(void) { return true; }
+#endif
+
+typedef struct cuda_state {
+    const char *name;             /* "MARLIN" / "EMULATION" */
+    bool marlin;
+    nvfp4moe_config cfg;
+    int32_t E, H, I, N1, K;       /* K = top_k */
+    int32_t is_bf16;
+    int32_t sm_count;
+    int device;
+    nvfp4moe_gpu_act_params act;
+    nvfp4moe_gpu_route_params route;
+    float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
+    /* device memory, owned */
+    void *w13, *w2;               /* MARLIN: repacked; EMULATION: canonical packed E2M1 */
+    uint8_t *w13_sf, *w2_sf;      /* EMULATION: linear E4M3 block scales */
+    float *w13_s2, *w2_s2;        /* [E] */
+    float *w13_bias, *w2_bias;    /* or NULL */
+    float *corr_bias;             /* or NULL */
+} cuda_state;
+
+static nvfp4moe_status cuda_fail(const cuda_state *st, cudaError_t err, const char *what) {
+    return nvfp4moe_set_error(NVFP4MOE_ERR_CUDA, "%s: %s: %s", st ? st->name : "CUDA", what,
+                              cudaGetErrorString(err));
+}
+
+#define CUDA_TRY(st, expr, what)                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) return cuda_fail((st), e_, (what));                                 \
+    } while (0)
+
+// ---- workspace layout ----
+
+typedef struct ws_layout {
+    int64_t P;
+    int32_t block_m, max_blocks;
+    int64_t cap;
+    size_t ids, wts, sorted, bexp, nblk, a1, c1, act, gemm_ws, total;
+} ws_layout;
+
+static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static bool needs_input_pass(const cuda_state *st) {
+    return !st->marlin || st->cfg.apply_router_weight_on_input;
+}
+
+static ws_layout layout_for(const cuda_state *st, int64_t M) {
+    ws_layout L;
+    memset(&L, 0, sizeof L);
+    L.P = M * st->K;
+    L.block_m = st->marlin ? nvfp4moe_marlin_block_m(L.P, st->E) : NVFP4MOE_EMUL_BLOCK_M;
+    L.cap = nvfp4moe_group_capacity(L.P, st->E, L.block_m);
+    L.max_blocks = (int32_t)(L.cap / L.block_m);
+    const size_t e16 = 2;
+    size_t off = 0;
+    L.ids = off;    off += align_up((size_t)L.P * sizeof(int32_t));
+    L.wts = off;    off += align_up((size_t)L.P * sizeof(float));
+    L.sorted = off; off += align_up((size_t)L.cap * sizeof(int32_t));
+    L.bexp = off;   off += align_up((size_t)L.max_blocks * sizeof(int32_t));
+    L.nblk = off;   off += align_up(sizeof(int32_t));
+    L.a1 = off;     off += needs_input_pass(st) ? align_up((size_t)M * st->H * e16) : 0;
+    /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then) */
+    L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * e16);
+    L.act = off;    off += align_up((size_t)L.P * st->I * e16);
+    L.gemm_ws = off;
+    if (st->marlin) {
+        size_t g1 = nvfp4moe_marlin_workspace_bytes((int32_t)L.P, st->N1, st->H, L.max_blocks,
+                                                    L.block_m, st->sm_count);
+        size_t g2 = nvfp4moe_marlin_workspace_bytes((int32_t)L.P, st->H, st->I, L.max_blocks,
+                                                    L.block_m, st->sm_count);
+        off += align_up(NVFP4MOE_MAX(g1, g2));
+    }
+    L.total = off;
+    return L;
+}
+
+// ---- create / destroy ----
+
+static void cuda_destroy(void *state) {
+    cuda_state *st = state;
+    if (!st) return;
+    void *bufs[] = {st->w13, st->w2, st->w13_sf, st->w2_sf, st->w13_s2, st->w2_s2,
+                    st->w13_bias, st->w2_bias, st->corr_bias};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) cudaFree(bufs[i]);
+    free(st);
+}
+
+/* A device copy of bytes at src (host or device memory). */
+static nvfp4moe_status upload(cuda_state *st, const void *src, size_t bytes, bool on_device,
+                              const char *what, void **dst) {
+    *dst = NULL;
+    cudaError_t e = cudaMalloc(dst, bytes);
+    if (e != cudaSuccess) {
+        *dst = NULL;
+        return nvfp4moe_set_error(e == cudaErrorMemoryAllocation ? NVFP4MOE_ERR_OUT_OF_MEMORY : NVFP4MOE_ERR_CUDA,
+                                  "%s: cudaMalloc(%s, %zu bytes): %s", st->name, what, bytes,
+                                  cudaGetErrorString(e));
+    }
+    CUDA_TRY(st, cudaMemcpy(*dst, src, bytes, on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice), what);
+    return NVFP4MOE_OK;
+}
+
+/* Host copy of E floats that may live on the device. */
+static nvfp4moe_status fetch_floats(cuda_state *st, const float *src, int32_t n, bool on_device,
+                                    float *dst, const char *what) {
+    if (!on_device) {
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+        return NVFP4MOE_OK;
+    }
+    CUDA_TRY(st, cudaMemcpy(dst, src, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost), what);
+    return NVFP4MOE_OK;
+}
+
+/* Repacks one projection ([E, N, K]) into the Marlin layout. */
+static nvfp4moe_status marlin_pack(cuda_state *st, const uint8_t *w, const uint8_t *sf, int32_t N,
+                                   int32_t K, bool on_device, const char *what, void **out) {
+    const size_t wb = (size_t)st->E * N * (K / 2), sb = (size_t)st->E * N * (K / 16);
+    const uint8_t *dw = w, *dsf = sf;
+    void *tw = NULL, *tsf = NULL;
+    nvfp4moe_status s = NVFP4MOE_OK;
+    if (!on_device) {
+        if ((s = upload(st, w, wb, false, what, &tw)) != NVFP4MOE_OK) goto done;
+        if ((s = upload(st, sf, sb, false, what, &tsf)) != NVFP4MOE_OK) goto done;
+        dw = tw;
+        dsf = tsf;
+    }
+    const size_t pb = nvfp4moe_marlin_packed_bytes(st->E, N, K);
+    cudaError_t e = cudaMalloc(out, pb);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: cudaMalloc(%s repacked, %zu bytes): %s",
+                               st->name, what, pb, cudaGetErrorString(e));
+        goto done;
+    }
+    e = nvfp4moe_marlin_repack(dw, dsf, st->E, N, K, *out, 0);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess) s = cuda_fail(st, e, "nvfp4moe_marlin_repack");
+done:
+    if (tw) cudaFree(tw);
+    if (tsf) cudaFree(tsf);
+    return s;
+}
+
+static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                   bool on_device, const nvfp4moe_device *dev, void **state) {
+    const char *name = marlin ? "MARLIN" : "EMULATION";
+    NVFP4MOE_RETURN_IF(marlin && !marlin_linked(), NVFP4MOE_ERR_UNSUPPORTED,
+                       "MARLIN: not available: this build does not contain the Marlin GEMM kernel");
+    NVFP4MOE_RETURN_IF(!cfg || !w || !state, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: create: %s is NULL", name,
+                       !cfg ? "cfg" : !w ? "weights" : "state");
+    NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
+    NVFP4MOE_RETURN_IF(dev && !dev->is_cuda, NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: not available: the device is not a CUDA GPU (%s)", name, dev->name);
+    NVFP4MOE_RETURN_IF(cfg->in_dtype == NVFP4MOE_DTYPE_F32, NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: in_dtype=f32 is not supported: the CUDA backends take bf16 or fp16 hidden states",
+                       name);
+    NVFP4MOE_RETURN_IF(!marlin && cfg->scheme != NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ERR_UNSUPPORTED,
+                       "EMULATION: scheme=%s is not supported: EMULATION runs W4A4 only",
+                       nvfp4moe_scheme_name(cfg->scheme));
+    NVFP4MOE_RETURN_IF(cfg->num_experts > NVFP4MOE_GPU_MAX_EXPERTS, NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: num_experts=%d exceeds the GPU router's limit of %d", name, cfg->num_experts,
+                       NVFP4MOE_GPU_MAX_EXPERTS);
+    NVFP4MOE_RETURN_IF(cfg->top_k > NVFP4MOE_GPU_MAX_TOPK, NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: top_k=%d exceeds the GPU router's limit of %d", name, cfg->top_k,
+                       NVFP4MOE_GPU_MAX_TOPK);
+    NVFP4MOE_RETURN_IF(cfg->routing == NVFP4MOE_ROUTING_DEEPSEEK_V3 && cfg->n_group > 32,
+                       NVFP4MOE_ERR_UNSUPPORTED, "%s: n_group=%d exceeds the GPU router's limit of 32",
+                       name, cfg->n_group);
+    const char *missing = !w->w13 ? "w13" : !w->w13_scale ? "w13_scale" : !w->w13_scale_2 ? "w13_scale_2"
+                        : !w->w2 ? "w2" : !w->w2_scale ? "w2_scale" : !w->w2_scale_2 ? "w2_scale_2"
+                        : (!marlin && !w->w13_input_scale) ? "w13_input_scale"
+                        : (!marlin && !w->w2_input_scale) ? "w2_input_scale"
+                        : (cfg->has_bias && !w->w13_bias) ? "w13_bias"
+                        : (cfg->has_bias && !w->w2_bias) ? "w2_bias"
+                        : (cfg->has_correction_bias && !w->correction_bias) ? "correction_bias" : NULL;
+    NVFP4MOE_RETURN_IF(missing, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: weight tensor %s is NULL", name, missing);
+
+    cuda_state *st = calloc(1, sizeof *st);
+    NVFP4MOE_RETURN_IF(!st, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", name);
+    st->name = name;
+    st->marlin = marlin;
+    st->cfg = *cfg;
+    st->E = cfg->num_experts;
+    st->H = cfg->hidden_size;
+    st->I = cfg->intermediate_size;
+    st->N1 = nvfp4moe_config_n1(cfg);
+    st->K = cfg->top_k;
+    st->is_bf16 = cfg->in_dtype == NVFP4MOE_DTYPE_BF16;
+    nvfp4moe_status s = NVFP4MOE_OK;
+    cudaError_t e;
+
+#define FAIL(expr)                                                                                 \
+    do {                                                                                           \
+        if ((s = (expr)) != NVFP4MOE_OK) goto fail;                                                \
+    } while (0)
+#define CFAIL(expr, what)                                                                          \
+    do {                                                                                           \
+        if ((e = (expr)) != cudaSuccess) { s = cuda_fail(st, e, (what)); goto fail; }              \
+    } while (0)
+
+    st->device = dev && dev->ordinal >= 0 ? dev->ordinal : 0;
+    if (dev && dev->ordinal >= 0) CFAIL(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    else CFAIL(cudaGetDevice(&st->device), "cudaGetDevice");
+    int major = 0;
+    CFAIL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device), "cudaDeviceGetAttribute");
+    CFAIL(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device), "cudaDeviceGetAttribute");
+    if (major < 8) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
+                               "%s: not available: this build's kernels need sm_80 or newer (device is sm_%d)",
+                               name, major * 10);
+        goto fail;
+    }
+
+    const nvfp4moe_act_params ap = nvfp4moe_config_act_params(cfg);
+    st->act = (nvfp4moe_gpu_act_params){
+        .activation = cfg->activation, .has_limit = ap.has_limit, .limit = ap.limit, .alpha = ap.alpha,
+        .beta = ap.beta, .situ_beta = ap.situ_beta, .situ_linear_beta = ap.situ_linear_beta};
+
+    const int32_t E = st->E, H = st->H, I = st->I, N1 = st->N1;
+    if (marlin) {
+        FAIL(marlin_pack(st, w->w13, w->w13_scale, N1, H, on_device, "w13", &st->w13));
+        FAIL(marlin_pack(st, w->w2, w->w2_scale, H, I, on_device, "w2", &st->w2));
+    } else {
+        FAIL(upload(st, w->w13, (size_t)E * N1 * (H / 2), on_device, "w13", &st->w13));
+        FAIL(upload(st, w->w13_scale, (size_t)E * N1 * (H / 16), on_device, "w13_scale", (void **)&st->w13_sf));
+        FAIL(upload(st, w->w2, (size_t)E * H * (I / 2), on_device, "w2", &st->w2));
+        FAIL(upload(st, w->w2_scale, (size_t)E * H * (I / 16), on_device, "w2_scale", (void **)&st->w2_sf));
+        /* vLLM EMULATION: one activation global scale per projection, 1 / max over experts */
+        float *tmp = malloc(sizeof(float) * (size_t)E);
+        if (!tmp) {
+            s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", name);
+            goto fail;
+        }
+        float m1 = 0.0f, m2 = 0.0f;
+        s = fetch_floats(st, w->w13_input_scale, E, on_device, tmp, "w13_input_scale");
+        for (int32_t i = 0; s == NVFP4MOE_OK && i < E; i++) m1 = fmaxf(m1, tmp[i]);
+        if (s == NVFP4MOE_OK) s = fetch_floats(st, w->w2_input_scale, E, on_device, tmp, "w2_input_scale");
+        for (int32_t i = 0; s == NVFP4MOE_OK && i < E; i++) m2 = fmaxf(m2, tmp[i]);
+        free(tmp);
+        if (s != NVFP4MOE_OK) goto fail;
+        if (!(m1 > 0.0f && isfinite(m1)) || !(m2 > 0.0f && isfinite(m2))) {
+            s = nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
+                                   "%s: %s must be finite and positive (max over experts is %g)", name,
+                                   !(m1 > 0.0f && isfinite(m1)) ? "w13_input_scale" : "w2_input_scale",
+                                   (double)(!(m1 > 0.0f && isfinite(m1)) ? m1 : m2));
+            goto fail;
+        }
+        st->a1_gs = 1.0f / m1;
+        st->a2_gs = 1.0f / m2;
+    }
+    FAIL(upload(st, w->w13_scale_2, sizeof(float) * (size_t)E, on_device, "w13_scale_2", (void **)&st->w13_s2));
+    FAIL(upload(st, w->w2_scale_2, sizeof(float) * (size_t)E, on_device, "w2_scale_2", (void **)&st->w2_s2));
+    if (cfg->has_bias) {
+        FAIL(upload(st, w->w13_bias, sizeof(float) * (size_t)E * N1, on_device, "w13_bias", (void **)&st->w13_bias));
+        FAIL(upload(st, w->w2_bias, sizeof(float) * (size_t)E * H, on_device, "w2_bias", (void **)&st->w2_bias));
+    }
+    if (cfg->has_correction_bias)
+        FAIL(upload(st, w->correction_bias, sizeof(float) * (size_t)E, on_device, "correction_bias",
+                    (void **)&st->corr_bias));
+    st->route = (nvfp4moe_gpu_route_params){
+        .method = cfg->routing, .logits_dtype = cfg->router_logits_dtype, .num_experts = E,
+        .top_k = cfg->top_k, .n_group = cfg->n_group, .topk_group = cfg->topk_group,
+        .routed_scaling_factor = cfg->routed_scaling_factor, .correction_bias = st->corr_bias,
+        .seed = cfg->seed};
+    CFAIL(cudaDeviceSynchronize(), "preparing the weights");
+    *state = st;
+    return NVFP4MOE_OK;
+fail:
+    cuda_destroy(st);
+    return s;
+#undef FAIL
+#undef CFAIL
+}
+
+static nvfp4moe_status marlin_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
+                                     const nvfp4moe_device *dev, void **state) {
+    return cuda_create(true, cfg, w, on_device, dev, state);
+}
+static nvfp4moe_status emulation_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                        bool on_device, const nvfp4moe_device *dev, void **state) {
+    return cuda_create(false, cfg, w, on_device, dev, state);
+}
+
+static size_t cuda_workspace(const void *state, int64_t num_tokens) {
+    if (!state || num_tokens <= 0) return 0;
+    return layout_for(state, num_tokens).total;
+}
+
+// ---- forward ----
+
+static bool misaligned(const void *p) { return ((uintptr_t)p & 15u) != 0; }
+
+static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *stream_) {
+    cuda_state *st = state;
+    NVFP4MOE_RETURN_IF(!st || !io, NVFP4MOE_ERR_INVALID_ARGUMENT, "forward: %s is NULL", !st ? "state" : "io");
+    const int64_t M = io->num_tokens;
+    NVFP4MOE_RETURN_IF(M < 0, NVFP4MOE_ERR_SHAPE, "%s: io.num_tokens=%lld is negative", st->name, (long long)M);
+    if (M == 0) return NVFP4MOE_OK;
+    NVFP4MOE_RETURN_IF(M * st->K > INT32_MAX / 2, NVFP4MOE_ERR_SHAPE,
+                       "%s: io.num_tokens=%lld is too large for 32-bit pair indices", st->name, (long long)M);
+    NVFP4MOE_RETURN_IF(!io->hidden || !io->output, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: io.%s is NULL",
+                       st->name, !io->hidden ? "hidden" : "output");
+    NVFP4MOE_RETURN_IF(misaligned(io->hidden) || misaligned(io->output), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "%s: io.%s must be 16-byte aligned device memory", st->name,
+                       misaligned(io->hidden) ? "hidden" : "output");
+    const bool precomputed = io->topk_ids != NULL;
+    NVFP4MOE_RETURN_IF(precomputed && !io->topk_weights, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "%s: io.topk_ids is given but io.topk_weights is NULL", st->name);
+    NVFP4MOE_RETURN_IF(!precomputed && !io->router_logits && st->cfg.routing != NVFP4MOE_ROUTING_SIMULATED,
+                       NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: io.router_logits and io.topk_ids are both NULL",
+                       st->name);
+    const ws_layout L = layout_for(st, M);
+    NVFP4MOE_RETURN_IF(!io->workspace || io->workspace_size < L.total, NVFP4MOE_ERR_BUFFER_TOO_SMALL,
+                       "%s: io.workspace: %zu bytes given, %zu needed for %lld tokens", st->name,
+                       io->workspace ? io->workspace_size : (size_t)0, L.total, (long long)M);
+
+    cudaStream_t stream = (cudaStream_t)stream_;
+    char *ws = io->workspace;
+    int32_t *ids = precomputed ? (int32_t *)io->topk_ids : (int32_t *)(ws + L.ids);
+    float *wts = precomputed ? (float *)io->topk_weights : (float *)(ws + L.wts);
+    int32_t *sorted = (int32_t *)(ws + L.sorted), *bexp = (int32_t *)(ws + L.bexp);
+    int32_t *nblk = (int32_t *)(ws + L.nblk);
+    void *c1 = ws + L.c1, *act = ws + L.act;
+    const int32_t P = (int32_t)L.P;
+
+    CUDA_TRY(st, nvfp4moe_gpu_route_and_group(precomputed ? NULL : &st->route, io->router_logits, ids, wts,
+                                              M, st->K, st->E, L.block_m, sorted, bexp, nblk,
+                                              L.max_blocks, stream),
+             "routing and grouping");
+
+    /* GEMM1's input: the hidden states, or their scaled and/or quantize-dequantized copy */
+    const void *a_in = io->hidden;
+    const bool on_input = st->cfg.apply_router_weight_on_input;
+    if (needs_input_pass(st)) {
+        void *a1 = ws + L.a1;
+        CUDA_TRY(st, nvfp4moe_gpu_scale_qdq_rows(io->hidden, a1, M, st->H, on_input ? wts : NULL,
+                                                 st->marlin ? 0.0f : st->a1_gs, st->is_bf16, stream),
+                 "input scaling/quantization");
+        a_in = a1;
+    }
+
+    if (st->marlin) {
+        nvfp4moe_marlin_args g = {
+            .a = a_in, .a_row_div = st->K, .b = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
+            .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
+            .P = P, .N = st->N1, .K = st->H, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
+            .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count};
+        CUDA_TRY(st, nvfp4moe_marlin_gemm(&g, stream), "GEMM1 (Marlin)");
+    } else {
+        nvfp4moe_emul_args g = {
+            .a = a_in, .a_row_div = st->K, .w = st->w13, .sf = st->w13_sf, .scale_2 = st->w13_s2,
+            .bias = st->w13_bias, .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp,
+            .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H, .E = st->E, .max_blocks = L.max_blocks,
+            .is_bf16 = st->is_bf16};
+        CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM1 (emulation)");
+    }
+
+    CUDA_TRY(st, nvfp4moe_gpu_activation(c1, act, L.P, st->I, st->N1, &st->act,
+                                         st->marlin ? 0.0f : st->a2_gs, st->is_bf16, stream),
+             "activation");
+
+    const float *rs = on_input ? NULL : wts;
+    if (st->marlin) {
+        nvfp4moe_marlin_args g = {
+            .a = act, .a_row_div = 1, .b = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
+            .row_scale = rs, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
+            .P = P, .N = st->H, .K = st->I, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
+            .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count};
+        CUDA_TRY(st, nvfp4moe_marlin_gemm(&g, stream), "GEMM2 (Marlin)");
+    } else {
+        nvfp4moe_emul_args g = {
+            .a = act, .a_row_div = 1, .w = st->w2, .sf = st->w2_sf, .scale_2 = st->w2_s2,
+            .bias = st->w2_bias, .row_scale = rs, .c = c1, .sorted_ids = sorted, .block_expert = bexp,
+            .num_blocks = nblk, .P = P, .N = st->H, .K = st->I, .E = st->E, .max_blocks = L.max_blocks,
+            .is_bf16 = st->is_bf16};
+        CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM2 (emulation)");
+    }
+
+    CUDA_TRY(st, nvfp4moe_gpu_combine(c1, ids, M, st->K, st->E, st->H, st->is_bf16, io->output,
+                                      st->cfg.out_dtype, stream),
+             "combine");
+    return NVFP4MOE_OK;
+}
+
+static nvfp4moe_scheme marlin_scheme(nvfp4moe_scheme s) { return NVFP4MOE_SCHEME_W4A16; }
+static nvfp4moe_scheme same_scheme(nvfp4moe_scheme s) { return s; }
+
+const nvfp4moe_backend_impl nvfp4moe_impl_marlin = {
+    .name = "MARLIN",
+    .device_memory = true,
+    .effective_scheme = marlin_scheme,
+    .create = marlin_create,
+    .workspace_size = cuda_workspace,
+    .forward = cuda_forward,
+    .destroy = cuda_destroy,
+};
+
+const nvfp4moe_backend_impl nvfp4moe_impl_emulation = {
+    .name = "EMULATION",
+    .device_memory = true,
+    .effective_scheme = same_scheme,
+    .create = emulation_create,
+    .workspace_size = cuda_workspace,
+    .forward = cuda_forward,
+    .destroy = cuda_destroy,
+};
+
+#endif /* NVFP4MOE_HAVE_CUDA */
