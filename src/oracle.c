@@ -394,7 +394,7 @@ static const struct {
     {"flashinfer", "FlashInfer", NVFP4MOE_LIB_FLASHINFER},
     {"b12x", "b12x", NVFP4MOE_LIB_B12X},
     {"humming", "humming", NVFP4MOE_LIB_HUMMING},
-    {"cutlass", "vLLM's CUTLASS MoE kernels (_C ops)", NVFP4MOE_LIB_VLLM_CUTLASS},
+    {"cutlass", "vLLM's CUTLASS MoE library (_C ops)", NVFP4MOE_LIB_VLLM_CUTLASS},
 };
 
 #define N_LIBS ((int)(sizeof k_libs / sizeof k_libs[0]))

@@ -1,0 +1,554 @@
+/*
+ * test_oracle.c - the oracle against vLLM's decisions and exact messages (select_nvfp4_moe_backend
+ * and the kernel classes' is_supported_config), the device names, the report's text, and the
+ * `nvfp4moe select` command's exit codes and JSON (the binary from $NVFP4MOE_CLI).
+ */
+#include "harness.h"
+#include "internal.h"
+#include "nvfp4moe.h"
+
+#include <jansson.h>
+#include <sys/wait.h>
+
+// ---- the config mini-language of the table ----
+
+/* Applies "key=value key ..." to cfg: be= (moe_backend), scheme=, act=, route=, logits=, dtype=,
+ * limit=, topk=, ngroup=, topkgroup=, tp=, ep=, dp=, a2a=, and the switches eplb, lora, bias, bi
+ * (batch invariant), a16 (force_a16), arwi (apply_router_weight_on_input), requant. */
+static int apply_args(nvfp4moe_config *cfg, const char *args) {
+    char copy[512], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", args ? args : "");
+    for (char *tok = strtok_r(copy, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *v = strchr(tok, '=');
+        if (v) *v++ = '\0';
+        nvfp4moe_status st = NVFP4MOE_OK;
+        if (!strcmp(tok, "be")) snprintf(cfg->moe_backend, sizeof cfg->moe_backend, "%s", v);
+        else if (!strcmp(tok, "scheme")) st = nvfp4moe_scheme_parse(v, &cfg->scheme);
+        else if (!strcmp(tok, "act")) st = nvfp4moe_activation_parse(v, &cfg->activation);
+        else if (!strcmp(tok, "route")) st = nvfp4moe_routing_parse(v, &cfg->routing);
+        else if (!strcmp(tok, "logits")) st = nvfp4moe_dtype_parse(v, &cfg->router_logits_dtype);
+        else if (!strcmp(tok, "dtype")) {
+            st = nvfp4moe_dtype_parse(v, &cfg->in_dtype);
+            cfg->out_dtype = cfg->in_dtype;
+        } else if (!strcmp(tok, "limit")) {
+            cfg->has_swiglu_limit = true;
+            cfg->swiglu_limit = strtof(v, NULL);
+        } else if (!strcmp(tok, "topk")) cfg->top_k = atoi(v);
+        else if (!strcmp(tok, "ngroup")) cfg->n_group = atoi(v);
+        else if (!strcmp(tok, "topkgroup")) cfg->topk_group = atoi(v);
+        else if (!strcmp(tok, "tp")) cfg->parallel.tp_size = atoi(v);
+        else if (!strcmp(tok, "ep")) cfg->parallel.ep_size = atoi(v);
+        else if (!strcmp(tok, "dp")) cfg->parallel.dp_size = atoi(v);
+        else if (!strcmp(tok, "a2a")) snprintf(cfg->parallel.all2all, sizeof cfg->parallel.all2all, "%s", v);
+        else if (!strcmp(tok, "eplb")) cfg->parallel.eplb = true;
+        else if (!strcmp(tok, "lora")) cfg->lora = true;
+        else if (!strcmp(tok, "bias")) cfg->has_bias = true;
+        else if (!strcmp(tok, "bi")) cfg->batch_invariant = true;
+        else if (!strcmp(tok, "a16")) cfg->force_a16 = true;
+        else if (!strcmp(tok, "arwi")) cfg->apply_router_weight_on_input = true;
+        else if (!strcmp(tok, "requant")) cfg->requantization_source = true;
+        else return -1;
+        if (st != NVFP4MOE_OK) return -1;
+    }
+    return 0;
+}
+
+// ---- the table ----
+
+#define ALL NVFP4MOE_LIB_ALL
+#define THIS_BUILD (-1)
+#define OK NVFP4MOE_OK
+#define UNSUP NVFP4MOE_ERR_UNSUPPORTED
+#define NOTFOUND NVFP4MOE_ERR_NOT_FOUND
+
+/* vLLM's AVAILABLE_BACKENDS as the success line prints it: seed order, on sm_90 after
+ * prioritize_humming, with swiglu_limit after the clamp filter, and with ours appended. */
+#define L_HEAD "['FLASHINFER_TRTLLM', 'FLASHINFER_CUTEDSL', "
+#define L_MID "'FLASHINFER_CUTLASS', 'VLLM_CUTLASS', "
+#define LIST_V L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'MARLIN', 'HUMMING', 'EMULATION']"
+#define LIST_V90 L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'HUMMING', 'MARLIN', 'EMULATION']"
+#define LIST_CLAMP L_HEAD L_MID "'MARLIN', 'HUMMING', 'EMULATION']"
+#define LIST_OURS L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'MARLIN', 'HUMMING', 'EMULATION', 'CPU_REFERENCE']"
+#define USING(b, list) "Using '" b "' NvFp4 MoE backend out of potential backends: " list "."
+#define UNSUPPORTED_SINCE(b, why) "NvFp4 MoE backend '" b "' does not support the deployment configuration since " why "."
+#define NOTHING "No NvFp4 MoE backend supports the deployment configuration."
+#define KEYS_V "'b12x', 'cutlass', 'flashinfer_trtllm', 'flashinfer_cutlass', 'flashinfer_cutedsl', " \
+               "'flashinfer_moe_ep_cutedsl', 'flashinfer_b12x', 'marlin', 'humming', 'emulation'"
+#define CLAMP_MSG(lim, name) "Model sets swiglu_limit=" lim ", but the explicitly requested moe_backend='" name \
+    "' does not apply the SwiGLU clamp. Use 'flashinfer_trtllm', 'flashinfer_cutlass', 'flashinfer_cutedsl', " \
+    "'flashinfer_moe_ep_cutedsl', 'cutlass', 'b12x', 'marlin', or 'humming' instead."
+#define PAR(tp, dp, ep, use_ep, a2a, eplb) "parallel config FusedMoEParallelConfig(tp_size=" #tp ", dp_size=" #dp \
+    ", ep_size=" #ep ", use_ep=" use_ep ", all2all_backend=" a2a ", enable_eplb=" eplb ")"
+#define DEV(x) "kernel does not support current device " x
+#define Q_W4A16 "kernel does not support quantization scheme kNvfp4StaticxNone (w4a16)"
+#define Q_W4A4 "kernel does not support quantization scheme kNvfp4StaticxkNvfp4Dynamic (w4a4)"
+#define DEEPEP_LL "ep=2 dp=2 a2a=deepep_low_latency"
+
+typedef struct oracle_case {
+    const char *device;     /* what-if device */
+    const char *args;       /* config changes from the default layer (apply_args) */
+    long long inst;         /* THIS_BUILD, or an installed mask (what-if) */
+    bool vllm_only;
+    nvfp4moe_status st;
+    const char *backend;    /* expected choice (NULL: none) */
+    const char *kernel;
+    const char *msg;        /* exact: the log line when OK, the exception's message otherwise (NULL: skip) */
+    const char *cand;       /* "BACKEND/KernelClass" whose reason must contain cand_reason (NULL: skip) */
+    const char *cand_reason;
+} oracle_case;
+
+static const oracle_case k_cases[] = {
+    // -- sm_10x: the TRT-LLM kernels first --
+    {"sm_100", "", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic",
+     USING("FLASHINFER_TRTLLM", LIST_V), "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsModular", ""},
+    {"b300", "", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic", USING("FLASHINFER_TRTLLM", LIST_V),
+     NULL, NULL},
+    {"sm_103", "scheme=w4a4-per-token", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic", NULL, NULL, NULL},
+    // EP/EPLB and all2all: the monolithic kernel steps aside for the modular one
+    {"b200", "ep=4 eplb", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsModular", NULL,
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic",
+     "kernel does not support " PAR(1, 1, 4, "True", "None", "True")},
+    {"sm_100", "ep=2 dp=2 a2a=deepep_high_throughput", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsModular",
+     NULL, "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic",
+     PAR(1, 2, 2, "True", "'deepep_high_throughput'", "False")},
+    {"sm_100", "ep=4", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic", NULL, NULL, NULL},
+    // routing methods and router-logits dtypes of the monolithic kernel
+    {"sm_100", "route=softmax", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsModular", NULL,
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support routing method RoutingMethodType.Default"},
+    {"sm_100", "logits=fp16", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsModular", NULL,
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support router logits dtype torch.float16"},
+    {"sm_100", "route=deepseek_v3 ngroup=8 topkgroup=4 logits=bf16", ALL, true, OK, "FLASHINFER_TRTLLM",
+     "TrtLlmNvFp4ExpertsMonolithic", NULL, NULL, NULL},
+    {"sm_100", "route=llama4 topk=1 arwi", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic", NULL, NULL, NULL},
+    {"sm_100", "route=minimax2", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic", NULL, NULL, NULL},
+    // the batched activation format (DeepEP low-latency, NIXL EP)
+    {"sm_100", DEEPEP_LL, ALL, true, OK, "FLASHINFER_CUTEDSL_BATCHED", "FlashInferCuteDSLBatchedExperts",
+     USING("FLASHINFER_CUTEDSL_BATCHED", LIST_V), "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsModular",
+     "kernel does not support BatchedExperts activation format"},
+    {"sm_100", "ep=2 dp=2 a2a=nixl_ep", ALL, true, OK, "FLASHINFER_CUTEDSL_BATCHED", "FlashInferCuteDSLBatchedExperts",
+     NULL, "FLASHINFER_CUTEDSL/FlashInferCuteDSLExperts", "kernel does not support BatchedExperts activation format"},
+    {"sm_100", DEEPEP_LL " act=relu2_no_mul", ALL, true, OK, "HUMMING", "BatchedHummingGroupedExperts", NULL,
+     "FLASHINFER_CUTEDSL_BATCHED/FlashInferCuteDSLBatchedExperts", "kernel does not support no act_and_mul MLP layer"},
+    {"sm_100", "ep=2 dp=1 a2a=deepep_low_latency", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic",
+     NULL, NULL, NULL}, /* no all2all kernels without dp > 1: Standard format */
+    // quant keys and activations
+    {"sm_100", "scheme=w4a4-per-token act=relu2_no_mul", ALL, true, OK, "FLASHINFER_CUTEDSL", "FlashInferCuteDSLExperts",
+     NULL, "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsModular",
+     "kernel does not support per-token NVFP4 activation scaling for non-gated MoE"},
+    {"sm_100", "scheme=w4a16", ALL, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V),
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", Q_W4A16},
+    {"sm_100", "act=silu_no_mul", ALL, true, OK, "VLLM_CUTLASS", "CutlassExpertsFp4", NULL,
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support silu_no_mul activation"},
+    {"sm_100", "act=swigluoai", ALL, true, OK, "FLASHINFER_CUTEDSL", "FlashInferCuteDSLExperts", NULL,
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support swigluoai activation"},
+    {"sm_100", "act=relu2", ALL, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", USING("CPU_REFERENCE", LIST_OURS),
+     "MARLIN/MarlinExperts", "kernel does not support relu2 activation"},
+    {"sm_100", "bi", ALL, true, OK, "VLLM_CUTLASS", "CutlassExpertsFp4", NULL,
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support batch invariance"},
+    {"sm_100", "lora", ALL, true, OK, "MARLIN", "MarlinExperts", NULL,
+     "VLLM_CUTLASS/CutlassExpertsFp4", "kernel does not support LoRA"},
+    {"sm_100", "bias be=emulation", ALL, true, UNSUP, NULL, NULL,
+     UNSUPPORTED_SINCE("EMULATION", "kernel does not support expert biases"), NULL, NULL},
+    // -- sm_90: Humming just before Marlin (prioritize_humming), on sm_90 only --
+    {"h200", "", ALL, true, OK, "HUMMING", "HummingIndexedExperts", USING("HUMMING", LIST_V90),
+     "FLASHINFER_CUTLASS/FlashInferExperts", Q_W4A4},
+    {"sm_90", "", NVFP4MOE_LIB_FLASHINFER, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V90),
+     "HUMMING/HummingIndexedExperts", "humming is not available in this build"},
+    {"sm_90", "bi", ALL, true, OK, "MARLIN", "MarlinExperts", NULL, "HUMMING/HummingIndexedExperts",
+     "kernel does not support batch invariance"},
+    {"l40s", "", ALL, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V),
+     "FLASHINFER_CUTLASS/FlashInferExperts", DEV("sm_89")},
+    {"a100", "scheme=w4a16", ALL, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V), NULL, NULL},
+    {"sm_75", "", ALL, true, OK, "MARLIN", "MarlinExperts", NULL, "HUMMING/BatchedHummingGroupedExperts",
+     "kernel does not support Standard activation format"},
+    {"sm_70", "", ALL, true, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", USING("EMULATION", LIST_V),
+     "MARLIN/MarlinExperts", DEV("sm_70")},
+    // -- sm_110 and sm_12x --
+    {"sm_110", "", ALL, true, OK, "VLLM_CUTLASS", "CutlassExpertsFp4", NULL, "FLASHINFER_CUTLASS/FlashInferExperts",
+     DEV("sm_110")},
+    {"rtx-pro-6000", "", ALL, true, OK, "FLASHINFER_CUTLASS", "FlashInferExperts", USING("FLASHINFER_CUTLASS", LIST_V),
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", DEV("sm_120")},
+    {"dgx-spark", "", ALL, true, OK, "FLASHINFER_CUTLASS", "FlashInferExperts", NULL, "FLASHINFER_B12X/FlashInferB12xExperts",
+     "explicit-only, not in the auto list (request it with moe_backend='flashinfer_b12x'); would be supported"},
+    {"sm_120", "", NVFP4MOE_LIB_VLLM_CUTLASS, true, OK, "VLLM_CUTLASS", "CutlassExpertsFp4", NULL,
+     "FLASHINFER_CUTLASS/FlashInferExperts", "FlashInfer is not available in this build"},
+    {"sm_120", "ep=2", NVFP4MOE_LIB_VLLM_CUTLASS, true, OK, "MARLIN", "MarlinExperts", NULL,
+     "VLLM_CUTLASS/CutlassExpertsFp4", PAR(1, 1, 2, "True", "None", "False")},
+    {"sm_121", "", 0, true, OK, "MARLIN", "MarlinExperts", NULL,
+     "VLLM_CUTLASS/CutlassExpertsFp4", "vLLM's CUTLASS MoE library (_C ops) is not available in this build"},
+    // -- the CPU: nothing of vLLM's; our reference --
+    {"cpu", "", ALL, true, UNSUP, NULL, NULL, NOTHING, "EMULATION/Nvfp4QuantizationEmulationTritonExperts", DEV("cpu")},
+    {"cpu", "", THIS_BUILD, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", USING("CPU_REFERENCE", LIST_OURS), NULL, NULL},
+    {"cpu", "lora", ALL, false, UNSUP, NULL, NULL, NOTHING, "CPU_REFERENCE/CpuReferenceExperts", "kernel does not support LoRA"},
+    {"cpu", "ep=2", ALL, false, UNSUP, NULL, NULL, NOTHING, "CPU_REFERENCE/CpuReferenceExperts",
+     "kernel does not support " PAR(1, 1, 2, "True", "None", "False")},
+    {"cpu", "scheme=w4a8-mxfp8 bias bi", ALL, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", NULL, NULL, NULL},
+    // -- swiglu_limit: the clamp set, auto and explicit --
+    {"sm_100", "limit=7", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic",
+     USING("FLASHINFER_TRTLLM", LIST_CLAMP), "FLASHINFER_CUTEDSL_BATCHED/FlashInferCuteDSLBatchedExperts",
+     "removed from the auto list by swiglu_limit"},
+    {"sm_100", "limit=7 " DEEPEP_LL, ALL, true, OK, "HUMMING", "BatchedHummingGroupedExperts",
+     USING("HUMMING", LIST_CLAMP), NULL, NULL},
+    {"sm_100", "limit=7 be=flashinfer_b12x", ALL, true, UNSUP, NULL, NULL, CLAMP_MSG("7.0", "flashinfer_b12x"), NULL, NULL},
+    {"sm_100", "limit=10.5 be=flashinfer_cutedsl " DEEPEP_LL, ALL, true, UNSUP, NULL, NULL,
+     CLAMP_MSG("10.5", "flashinfer_cutedsl"), NULL, NULL},
+    {"sm_100", "limit=0.1 be=flashinfer_b12x", ALL, true, UNSUP, NULL, NULL, CLAMP_MSG("0.1", "flashinfer_b12x"), NULL, NULL},
+    {"sm_100", "limit=0.00001 be=flashinfer_b12x", ALL, true, UNSUP, NULL, NULL, CLAMP_MSG("1e-05", "flashinfer_b12x"), NULL, NULL},
+    {"sm_100", "limit=100000000 be=flashinfer_b12x", ALL, true, UNSUP, NULL, NULL,
+     CLAMP_MSG("100000000.0", "flashinfer_b12x"), NULL, NULL},
+    {"sm_90", "limit=7 be=marlin", ALL, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", L_HEAD L_MID "'HUMMING', 'MARLIN', 'EMULATION']"),
+     NULL, NULL},
+    {"cpu", "limit=7 be=cpu_reference", ALL, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", NULL, NULL, NULL},
+    // -- every explicit name --
+    {"sm_120", "be=b12x", ALL, true, OK, "B12X", "B12xExperts", USING("B12X", LIST_V), NULL, NULL},
+    {"sm_120", "be=b12x limit=7", ALL, true, OK, "B12X", "B12xExperts", USING("B12X", LIST_CLAMP), NULL, NULL},
+    {"sm_100", "be=b12x", ALL, true, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("B12X", DEV("sm_100")), NULL, NULL},
+    {"sm_120", "be=b12x ep=2", ALL, true, UNSUP, NULL, NULL,
+     UNSUPPORTED_SINCE("B12X", "kernel does not support " PAR(1, 1, 2, "True", "None", "False")), NULL, NULL},
+    {"sm_120", "be=b12x topk=1 arwi", ALL, true, UNSUP, NULL, NULL,
+     UNSUPPORTED_SINCE("B12X", "kernel supports apply_router_weight_on_input only with W4A16"), NULL, NULL},
+    {"sm_120", "be=b12x topk=1 arwi a16", ALL, true, OK, "B12X", "B12xExperts", NULL, NULL, NULL},
+    {"sm_120", "be=b12x scheme=w4a8-mxfp8", ALL, true, OK, "B12X", "B12xExperts", NULL, NULL, NULL},
+    {"sm_120", "be=b12x bias", ALL, true, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("B12X", "kernel does not support expert biases"),
+     NULL, NULL},
+    {"sm_120", "be=b12x", 0, true, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("B12X", "b12x is not available in this build"), NULL, NULL},
+    {"sm_100", "be=cutlass", ALL, true, OK, "VLLM_CUTLASS", "CutlassExpertsFp4", USING("VLLM_CUTLASS", LIST_V), NULL, NULL},
+    {"sm_100", "be=Flashinfer-TRTLLM eplb ep=2", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsModular", NULL,
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "parallel config"},
+    {"sm_90", "be=flashinfer_trtllm", ALL, true, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("FLASHINFER_TRTLLM", DEV("sm_90")),
+     NULL, NULL},
+    {"sm_90", "be=flashinfer_cutlass", ALL, true, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("FLASHINFER_CUTLASS", Q_W4A4), NULL, NULL},
+    {"sm_100", "be=flashinfer_cutedsl", ALL, true, OK, "FLASHINFER_CUTEDSL", "FlashInferCuteDSLExperts", NULL, NULL, NULL},
+    {"sm_100", "be=flashinfer_cutedsl " DEEPEP_LL, ALL, true, OK, "FLASHINFER_CUTEDSL_BATCHED",
+     "FlashInferCuteDSLBatchedExperts", NULL, NULL, NULL},
+    {"sm_100", "be=flashinfer_moe_ep_cutedsl ep=2", ALL, true, OK, "FLASHINFER_MOE_EP_CUTEDSL",
+     "FlashInferMoeEpCuteDSLExperts", NULL, NULL, NULL},
+    {"sm_100", "be=flashinfer_moe_ep_cutedsl", ALL, true, UNSUP, NULL, NULL,
+     UNSUPPORTED_SINCE("FLASHINFER_MOE_EP_CUTEDSL", "kernel does not support " PAR(1, 1, 1, "False", "None", "False")),
+     NULL, NULL},
+    {"sm_121", "be=flashinfer_b12x scheme=w4a16", ALL, true, OK, "FLASHINFER_B12X", "FlashInferB12xExperts", NULL, NULL, NULL},
+    {"sm_100", "be=marlin", ALL, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V), NULL, NULL},
+    {"sm_100", "be=humming", ALL, true, OK, "HUMMING", "HummingIndexedExperts", NULL, "HUMMING/HummingGroupedExperts",
+     "VLLM_HUMMING_MOE_GEMM_TYPE"},
+    {"sm_70", "be=humming", ALL, true, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("HUMMING", DEV("sm_70")), NULL, NULL},
+    {"sm_90", "be=emulation", ALL, true, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", NULL, NULL, NULL},
+    {"sm_90", "be=emulation scheme=w4a16", ALL, true, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("EMULATION", Q_W4A16), NULL, NULL},
+    {"sm_100", "be=cpu_reference", ALL, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", USING("CPU_REFERENCE", LIST_OURS),
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "not requested (moe_backend='cpu_reference'); would be supported"},
+    // -- unknown names --
+    {"sm_100", "be=triton", ALL, true, NOTFOUND, NULL, NULL,
+     "moe_backend='triton' is not supported for NvFP4 MoE. Expected one of [" KEYS_V "].", NULL, NULL},
+    {"sm_100", "be=cpu_reference", ALL, true, NOTFOUND, NULL, NULL,
+     "moe_backend='cpu_reference' is not supported for NvFP4 MoE. Expected one of [" KEYS_V "].", NULL, NULL},
+    {"sm_100", "be=Bogus-Name", ALL, false, NOTFOUND, NULL, NULL,
+     "moe_backend='bogus_name' is not supported for NvFP4 MoE. Expected one of [" KEYS_V ", 'cpu_reference'].", NULL, NULL},
+    // -- requantization source: EMULATION at once, before the name is even looked at --
+    {"sm_100", "requant be=bogus", ALL, true, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", "", NULL, NULL},
+    {"cpu", "requant", ALL, false, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", "",
+     "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "not considered: the layer is a requantization source"},
+    // -- this build's availability (no what-if): the device reason wins over availability --
+    {"sm_100", "", THIS_BUILD, true, UNSUP, NULL, NULL, NULL, "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic",
+     "FlashInfer is not available in this build"},
+    {"sm_90", "be=flashinfer_trtllm", THIS_BUILD, true, UNSUP, NULL, NULL,
+     UNSUPPORTED_SINCE("FLASHINFER_TRTLLM", DEV("sm_90")), NULL, NULL},
+    {"sm_100", "be=flashinfer_trtllm", THIS_BUILD, true, UNSUP, NULL, NULL,
+     UNSUPPORTED_SINCE("FLASHINFER_TRTLLM", "FlashInfer is not available in this build"), NULL, NULL},
+    {"sm_100", "", NVFP4MOE_LIB_FLASHINFER, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic", NULL, NULL, NULL},
+};
+
+/* The number of kernel classes the report must list: every one, vllm_only hiding ours. */
+static int expected_candidates(bool vllm_only) { return vllm_only ? 14 : 15; }
+
+static const nvfp4moe_candidate *find_cand(const nvfp4moe_report *r, const char *spec) {
+    char b[64];
+    const char *slash = strchr(spec, '/');
+    snprintf(b, sizeof b, "%.*s", (int)(slash - spec), spec);
+    for (int i = 0; i < r->n_candidates; i++)
+        if (!strcmp(r->candidates[i].backend, b) && !strcmp(r->candidates[i].kernel, slash + 1)) return &r->candidates[i];
+    return NULL;
+}
+
+/* This build without a what-if: MARLIN / EMULATION exist only once their CUDA code is compiled in,
+ * so the "sm_100, auto" row's outcome depends on the build; patch the expectation. */
+static oracle_case adjust_for_build(oracle_case c) {
+    if (c.inst == THIS_BUILD && !strcmp(c.device, "sm_100") && !c.args[0]) {
+        if (nvfp4moe_impl_find("MARLIN")) {
+            c.st = OK; c.backend = "MARLIN"; c.kernel = "MarlinExperts";
+        } else if (nvfp4moe_impl_find("EMULATION")) {
+            c.st = OK; c.backend = "EMULATION"; c.kernel = "Nvfp4QuantizationEmulationTritonExperts";
+        } else {
+            c.msg = NOTHING;
+        }
+    }
+    return c;
+}
+
+static void run_case(int idx, oracle_case c) {
+    char name[200];
+    snprintf(name, sizeof name, "#%d %s {%s} inst=%lld%s", idx, c.device, c.args, c.inst, c.vllm_only ? " vllm_only" : "");
+    T_CASE(name);
+    c = adjust_for_build(c);
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    CHECK(apply_args(&cfg, c.args) == 0, "bad args in the table");
+    nvfp4moe_device dev;
+    CHECK_OK(nvfp4moe_device_parse(c.device, &dev));
+    nvfp4moe_oracle_options opt = {.installed_set = c.inst != THIS_BUILD,
+                                   .installed = c.inst == THIS_BUILD ? 0 : (uint32_t)c.inst,
+                                   .vllm_only = c.vllm_only};
+    static nvfp4moe_report r;
+    nvfp4moe_status st = nvfp4moe_select(&cfg, &dev, &opt, &r);
+    CHECK(st == c.st, "status %s, want %s (%s)", nvfp4moe_status_str(st), nvfp4moe_status_str(c.st), nvfp4moe_last_error());
+    CHECK(!strcmp(r.backend, c.backend ? c.backend : ""), "backend '%s', want '%s'", r.backend, c.backend ? c.backend : "");
+    CHECK(!strcmp(r.kernel, c.kernel ? c.kernel : ""), "kernel '%s', want '%s'", r.kernel, c.kernel ? c.kernel : "");
+    if (c.msg) {
+        const char *got = c.st == OK ? r.log : r.error;
+        CHECK(!strcmp(got, c.msg), "message\n  got:  %s\n  want: %s", got, c.msg);
+    }
+    if (c.st != OK) {
+        /* vLLM: a bad or unsupported explicit request is a ValueError, an empty auto list not. */
+        const char *kind = strcmp(cfg.moe_backend, "auto") ? "ValueError" : "NotImplementedError";
+        CHECK(!strcmp(r.error_kind, kind), "error kind '%s', want '%s'", r.error_kind, kind);
+        CHECK(!strcmp(nvfp4moe_last_error(), r.error), "last_error '%s' differs from the report", nvfp4moe_last_error());
+    } else {
+        CHECK(r.error_kind[0] == '\0' && r.error[0] == '\0', "error set on success: %s", r.error);
+    }
+    if (c.cand) {
+        const nvfp4moe_candidate *cd = find_cand(&r, c.cand);
+        CHECK(cd != NULL, "candidate %s missing", c.cand);
+        if (cd && c.cand_reason[0])
+            CHECK(strstr(cd->reason, c.cand_reason) != NULL, "%s reason '%s', want it to contain '%s'", c.cand,
+                  cd->reason, c.cand_reason);
+        if (cd && !c.cand_reason[0])
+            CHECK(cd->supported && cd->verdict == NVFP4MOE_VERDICT_SUPPORTED, "%s: want supported, lower priority", c.cand);
+    }
+    /* Invariants of every report: each kernel once, exactly one CHOSEN iff a choice, reasons for
+     * every "no", none for a "yes". */
+    CHECK(r.n_candidates == expected_candidates(c.vllm_only), "%d candidates, want %d", r.n_candidates,
+          expected_candidates(c.vllm_only));
+    int chosen = 0;
+    for (int i = 0; i < r.n_candidates; i++) {
+        const nvfp4moe_candidate *cd = &r.candidates[i];
+        for (int j = 0; j < i; j++)
+            CHECK(strcmp(cd->kernel, r.candidates[j].kernel) != 0, "kernel %s listed twice", cd->kernel);
+        if (cd->verdict == NVFP4MOE_VERDICT_CHOSEN) {
+            chosen++;
+            CHECK(!strcmp(cd->backend, r.backend) && !strcmp(cd->kernel, r.kernel), "CHOSEN row %s/%s is not the choice",
+                  cd->backend, cd->kernel);
+        }
+        if (cd->verdict == NVFP4MOE_VERDICT_REJECTED) CHECK(!cd->supported && cd->reason[0], "%s: rejected without reason", cd->kernel);
+        if (cd->verdict == NVFP4MOE_VERDICT_SUPPORTED) CHECK(cd->supported && !cd->reason[0], "%s: supported with a reason", cd->kernel);
+        if (cd->verdict == NVFP4MOE_VERDICT_NOT_IN_LIST) CHECK(cd->reason[0], "%s: not in list without reason", cd->kernel);
+        if (c.vllm_only) CHECK(strcmp(cd->backend, "CPU_REFERENCE") != 0, "CPU_REFERENCE under vllm_only");
+    }
+    CHECK(chosen == (st == NVFP4MOE_OK ? 1 : 0), "%d CHOSEN rows", chosen);
+}
+
+// ---- the rest of the API ----
+
+static void test_devices(void) {
+    T_CASE("device_parse");
+    static const struct { const char *s; int sm; } ok[] = {
+        {"sm_90", 90}, {"sm90", 90}, {"SM_100", 100}, {"sm_100a", 100}, {"sm_121", 121}, {"sm_75", 75},
+        {"a100", 80}, {"l40s", 89}, {"h100", 90}, {"H200", 90}, {"b200", 100}, {"gb200", 100}, {"b300", 103},
+        {"rtx5090", 120}, {"rtx-pro-6000", 120}, {"rtx_pro_6000", 120}, {"dgx-spark", 121}, {"cpu", 0},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        nvfp4moe_device d;
+        nvfp4moe_status st = nvfp4moe_device_parse(ok[i].s, &d);
+        CHECK(st == NVFP4MOE_OK && d.sm == ok[i].sm && d.is_cuda == (ok[i].sm != 0) && !d.detected && d.ordinal == -1,
+              "%s -> %s sm=%d", ok[i].s, nvfp4moe_status_str(st), d.sm);
+    }
+    static const char *const bad[] = {"sm_9", "sm_0900", "sm_", "gpu", "h300", "sm_90x", ""};
+    nvfp4moe_device d;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_ERR(nvfp4moe_device_parse(bad[i], &d), NVFP4MOE_ERR_NOT_FOUND, "dgx-spark");
+    CHECK_ERR(nvfp4moe_device_parse(NULL, &d), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+
+    T_CASE("device_str");
+    char buf[16];
+    CHECK_OK(nvfp4moe_device_parse("b300", &d));
+    CHECK(!strcmp(nvfp4moe_device_str(&d, buf, sizeof buf), "sm_103"), "%s", buf);
+    CHECK_OK(nvfp4moe_device_parse("cpu", &d));
+    CHECK(!strcmp(nvfp4moe_device_str(&d, buf, sizeof buf), "cpu"), "%s", buf);
+
+    T_CASE("device_detect");
+    CHECK_OK(nvfp4moe_device_detect(&d));
+    CHECK(d.detected && (d.is_cuda ? d.sm >= 30 && d.ordinal == 0 : d.sm == 0 && d.ordinal == -1),
+          "detect: is_cuda=%d sm=%d ordinal=%d", d.is_cuda, d.sm, d.ordinal);
+#ifndef NVFP4MOE_HAVE_CUDA
+    CHECK(!d.is_cuda && !strcmp(d.name, "cpu"), "a CPU-only build detected '%s'", d.name);
+#endif
+}
+
+static void test_libs_parse(void) {
+    T_CASE("oracle_libs_parse");
+    uint32_t m = 123;
+    CHECK_OK(nvfp4moe_oracle_libs_parse("all", &m));
+    CHECK(m == NVFP4MOE_LIB_ALL, "all -> %x", m);
+    CHECK_OK(nvfp4moe_oracle_libs_parse("none", &m));
+    CHECK(m == 0, "none -> %x", m);
+    CHECK_OK(nvfp4moe_oracle_libs_parse("FlashInfer,humming", &m));
+    CHECK(m == (NVFP4MOE_LIB_FLASHINFER | NVFP4MOE_LIB_HUMMING), "-> %x", m);
+    CHECK_OK(nvfp4moe_oracle_libs_parse("cutlass,b12x", &m));
+    CHECK(m == (NVFP4MOE_LIB_VLLM_CUTLASS | NVFP4MOE_LIB_B12X), "-> %x", m);
+    m = 77;
+    CHECK_ERR(nvfp4moe_oracle_libs_parse("flashinfer,deepgemm", &m), NVFP4MOE_ERR_NOT_FOUND, "'deepgemm'");
+    CHECK(m == 77, "mask written on failure");
+    CHECK_ERR(nvfp4moe_oracle_libs_parse("flashinfer,", &m), NVFP4MOE_ERR_NOT_FOUND, "unknown library ''");
+}
+
+static void test_invalid_and_render(void) {
+    static nvfp4moe_report r;
+    nvfp4moe_config cfg;
+    nvfp4moe_device dev;
+    nvfp4moe_device_parse("sm_100", &dev);
+
+    T_CASE("invalid config");
+    nvfp4moe_config_init(&cfg);
+    cfg.hidden_size = 100;
+    CHECK_ERR(nvfp4moe_select(&cfg, &dev, NULL, &r), NVFP4MOE_ERR_INVALID_ARGUMENT, "hidden_size=100");
+    CHECK(r.error_kind[0] == '\0' && r.n_candidates == 0 && r.backend[0] == '\0', "no decision for an invalid config");
+    nvfp4moe_config_init(&cfg);
+    cfg.moe_backend[0] = '\0';
+    CHECK_ERR(nvfp4moe_select(&cfg, &dev, NULL, &r), NVFP4MOE_ERR_INVALID_ARGUMENT, "moe_backend");
+    CHECK_ERR(nvfp4moe_select(NULL, &dev, NULL, &r), NVFP4MOE_ERR_INVALID_ARGUMENT, "config");
+    nvfp4moe_config_init(&cfg);
+    CHECK_ERR(nvfp4moe_select(&cfg, &dev, NULL, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "report");
+
+    T_CASE("detect when dev is NULL");
+    nvfp4moe_config_init(&cfg);
+    nvfp4moe_oracle_options all = {.installed_set = true, .installed = NVFP4MOE_LIB_ALL};
+    nvfp4moe_device det;
+    nvfp4moe_device_detect(&det);
+    char want[16];
+    nvfp4moe_select(&cfg, NULL, &all, &r);
+    CHECK(!strcmp(r.device, nvfp4moe_device_str(&det, want, sizeof want)), "device %s, want %s", r.device, want);
+
+    T_CASE("render");
+    nvfp4moe_config_init(&cfg);
+    CHECK_OK(nvfp4moe_select(&cfg, &dev, &all, &r));
+    char text[8192];
+    size_t need = nvfp4moe_report_render(&r, text, sizeof text);
+    CHECK(need == strlen(text) && need < sizeof text, "render length %zu vs %zu", need, strlen(text));
+    CHECK(strstr(text, "backend:  FLASHINFER_TRTLLM\n") && strstr(text, "kernel:   TrtLlmNvFp4ExpertsMonolithic\n"),
+          "render lacks the choice:\n%s", text);
+    CHECK(strstr(text, r.log) != NULL, "render lacks the log line:\n%s", text);
+    CHECK(strstr(text, "supported, lower priority") && strstr(text, "not in the list") && strstr(text, "chosen"),
+          "render lacks verdicts:\n%s", text);
+    /* Every candidate appears as a row, in report order. */
+    const char *at = text;
+    for (int i = 0; i < r.n_candidates; i++) {
+        const char *p = strstr(at, r.candidates[i].kernel);
+        CHECK(p != NULL, "row %d (%s) missing or out of order", i, r.candidates[i].kernel);
+        if (p) at = p;
+    }
+    char small[32];
+    size_t need2 = nvfp4moe_report_render(&r, small, sizeof small);
+    CHECK(need2 == need && strlen(small) == sizeof small - 1 && !strncmp(small, text, sizeof small - 1),
+          "truncated render: need %zu vs %zu, '%s'", need2, need, small);
+    CHECK(nvfp4moe_report_render(&r, NULL, 0) == need, "size query");
+
+    T_CASE("render error");
+    snprintf(cfg.moe_backend, sizeof cfg.moe_backend, "b12x");
+    CHECK(nvfp4moe_select(&cfg, &dev, &all, &r) == NVFP4MOE_ERR_UNSUPPORTED, "b12x on sm_100");
+    nvfp4moe_report_render(&r, text, sizeof text);
+    CHECK(strstr(text, "error:    ValueError: NvFp4 MoE backend 'B12X' does not support") && strstr(text, "backend:  none"),
+          "render of an error:\n%s", text);
+
+    T_CASE("verdict names");
+    CHECK(!strcmp(nvfp4moe_verdict_name(NVFP4MOE_VERDICT_CHOSEN), "chosen") &&
+          !strcmp(nvfp4moe_verdict_name(NVFP4MOE_VERDICT_NOT_IN_LIST), "not in list"), "verdict names");
+}
+
+// ---- the command line ----
+
+/* Runs `$NVFP4MOE_CLI select <args>`, returning its exit status and stdout. */
+static int run_cli(const char *cli, const char *args, char *out, size_t len) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' select %s 2>/dev/null", cli, args);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli(void) {
+    const char *cli = getenv("NVFP4MOE_CLI");
+    if (!cli || !cli[0]) {
+        printf("test_oracle: NVFP4MOE_CLI unset, skipping the nvfp4moe select checks\n");
+        return;
+    }
+    static char out[65536];
+    static const struct {
+        const char *args;
+        int rc;
+        const char *backend; /* --json: expected "backend" (NULL: null); NULL args check text only */
+        const char *error_kind;
+    } cases[] = {
+        {"--device h200 --installed all --vllm-only --json", 0, "HUMMING", NULL},
+        {"--device b200 --installed all --json", 0, "FLASHINFER_TRTLLM", NULL},
+        {"--device sm_100 --installed all --moe-backend b12x --json", 2, NULL, "ValueError"},
+        {"--device sm_100 --moe-backend triton --json", 2, NULL, "ValueError"},
+        {"--device cpu --vllm-only --json", 3, NULL, "NotImplementedError"},
+        {"--device cpu --json", 0, "CPU_REFERENCE", NULL},
+        {"--device sm_100 --installed all --swiglu-limit 7 --moe-backend flashinfer_b12x --json", 2, NULL, "ValueError"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        T_CASE(cases[i].args);
+        int rc = run_cli(cli, cases[i].args, out, sizeof out);
+        CHECK(rc == cases[i].rc, "exit %d, want %d", rc, cases[i].rc);
+        json_error_t err;
+        json_t *j = json_loads(out, 0, &err);
+        CHECK(j != NULL && json_is_object(j), "not one JSON object (%s): %.200s", err.text, out);
+        if (!j) continue;
+        json_t *b = json_object_get(j, "backend"), *e = json_object_get(j, "error");
+        json_t *cands = json_object_get(j, "candidates");
+        if (cases[i].backend)
+            CHECK(json_is_string(b) && !strcmp(json_string_value(b), cases[i].backend), "backend %s",
+                  json_is_string(b) ? json_string_value(b) : "null");
+        else
+            CHECK(json_is_null(b), "backend should be null");
+        if (cases[i].error_kind) {
+            json_t *k = json_object_get(e, "kind"), *m = json_object_get(e, "message");
+            CHECK(json_is_string(k) && !strcmp(json_string_value(k), cases[i].error_kind) && json_is_string(m) &&
+                  json_string_length(m) > 10, "error object wrong");
+        } else {
+            CHECK(json_is_null(e), "error should be null");
+            json_t *l = json_object_get(j, "log");
+            CHECK(json_is_string(l) && !strncmp(json_string_value(l), "Using '", 7), "log line missing");
+        }
+        CHECK(json_is_array(cands) && json_array_size(cands) >= 14, "candidates");
+        size_t k;
+        json_t *cd;
+        json_array_foreach(cands, k, cd) {
+            CHECK(json_is_string(json_object_get(cd, "backend")) && json_is_string(json_object_get(cd, "kernel")) &&
+                  json_is_boolean(json_object_get(cd, "supported")) && json_is_string(json_object_get(cd, "reason")),
+                  "candidate %zu lacks a key", k);
+        }
+        json_decref(j);
+    }
+
+    T_CASE("text and usage errors");
+    int rc = run_cli(cli, "--device h200 --installed all", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "backend:  HUMMING") && strstr(out, "HummingIndexedExperts"), "text: %d\n%s", rc, out);
+    CHECK(run_cli(cli, "--device h300", out, sizeof out) == 1, "bad --device");
+    CHECK(run_cli(cli, "--installed deepgemm", out, sizeof out) == 1, "bad --installed");
+    CHECK(run_cli(cli, "--device", out, sizeof out) == 1, "missing value");
+    CHECK(run_cli(cli, "--frobnicate", out, sizeof out) == 1, "unknown flag");
+    CHECK(run_cli(cli, "--hidden-size 100", out, sizeof out) == 1, "invalid config");
+    CHECK(run_cli(cli, "--help", out, sizeof out) == 0 && strstr(out, "--installed"), "help");
+}
+
+int main(void) {
+    int n = (int)(sizeof k_cases / sizeof k_cases[0]);
+    for (int i = 0; i < n; i++) run_case(i, k_cases[i]);
+    test_devices();
+    test_libs_parse();
+    test_invalid_and_render();
+    test_cli();
+    printf("test_oracle: %d table cases\n", n);
+    return t_finish("test_oracle");
+}
