@@ -1,0 +1,928 @@
+/*
+ * model_config.c - Hugging Face config.json (+ hf_quant_config.json / quantization_config) into a
+ * deployment config, which layers are MoE, which modules are excluded; and the writer of those
+ * files for `nvfp4moe quantize`.
+ *
+ * Model families name the same fields differently; the rules each field follows are listed at
+ * nvfp4moe_model_info_read in the header. A field of the wrong JSON type is an error naming it,
+ * never a silent default.
+ */
+#include "ckpt_internal.h"
+
+#include <errno.h>
+#include <fnmatch.h>
+#include <jansson.h>
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_LAYERS 100000       /* more layers than any model has: a corrupt config */
+#define MAX_CONFIG_BYTES (64u << 20)
+
+typedef struct {
+    char **patterns;
+    int32_t n;
+    uint8_t *is_moe;            /* [num_layers] */
+} info_storage;
+
+// ---- small shared helpers ----
+
+void nvfp4moe_warn(nvfp4moe_warnings *w, const char *fmt, ...) {
+    if (w->count >= NVFP4MOE_MAX_WARNINGS) {
+        w->dropped++;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->text[w->count], sizeof w->text[0], fmt, ap);
+    va_end(ap);
+    w->count++;
+}
+
+nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return nvfp4moe_set_error(errno == ENOENT ? NVFP4MOE_ERR_NOT_FOUND : NVFP4MOE_ERR_IO,
+                                  "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    while (buf) {
+        if (n + 1 >= cap) {
+            if (cap > max_bytes) {
+                s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: larger than %zu bytes", path,
+                                       max_bytes);
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) break;
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, f);
+        n += r;
+        if (r == 0) {
+            if (ferror(f)) s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: read failed", path);
+            break;
+        }
+    }
+    fclose(f);
+    if (!buf) return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    if (s != NVFP4MOE_OK) {
+        free(buf);
+        return s;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text) {
+    size_t plen = strlen(path) + 8;
+    char *tmp = malloc(plen);
+    NVFP4MOE_RETURN_IF(!tmp, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    snprintf(tmp, plen, "%s.tmp", path);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    } else {
+        size_t n = strlen(text);
+        bool ok = fwrite(text, 1, n, f) == n;
+        ok = (fclose(f) == 0) && ok;
+        if (!ok || rename(tmp, path) != 0) {
+            s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+            remove(tmp);
+        }
+    }
+    free(tmp);
+    return s;
+}
+
+// ---- formats ----
+
+static const char *const k_format_names[NVFP4MOE_CKPT_FORMAT_COUNT] = {
+    [NVFP4MOE_CKPT_UNQUANTIZED] = "unquantized",
+    [NVFP4MOE_CKPT_MODELOPT] = "modelopt",
+    [NVFP4MOE_CKPT_MODELOPT_FUSED] = "modelopt-fused",
+    [NVFP4MOE_CKPT_COMPRESSED_TENSORS] = "compressed-tensors",
+};
+
+const char *nvfp4moe_ckpt_format_name(nvfp4moe_ckpt_format f) {
+    return (unsigned)f < NVFP4MOE_CKPT_FORMAT_COUNT ? k_format_names[f] : "?";
+}
+
+nvfp4moe_status nvfp4moe_ckpt_format_parse(const char *s, nvfp4moe_ckpt_format *out) {
+    NVFP4MOE_RETURN_IF(!s || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "ckpt_format_parse: NULL");
+    for (int i = 0; i < NVFP4MOE_CKPT_FORMAT_COUNT; i++) {
+        if (!strcasecmp(s, k_format_names[i])) {
+            *out = (nvfp4moe_ckpt_format)i;
+            return NVFP4MOE_OK;
+        }
+    }
+    if (!strcasecmp(s, "ct") || !strcasecmp(s, "nvfp4-pack-quantized")) {
+        *out = NVFP4MOE_CKPT_COMPRESSED_TENSORS;
+        return NVFP4MOE_OK;
+    }
+    return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND,
+                              "unknown checkpoint format '%s' (expected one of: unquantized, "
+                              "modelopt, modelopt-fused, compressed-tensors)",
+                              s);
+}
+
+// ---- typed JSON field access ----
+//
+// Each returns OK with *present false when the key is absent or null, FORMAT naming the field
+// when it has the wrong type.
+
+static nvfp4moe_status get_int(json_t *obj, const char *key, const char *src, int64_t *v,
+                               bool *present) {
+    json_t *j = json_object_get(obj, key);
+    *present = false;
+    if (!j || json_is_null(j)) return NVFP4MOE_OK;
+    if (json_is_integer(j)) {
+        *v = (int64_t)json_integer_value(j);
+    } else if (json_is_real(j) && json_real_value(j) == floor(json_real_value(j)) &&
+               fabs(json_real_value(j)) < 9e15) {
+        *v = (int64_t)json_real_value(j);
+    } else {
+        return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: field \"%s\" must be a whole number",
+                                  src, key);
+    }
+    *present = true;
+    return NVFP4MOE_OK;
+}
+
+static nvfp4moe_status get_num(json_t *obj, const char *key, const char *src, double *v,
+                               bool *present) {
+    json_t *j = json_object_get(obj, key);
+    *present = false;
+    if (!j || json_is_null(j)) return NVFP4MOE_OK;
+    NVFP4MOE_RETURN_IF(!json_is_number(j), NVFP4MOE_ERR_FORMAT,
+                       "%s: field \"%s\" must be a number", src, key);
+    *v = json_number_value(j);
+    *present = true;
+    return NVFP4MOE_OK;
+}
+
+static nvfp4moe_status get_bool(json_t *obj, const char *key, const char *src, bool *v,
+                                bool *present) {
+    json_t *j = json_object_get(obj, key);
+    *present = false;
+    if (!j || json_is_null(j)) return NVFP4MOE_OK;
+    NVFP4MOE_RETURN_IF(!json_is_boolean(j), NVFP4MOE_ERR_FORMAT,
+                       "%s: field \"%s\" must be true or false", src, key);
+    *v = json_is_true(j);
+    *present = true;
+    return NVFP4MOE_OK;
+}
+
+static nvfp4moe_status get_str(json_t *obj, const char *key, const char *src, const char **v) {
+    json_t *j = json_object_get(obj, key);
+    *v = NULL;
+    if (!j || json_is_null(j)) return NVFP4MOE_OK;
+    NVFP4MOE_RETURN_IF(!json_is_string(j), NVFP4MOE_ERR_FORMAT,
+                       "%s: field \"%s\" must be a string", src, key);
+    *v = json_string_value(j);
+    return NVFP4MOE_OK;
+}
+
+/* A positive int32 field: the first of keys present. */
+static nvfp4moe_status get_pos_int32(json_t *obj, const char *const *keys, const char *src,
+                                     int32_t *v, const char **which) {
+    *which = NULL;
+    for (const char *const *k = keys; *k; k++) {
+        int64_t x;
+        bool present;
+        NVFP4MOE_TRY(get_int(obj, *k, src, &x, &present));
+        if (!present) continue;
+        NVFP4MOE_RETURN_IF(x < 0 || x > INT32_MAX, NVFP4MOE_ERR_FORMAT,
+                           "%s: field \"%s\"=%lld is out of range", src, *k, (long long)x);
+        *v = (int32_t)x;
+        *which = *k;
+        return NVFP4MOE_OK;
+    }
+    return NVFP4MOE_OK;
+}
+
+// ---- activation and routing ----
+
+static nvfp4moe_status parse_activation(const char *act, const char *model_type, const char *src,
+                                        nvfp4moe_activation *out) {
+    static const struct {
+        const char *hf;
+        nvfp4moe_activation a;
+    } k_map[] = {
+        {"silu", NVFP4MOE_ACT_SILU},           {"swish", NVFP4MOE_ACT_SILU},
+        {"gelu", NVFP4MOE_ACT_GELU},           {"gelu_pytorch_tanh", NVFP4MOE_ACT_GELU_TANH},
+        {"gelu_new", NVFP4MOE_ACT_GELU_TANH},  {"gelu_fast", NVFP4MOE_ACT_GELU_TANH},
+        {"gelu_tanh", NVFP4MOE_ACT_GELU_TANH}, {"relu2", NVFP4MOE_ACT_RELU2},
+    };
+    // gpt-oss names no activation: its experts always run the clamped, interleaved SwiGLU.
+    if (model_type && !strcmp(model_type, "gpt_oss")) {
+        *out = NVFP4MOE_ACT_SWIGLUOAI;
+        return NVFP4MOE_OK;
+    }
+    if (!act) {
+        *out = NVFP4MOE_ACT_SILU;
+        return NVFP4MOE_OK;
+    }
+    for (size_t i = 0; i < sizeof k_map / sizeof k_map[0]; i++) {
+        if (!strcmp(act, k_map[i].hf)) {
+            *out = k_map[i].a;
+            // Nemotron-H's experts are plain (non-gated) squared-ReLU MLPs.
+            if (*out == NVFP4MOE_ACT_RELU2 && model_type && strstr(model_type, "nemotron"))
+                *out = NVFP4MOE_ACT_RELU2_NO_MUL;
+            return NVFP4MOE_OK;
+        }
+    }
+    if (nvfp4moe_activation_parse(act, out) == NVFP4MOE_OK) return NVFP4MOE_OK;
+    return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED, "%s: field \"hidden_act\"=\"%s\" is not an "
+                              "activation nvfp4moe runs", src, act);
+}
+
+static bool str_in(const char *s, const char *const *list) {
+    for (; s && *list; list++)
+        if (!strcmp(s, *list)) return true;
+    return false;
+}
+
+/* Routing from the config's fields. cfg->routing and friends are set. */
+static nvfp4moe_status parse_routing(json_t *c, const char *src, const char *model_type,
+                                     nvfp4moe_config *cfg, nvfp4moe_warnings *warn) {
+    const char *scoring = NULL, *topk_method = NULL;
+    NVFP4MOE_TRY(get_str(c, "scoring_func", src, &scoring));
+    NVFP4MOE_TRY(get_str(c, "topk_method", src, &topk_method));
+    bool norm = true, has_norm;    // Mixtral-style configs renormalize without saying so
+    NVFP4MOE_TRY(get_bool(c, "norm_topk_prob", src, &norm, &has_norm));
+    if (!has_norm) norm = true;
+    int64_t n_group = 0, topk_group = 0;
+    bool has_ng, has_tg, has_rsf, has_bias_flag;
+    NVFP4MOE_TRY(get_int(c, "n_group", src, &n_group, &has_ng));
+    NVFP4MOE_TRY(get_int(c, "topk_group", src, &topk_group, &has_tg));
+    double rsf = 1.0;
+    NVFP4MOE_TRY(get_num(c, "routed_scaling_factor", src, &rsf, &has_rsf));
+    cfg->routed_scaling_factor = has_rsf ? (float)rsf : 1.0f;
+    bool use_routing_bias = false;
+    NVFP4MOE_TRY(get_bool(c, "use_routing_bias", src, &use_routing_bias, &has_bias_flag));
+
+    static const char *const k_grouped[] = {"deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe",
+                                            "glm4_moe_lite", "glm_moe_dsa", "mistral_large_3",
+                                            NULL};
+    bool sigmoid = scoring && !strcmp(scoring, "sigmoid");
+    NVFP4MOE_RETURN_IF(scoring && !sigmoid && strcmp(scoring, "softmax") != 0,
+                       NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: field \"scoring_func\"=\"%s\" (expected softmax or sigmoid)", src,
+                       scoring);
+    cfg->has_correction_bias = false;
+    cfg->apply_router_weight_on_input = false;
+    if (model_type && !strncmp(model_type, "llama4", 6)) {
+        cfg->routing = NVFP4MOE_ROUTING_LLAMA4;
+        cfg->apply_router_weight_on_input = true;
+    } else if (model_type && !strncmp(model_type, "minimax", 7) && (sigmoid || !scoring)) {
+        cfg->routing = NVFP4MOE_ROUTING_MINIMAX2;
+        cfg->has_correction_bias = has_bias_flag ? use_routing_bias : true;
+    } else if (str_in(model_type, k_grouped) || (topk_method && !strcmp(topk_method, "noaux_tc")) ||
+               (has_ng && sigmoid)) {
+        // DeepSeek-V3-style grouped top-k: sigmoid scores, correction bias when noaux_tc.
+        cfg->routing = NVFP4MOE_ROUTING_DEEPSEEK_V3;
+        cfg->n_group = has_ng && n_group > 0 ? (int32_t)n_group : 1;
+        cfg->topk_group = has_tg && topk_group > 0 ? (int32_t)topk_group : 1;
+        cfg->has_correction_bias = (topk_method && !strcmp(topk_method, "noaux_tc")) ||
+                                   (model_type && !strncmp(model_type, "glm", 3));
+        if (!norm)
+            nvfp4moe_warn(warn, "%s: norm_topk_prob=false with grouped top-k routing: "
+                          "deepseek_v3 routing always renormalizes", src);
+    } else if (sigmoid) {
+        cfg->routing = norm ? NVFP4MOE_ROUTING_SIGMOID_RENORM : NVFP4MOE_ROUTING_SIGMOID;
+    } else {
+        if (has_ng && n_group > 1)
+            nvfp4moe_warn(warn, "%s: grouped softmax routing (n_group=%lld, DeepSeek-V2 style) is "
+                          "not modelled: using plain top-k", src, (long long)n_group);
+        cfg->routing = norm ? NVFP4MOE_ROUTING_RENORMALIZE : NVFP4MOE_ROUTING_SOFTMAX_TOPK;
+    }
+    return NVFP4MOE_OK;
+}
+
+// ---- quantization config ----
+
+typedef struct {
+    bool found;
+    nvfp4moe_ckpt_format format;
+    nvfp4moe_scheme scheme;
+    char method[32], algo[32];
+    json_t *excluded;           /* borrowed array of strings, or NULL */
+} quant_desc;
+
+/* ModelOpt's quant_algo -> scheme. */
+static nvfp4moe_status modelopt_algo(const char *algo, const char *src, quant_desc *q) {
+    if (!algo)
+        return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: ModelOpt config has no \"quant_algo\"",
+                                  src);
+    if (!strcmp(algo, "NVFP4")) q->scheme = NVFP4MOE_SCHEME_W4A4;
+    else if (!strcmp(algo, "W4A16_NVFP4") || !strcmp(algo, "NVFP4_W4A16"))
+        q->scheme = NVFP4MOE_SCHEME_W4A16;
+    else
+        return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
+                                  "%s: quant_algo \"%s\" is not an NVFP4 scheme (NVFP4 or "
+                                  "W4A16_NVFP4)",
+                                  src, algo);
+    q->found = true;
+    q->format = NVFP4MOE_CKPT_MODELOPT;
+    nvfp4moe_strlcpy(q->method, "modelopt", sizeof q->method);
+    nvfp4moe_strlcpy(q->algo, algo, sizeof q->algo);
+    return NVFP4MOE_OK;
+}
+
+/* hf_quant_config.json: {"producer": ..., "quantization": {"quant_algo", "exclude_modules"}}. */
+static nvfp4moe_status parse_hf_quant(json_t *root, const char *src, quant_desc *q) {
+    json_t *quant = json_object_get(root, "quantization");
+    NVFP4MOE_RETURN_IF(!json_is_object(quant), NVFP4MOE_ERR_FORMAT,
+                       "%s: missing or non-object \"quantization\"", src);
+    const char *algo;
+    NVFP4MOE_TRY(get_str(quant, "quant_algo", src, &algo));
+    NVFP4MOE_TRY(modelopt_algo(algo, src, q));
+    q->excluded = json_object_get(quant, "exclude_modules");
+    return NVFP4MOE_OK;
+}
+
+/* compressed-tensors: the config group whose weights are 4-bit float in groups of 16. */
+static nvfp4moe_status parse_ct(json_t *qc, const char *src, quant_desc *q) {
+    const char *fmt = NULL;
+    NVFP4MOE_TRY(get_str(qc, "format", src, &fmt));
+    json_t *groups = json_object_get(qc, "config_groups");
+    NVFP4MOE_RETURN_IF(!json_is_object(groups), NVFP4MOE_ERR_FORMAT,
+                       "%s: compressed-tensors quantization_config has no \"config_groups\"", src);
+    const char *gname;
+    json_t *g;
+    json_object_foreach(groups, gname, g) {
+        json_t *wts = json_object_get(g, "weights");
+        if (!json_is_object(wts)) continue;
+        int64_t bits = 0, gs = 0;
+        bool p1, p2;
+        const char *type = NULL, *gfmt = NULL;
+        NVFP4MOE_TRY(get_int(wts, "num_bits", src, &bits, &p1));
+        NVFP4MOE_TRY(get_int(wts, "group_size", src, &gs, &p2));
+        NVFP4MOE_TRY(get_str(wts, "type", src, &type));
+        NVFP4MOE_TRY(get_str(g, "format", src, &gfmt));
+        if (!(bits == 4 && gs == 16 && type && !strcmp(type, "float"))) continue;
+        const char *f = gfmt ? gfmt : fmt;
+        NVFP4MOE_RETURN_IF(!f || strcmp(f, "nvfp4-pack-quantized") != 0, NVFP4MOE_ERR_UNSUPPORTED,
+                           "%s: config group '%s' is FP4 but its format is \"%s\", not "
+                           "nvfp4-pack-quantized",
+                           src, gname, f ? f : "(none)");
+        json_t *ia = json_object_get(g, "input_activations");
+        if (!ia || json_is_null(ia)) {
+            q->scheme = NVFP4MOE_SCHEME_W4A16;
+        } else {
+            int64_t abits = 0;
+            bool pa;
+            NVFP4MOE_TRY(get_int(ia, "num_bits", src, &abits, &pa));
+            // vLLM: "NVFP4 weight + INT8/FP8 activation is not supported."
+            NVFP4MOE_RETURN_IF(abits != 4, NVFP4MOE_ERR_UNSUPPORTED,
+                               "%s: config group '%s': NVFP4 weights with %lld-bit activations are "
+                               "not supported",
+                               src, gname, (long long)abits);
+            q->scheme = NVFP4MOE_SCHEME_W4A4;
+        }
+        q->found = true;
+        q->format = NVFP4MOE_CKPT_COMPRESSED_TENSORS;
+        nvfp4moe_strlcpy(q->method, "compressed-tensors", sizeof q->method);
+        nvfp4moe_strlcpy(q->algo, "nvfp4-pack-quantized", sizeof q->algo);
+        q->excluded = json_object_get(qc, "ignore");
+        return NVFP4MOE_OK;
+    }
+    return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
+                              "%s: compressed-tensors config has no NVFP4 group (4-bit float "
+                              "weights, group_size 16)",
+                              src);
+}
+
+/* config.json "quantization_config". */
+static nvfp4moe_status parse_quant_config(json_t *qc, const char *src, quant_desc *q) {
+    const char *method = NULL;
+    NVFP4MOE_TRY(get_str(qc, "quant_method", src, &method));
+    NVFP4MOE_RETURN_IF(!method, NVFP4MOE_ERR_FORMAT,
+                       "%s: quantization_config has no \"quant_method\"", src);
+    if (!strcmp(method, "compressed-tensors")) return parse_ct(qc, src, q);
+    if (!strcmp(method, "modelopt") || !strcmp(method, "modelopt_fp4")) {
+        const char *algo = NULL;
+        NVFP4MOE_TRY(get_str(qc, "quant_algo", src, &algo));
+        json_t *nested = json_object_get(qc, "quantization");
+        if (!algo && json_is_object(nested)) NVFP4MOE_TRY(get_str(nested, "quant_algo", src, &algo));
+        NVFP4MOE_TRY(modelopt_algo(algo, src, q));
+        q->excluded = json_object_get(qc, "ignore");
+        if (!q->excluded) q->excluded = json_object_get(qc, "exclude_modules");
+        if (!q->excluded && json_is_object(nested))
+            q->excluded = json_object_get(nested, "exclude_modules");
+        return NVFP4MOE_OK;
+    }
+    return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
+                              "%s: quant_method \"%s\" is not NVFP4 (modelopt or "
+                              "compressed-tensors)",
+                              src, method);
+}
+
+// ---- exclusion patterns ----
+
+/* Python-flavoured regex -> POSIX extended, anchored at the start as re.match is. */
+static char *posix_regex(const char *re) {
+    size_t n = strlen(re);
+    char *out = malloc(n * 12 + 8);
+    if (!out) return NULL;
+    char *o = out;
+    o += sprintf(o, "^(");
+    for (const char *p = re; *p; p++) {
+        if (p[0] == '\\' && p[1] == 'd') o += sprintf(o, "[0-9]"), p++;
+        else if (p[0] == '\\' && p[1] == 's') o += sprintf(o, "[[:space:]]"), p++;
+        else if (p[0] == '(' && p[1] == '?' && p[2] == ':') *o++ = '(', p += 2;
+        else if (p[0] == '\\' && p[1]) *o++ = p[0], *o++ = p[1], p++;
+        else *o++ = *p;
+    }
+    o += sprintf(o, ")");
+    *o = '\0';
+    return out;
+}
+
+static bool pattern_matches(const char *pat, const char *module) {
+    if (!strncmp(pat, "re:", 3)) {
+        char *re = posix_regex(pat + 3);
+        regex_t rx;
+        bool m = false;
+        if (re && regcomp(&rx, re, REG_EXTENDED | REG_NOSUB) == 0) {
+            m = regexec(&rx, module, 0, NULL, 0) == 0;
+            regfree(&rx);
+        }
+        free(re);
+        return m;
+    }
+    if (fnmatch(pat, module, 0) == 0) return true;
+    // A plain module name also excludes what is inside it ("model.layers.3.mlp" covers experts).
+    size_t n = strlen(pat);
+    return n && !strncmp(pat, module, n) && module[n] == '.';
+}
+
+// ---- reading ----
+
+void nvfp4moe_model_info_free(nvfp4moe_model_info *info) {
+    if (!info) return;
+    info_storage *s = info->storage_;
+    if (s) {
+        for (int32_t i = 0; i < s->n; i++) free(s->patterns[i]);
+        free(s->patterns);
+        free(s->is_moe);
+        free(s);
+    }
+    free(info);
+}
+
+bool nvfp4moe_model_info_is_moe_layer(const nvfp4moe_model_info *info, int32_t layer) {
+    if (!info || layer < 0 || layer >= info->num_layers) return false;
+    const info_storage *s = info->storage_;
+    return s->is_moe[layer] != 0;
+}
+
+const char *nvfp4moe_model_info_excluded(const nvfp4moe_model_info *info, int32_t i) {
+    if (!info || i < 0 || i >= info->num_excluded) return NULL;
+    const info_storage *s = info->storage_;
+    return s->patterns[i];
+}
+
+bool nvfp4moe_model_info_is_excluded(const nvfp4moe_model_info *info, const char *module) {
+    if (!info || !module) return false;
+    const info_storage *s = info->storage_;
+    for (int32_t i = 0; i < s->n; i++)
+        if (pattern_matches(s->patterns[i], module)) return true;
+    return false;
+}
+
+static nvfp4moe_status take_excluded(json_t *arr, const char *src, info_storage *s) {
+    if (!arr || json_is_null(arr)) return NVFP4MOE_OK;
+    NVFP4MOE_RETURN_IF(!json_is_array(arr), NVFP4MOE_ERR_FORMAT,
+                       "%s: the excluded-modules list is not an array", src);
+    size_t n = json_array_size(arr);
+    s->patterns = calloc(n ? n : 1, sizeof *s->patterns);
+    NVFP4MOE_RETURN_IF(!s->patterns, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(arr, i);
+        NVFP4MOE_RETURN_IF(!json_is_string(e), NVFP4MOE_ERR_FORMAT,
+                           "%s: excluded module %zu is not a string", src, i);
+        const char *p = json_string_value(e);
+        if (!strncmp(p, "re:", 3)) {
+            char *re = posix_regex(p + 3);
+            regex_t rx;
+            int rc = re ? regcomp(&rx, re, REG_EXTENDED | REG_NOSUB) : -1;
+            free(re);
+            if (rc == 0) regfree(&rx);
+            NVFP4MOE_RETURN_IF(rc != 0, NVFP4MOE_ERR_FORMAT,
+                               "%s: excluded module pattern \"%s\" is not a regular expression "
+                               "nvfp4moe can read",
+                               src, p);
+        }
+        s->patterns[s->n] = strdup(p);
+        NVFP4MOE_RETURN_IF(!s->patterns[s->n], NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        s->n++;
+    }
+    return NVFP4MOE_OK;
+}
+
+/* Which layers are MoE. */
+static nvfp4moe_status moe_layers(json_t *c, const char *src, nvfp4moe_model_info *info,
+                                  info_storage *s) {
+    int32_t L = info->num_layers;
+    s->is_moe = calloc(L ? (size_t)L : 1, 1);
+    NVFP4MOE_RETURN_IF(!s->is_moe, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    int64_t first_dense = 0, freq = 1, sparse_step = 1, interleave = 1;
+    bool has_fd, has_freq, has_ss, has_il;
+    NVFP4MOE_TRY(get_int(c, "first_k_dense_replace", src, &first_dense, &has_fd));
+    NVFP4MOE_TRY(get_int(c, "moe_layer_freq", src, &freq, &has_freq));
+    NVFP4MOE_TRY(get_int(c, "decoder_sparse_step", src, &sparse_step, &has_ss));
+    NVFP4MOE_TRY(get_int(c, "interleave_moe_layer_step", src, &interleave, &has_il));
+    NVFP4MOE_RETURN_IF(has_freq && freq < 1, NVFP4MOE_ERR_FORMAT,
+                       "%s: field \"moe_layer_freq\"=%lld must be >= 1", src, (long long)freq);
+    NVFP4MOE_RETURN_IF(has_ss && sparse_step < 1, NVFP4MOE_ERR_FORMAT,
+                       "%s: field \"decoder_sparse_step\"=%lld must be >= 1", src,
+                       (long long)sparse_step);
+    NVFP4MOE_RETURN_IF(has_il && interleave < 1, NVFP4MOE_ERR_FORMAT,
+                       "%s: field \"interleave_moe_layer_step\"=%lld must be >= 1", src,
+                       (long long)interleave);
+    json_t *mlp_only = json_object_get(c, "mlp_only_layers");
+    json_t *moe_list = json_object_get(c, "moe_layers");
+    NVFP4MOE_RETURN_IF(mlp_only && !json_is_null(mlp_only) && !json_is_array(mlp_only),
+                       NVFP4MOE_ERR_FORMAT, "%s: field \"mlp_only_layers\" must be a list", src);
+    NVFP4MOE_RETURN_IF(moe_list && !json_is_null(moe_list) && !json_is_array(moe_list),
+                       NVFP4MOE_ERR_FORMAT, "%s: field \"moe_layers\" must be a list", src);
+    for (int32_t i = 0; i < L; i++) {
+        bool moe = i >= first_dense && i % freq == 0 && (i + 1) % sparse_step == 0 &&
+                   (i + 1) % interleave == 0;
+        s->is_moe[i] = moe;
+    }
+    if (json_is_array(mlp_only)) {
+        for (size_t k = 0; k < json_array_size(mlp_only); k++) {
+            json_t *e = json_array_get(mlp_only, k);
+            NVFP4MOE_RETURN_IF(!json_is_integer(e), NVFP4MOE_ERR_FORMAT,
+                               "%s: field \"mlp_only_layers\"[%zu] is not a layer number", src, k);
+            json_int_t v = json_integer_value(e);
+            if (v >= 0 && v < L) s->is_moe[v] = 0;
+        }
+    }
+    if (json_is_array(moe_list)) {
+        memset(s->is_moe, 0, (size_t)L);
+        for (size_t k = 0; k < json_array_size(moe_list); k++) {
+            json_t *e = json_array_get(moe_list, k);
+            NVFP4MOE_RETURN_IF(!json_is_integer(e) || json_integer_value(e) < 0 ||
+                                   json_integer_value(e) >= L,
+                               NVFP4MOE_ERR_FORMAT,
+                               "%s: field \"moe_layers\"[%zu] is not a layer number below %d", src,
+                               k, L);
+            s->is_moe[json_integer_value(e)] = 1;
+        }
+    }
+    info->first_moe_layer = -1;
+    for (int32_t i = 0; i < L; i++) {
+        if (!s->is_moe[i]) continue;
+        if (info->first_moe_layer < 0) info->first_moe_layer = i;
+        info->num_moe_layers++;
+    }
+    return NVFP4MOE_OK;
+}
+
+static nvfp4moe_status parse_model(json_t *root, json_t *hfq, const char *name,
+                                   nvfp4moe_model_info *info, info_storage *s) {
+    char src[600], hsrc[600];
+    snprintf(src, sizeof src, "%s/config.json", name);
+    snprintf(hsrc, sizeof hsrc, "%s/hf_quant_config.json", name);
+    NVFP4MOE_RETURN_IF(!json_is_object(root), NVFP4MOE_ERR_FORMAT, "%s: not a JSON object", src);
+    nvfp4moe_config *cfg = &info->cfg;
+    nvfp4moe_config_init(cfg);
+
+    // Multimodal wrappers (Llama-4, ...) keep the language model's fields in text_config.
+    json_t *c = root;
+    json_t *tc = json_object_get(root, "text_config");
+    if (json_is_object(tc) && !json_object_get(root, "hidden_size")) c = tc;
+
+    const char *mt = NULL;
+    NVFP4MOE_TRY(get_str(c, "model_type", src, &mt));
+    if (!mt) NVFP4MOE_TRY(get_str(root, "model_type", src, &mt));
+    nvfp4moe_strlcpy(info->model_type, mt ? mt : "", sizeof info->model_type);
+    nvfp4moe_strlcpy(info->prefix,
+                     mt && !strcmp(mt, "llama4") ? "language_model.model.layers"
+                                                     : "model.layers",
+                     sizeof info->prefix);
+
+    static const char *const k_experts[] = {"num_experts", "n_routed_experts", "num_local_experts",
+                                            "moe_num_experts", NULL};
+    static const char *const k_inter[] = {"moe_intermediate_size", "intermediate_size", NULL};
+    static const char *const k_topk[] = {"num_experts_per_tok", "moe_topk", "experts_per_token",
+                                         "top_k", NULL};
+    static const char *const k_hidden[] = {"hidden_size", NULL};
+    static const char *const k_layers[] = {"num_hidden_layers", "n_layers", NULL};
+    const char *which;
+    int32_t E = 0, I = 0, K = 0, H = 0, L = 0;
+    NVFP4MOE_TRY(get_pos_int32(c, k_experts, src, &E, &which));
+    NVFP4MOE_TRY(get_pos_int32(c, k_inter, src, &I, &which));
+    NVFP4MOE_TRY(get_pos_int32(c, k_topk, src, &K, &which));
+    NVFP4MOE_TRY(get_pos_int32(c, k_hidden, src, &H, &which));
+    NVFP4MOE_RETURN_IF(!which, NVFP4MOE_ERR_FORMAT, "%s: missing field \"hidden_size\"", src);
+    NVFP4MOE_TRY(get_pos_int32(c, k_layers, src, &L, &which));
+    NVFP4MOE_RETURN_IF(!which, NVFP4MOE_ERR_FORMAT, "%s: missing field \"num_hidden_layers\"", src);
+    NVFP4MOE_RETURN_IF(L > MAX_LAYERS, NVFP4MOE_ERR_FORMAT,
+                       "%s: field \"num_hidden_layers\"=%d is absurd (more than %d)", src, L,
+                       MAX_LAYERS);
+    info->num_layers = L;
+    cfg->hidden_size = H;
+    if (E > 0) {
+        cfg->num_experts = E;
+        NVFP4MOE_RETURN_IF(I <= 0, NVFP4MOE_ERR_FORMAT,
+                           "%s: MoE model without \"moe_intermediate_size\" or "
+                           "\"intermediate_size\"", src);
+        NVFP4MOE_RETURN_IF(K <= 0, NVFP4MOE_ERR_FORMAT,
+                           "%s: MoE model without \"num_experts_per_tok\"", src);
+        cfg->intermediate_size = I;
+        cfg->top_k = K;
+    }
+
+    int64_t nshared = 0, shared_i = 0;
+    bool p1, p2;
+    NVFP4MOE_TRY(get_int(c, "n_shared_experts", src, &nshared, &p1));
+    NVFP4MOE_TRY(get_int(c, "shared_expert_intermediate_size", src, &shared_i, &p2));
+    info->num_shared_experts = (int32_t)(nshared > 0 ? nshared : (shared_i > 0 ? 1 : 0));
+
+    const char *act = NULL;
+    NVFP4MOE_TRY(get_str(c, "hidden_act", src, &act));
+    if (!act) NVFP4MOE_TRY(get_str(c, "mlp_hidden_act", src, &act));
+    NVFP4MOE_TRY(parse_activation(act, mt, src, &cfg->activation));
+    double limit;
+    bool has_limit;
+    NVFP4MOE_TRY(get_num(c, "swiglu_limit", src, &limit, &has_limit));
+    if (has_limit) {
+        cfg->has_swiglu_limit = true;
+        cfg->swiglu_limit = (float)limit;
+    }
+    const char *dt = NULL;
+    NVFP4MOE_TRY(get_str(c, "torch_dtype", src, &dt));
+    if (!dt) NVFP4MOE_TRY(get_str(root, "torch_dtype", src, &dt));
+    if (dt && (!strcmp(dt, "float16") || !strcmp(dt, "half")))
+        cfg->in_dtype = cfg->out_dtype = NVFP4MOE_DTYPE_FP16;
+    NVFP4MOE_TRY(parse_routing(c, src, mt, cfg, &info->warnings));
+    if (E > 0) NVFP4MOE_TRY(moe_layers(c, src, info, s));
+    else {
+        s->is_moe = calloc(1, 1);
+        NVFP4MOE_RETURN_IF(!s->is_moe, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        info->first_moe_layer = -1;
+    }
+
+    // Quantization: config.json's quantization_config wins over hf_quant_config.json (what vLLM
+    // reads first); a disagreement between the two is reported.
+    quant_desc q = {0}, qh = {0};
+    json_t *qc = json_object_get(root, "quantization_config");
+    if (qc && !json_is_null(qc)) {
+        NVFP4MOE_RETURN_IF(!json_is_object(qc), NVFP4MOE_ERR_FORMAT,
+                           "%s: \"quantization_config\" is not an object", src);
+        NVFP4MOE_TRY(parse_quant_config(qc, src, &q));
+        nvfp4moe_strlcpy(info->quant_source, "config.json", sizeof info->quant_source);
+    }
+    if (hfq) {
+        NVFP4MOE_TRY(parse_hf_quant(hfq, hsrc, &qh));
+        if (!q.found) {
+            q = qh;
+            nvfp4moe_strlcpy(info->quant_source, "hf_quant_config.json", sizeof info->quant_source);
+        } else if (strcmp(q.algo, qh.algo) != 0 && q.format == NVFP4MOE_CKPT_MODELOPT) {
+            nvfp4moe_warn(&info->warnings,
+                          "config.json says quant_algo \"%s\" but hf_quant_config.json says \"%s\": "
+                          "using config.json's, as vLLM does", q.algo, qh.algo);
+        }
+    }
+    if (q.found) {
+        info->quantized = true;
+        info->format_known = q.format == NVFP4MOE_CKPT_COMPRESSED_TENSORS;
+        info->format = q.format;
+        cfg->scheme = q.scheme;
+        nvfp4moe_strlcpy(info->quant_method, q.method, sizeof info->quant_method);
+        nvfp4moe_strlcpy(info->quant_algo, q.algo, sizeof info->quant_algo);
+        NVFP4MOE_TRY(take_excluded(q.excluded, q.format == NVFP4MOE_CKPT_MODELOPT &&
+                                                   !strcmp(info->quant_source, "hf_quant_config.json")
+                                               ? hsrc : src, s));
+        info->num_excluded = s->n;
+    } else {
+        info->format = NVFP4MOE_CKPT_UNQUANTIZED;
+        info->format_known = true;
+    }
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, const char *hf_quant_json,
+                                          const char *name, nvfp4moe_model_info **out) {
+    NVFP4MOE_RETURN_IF(!config_json || !out, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "model_info_parse: NULL argument");
+    if (!name) name = ".";
+    json_error_t err;
+    json_t *root = json_loads(config_json, JSON_REJECT_DUPLICATES, &err);
+    NVFP4MOE_RETURN_IF(!root, NVFP4MOE_ERR_FORMAT, "%s/config.json: not valid JSON: %s (line %d)",
+                       name, err.text, err.line);
+    json_t *hfq = NULL;
+    if (hf_quant_json) {
+        hfq = json_loads(hf_quant_json, JSON_REJECT_DUPLICATES, &err);
+        if (!hfq) {
+            json_decref(root);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                                      "%s/hf_quant_config.json: not valid JSON: %s (line %d)", name,
+                                      err.text, err.line);
+        }
+    }
+    nvfp4moe_model_info *info = calloc(1, sizeof *info);
+    info_storage *s = calloc(1, sizeof *s);
+    nvfp4moe_status st;
+    if (!info || !s) {
+        free(info);
+        free(s);
+        st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    } else {
+        info->storage_ = s;
+        st = parse_model(root, hfq, name, info, s);
+        if (st != NVFP4MOE_OK) nvfp4moe_model_info_free(info);
+        else *out = info;
+    }
+    json_decref(root);
+    if (hfq) json_decref(hfq);
+    return st;
+}
+
+nvfp4moe_status nvfp4moe_model_info_read(const char *dir, nvfp4moe_model_info **out) {
+    NVFP4MOE_RETURN_IF(!dir || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "model_info_read: NULL");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *config = NULL, *hfq = NULL;
+    NVFP4MOE_TRY(nvfp4moe_read_text_file(path, MAX_CONFIG_BYTES, &config));
+    snprintf(path, sizeof path, "%s/hf_quant_config.json", dir);
+    nvfp4moe_status s = nvfp4moe_read_text_file(path, MAX_CONFIG_BYTES, &hfq);
+    if (s == NVFP4MOE_ERR_NOT_FOUND) s = NVFP4MOE_OK, hfq = NULL;
+    if (s == NVFP4MOE_OK) s = nvfp4moe_model_info_parse(config, hfq, dir, out);
+    free(config);
+    free(hfq);
+    return s;
+}
+
+// ---- writing ----
+
+/* model_type and routing keys that read back as cfg's routing. */
+static bool set_routing_fields(json_t *c, const nvfp4moe_config *cfg, int32_t first_moe) {
+    bool ok = true;
+    switch (cfg->routing) {
+    case NVFP4MOE_ROUTING_DEEPSEEK_V3:
+        ok = json_object_set_new(c, "model_type", json_string("deepseek_v3")) == 0 &&
+             json_object_set_new(c, "n_routed_experts", json_integer(cfg->num_experts)) == 0 &&
+             json_object_set_new(c, "scoring_func", json_string("sigmoid")) == 0 &&
+             json_object_set_new(c, "topk_method", json_string(cfg->has_correction_bias
+                                                                   ? "noaux_tc"
+                                                                   : "group_limited_greedy")) == 0 &&
+             json_object_set_new(c, "n_group", json_integer(cfg->n_group)) == 0 &&
+             json_object_set_new(c, "topk_group", json_integer(cfg->topk_group)) == 0 &&
+             json_object_set_new(c, "norm_topk_prob", json_true()) == 0 &&
+             json_object_set_new(c, "first_k_dense_replace", json_integer(first_moe)) == 0 &&
+             json_object_set_new(c, "moe_layer_freq", json_integer(1)) == 0;
+        break;
+    case NVFP4MOE_ROUTING_LLAMA4:
+        ok = json_object_set_new(c, "model_type", json_string("llama4_text")) == 0;
+        break;
+    case NVFP4MOE_ROUTING_MINIMAX2:
+        ok = json_object_set_new(c, "model_type", json_string("minimax_m2")) == 0 &&
+             json_object_set_new(c, "scoring_func", json_string("sigmoid")) == 0 &&
+             json_object_set_new(c, "use_routing_bias",
+                                 json_boolean(cfg->has_correction_bias)) == 0;
+        break;
+    case NVFP4MOE_ROUTING_SIGMOID:
+    case NVFP4MOE_ROUTING_SIGMOID_RENORM:
+        ok = json_object_set_new(c, "model_type", json_string("nvfp4moe_layer")) == 0 &&
+             json_object_set_new(c, "scoring_func", json_string("sigmoid")) == 0 &&
+             json_object_set_new(c, "norm_topk_prob",
+                                 json_boolean(cfg->routing == NVFP4MOE_ROUTING_SIGMOID_RENORM)) == 0;
+        break;
+    default:
+        ok = json_object_set_new(c, "model_type",
+                                 json_string(cfg->activation == NVFP4MOE_ACT_SWIGLUOAI
+                                                 ? "gpt_oss"
+                                                 : "qwen3_moe")) == 0 &&
+             json_object_set_new(c, "norm_topk_prob",
+                                 json_boolean(cfg->routing != NVFP4MOE_ROUTING_SOFTMAX_TOPK)) == 0;
+        break;
+    }
+    if (cfg->routing != NVFP4MOE_ROUTING_DEEPSEEK_V3 && first_moe > 0) {
+        json_t *dense = json_array();
+        for (int32_t i = 0; i < first_moe && dense; i++) json_array_append_new(dense, json_integer(i));
+        ok = ok && dense && json_object_set_new(c, "mlp_only_layers", dense) == 0;
+    }
+    return ok;
+}
+
+static const char *hf_act_name(nvfp4moe_activation a) {
+    switch (a) {
+    case NVFP4MOE_ACT_GELU_TANH: return "gelu_pytorch_tanh";
+    default: return nvfp4moe_activation_name(a);
+    }
+}
+
+static json_t *make_config(const nvfp4moe_config *cfg, int32_t num_layers, int32_t first_moe) {
+    json_t *c = json_object();
+    if (!c) return NULL;
+    bool ok = json_object_set_new(c, "architectures", json_pack("[s]", "NvFp4MoeLayer")) == 0 &&
+              json_object_set_new(c, "hidden_size", json_integer(cfg->hidden_size)) == 0 &&
+              json_object_set_new(c, "moe_intermediate_size",
+                                  json_integer(cfg->intermediate_size)) == 0 &&
+              json_object_set_new(c, "num_experts", json_integer(cfg->num_experts)) == 0 &&
+              json_object_set_new(c, "num_experts_per_tok", json_integer(cfg->top_k)) == 0 &&
+              json_object_set_new(c, "num_hidden_layers", json_integer(num_layers)) == 0 &&
+              json_object_set_new(c, "hidden_act", json_string(hf_act_name(cfg->activation))) == 0 &&
+              json_object_set_new(c, "routed_scaling_factor",
+                                  json_real(cfg->routed_scaling_factor)) == 0 &&
+              json_object_set_new(c, "torch_dtype", json_string(cfg->in_dtype == NVFP4MOE_DTYPE_FP16
+                                                                    ? "float16"
+                                                                    : "bfloat16")) == 0;
+    if (ok && cfg->has_swiglu_limit)
+        ok = json_object_set_new(c, "swiglu_limit", json_real(cfg->swiglu_limit)) == 0;
+    ok = ok && set_routing_fields(c, cfg, first_moe);
+    if (!ok) {
+        json_decref(c);
+        return NULL;
+    }
+    return c;
+}
+
+nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
+                                            int32_t num_layers, int32_t first_moe_layer,
+                                            nvfp4moe_ckpt_format fmt,
+                                            const char *base_config_json) {
+    NVFP4MOE_RETURN_IF(!dir || !cfg, NVFP4MOE_ERR_INVALID_ARGUMENT, "model_config_write: NULL");
+    NVFP4MOE_RETURN_IF((unsigned)fmt >= NVFP4MOE_CKPT_FORMAT_COUNT, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "model_config_write: bad format %d", (int)fmt);
+    NVFP4MOE_RETURN_IF(num_layers < 1 || first_moe_layer < 0 || first_moe_layer >= num_layers,
+                       NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "model_config_write: first_moe_layer=%d must be in [0, num_layers=%d)",
+                       first_moe_layer, num_layers);
+    json_t *c;
+    if (base_config_json) {
+        json_error_t err;
+        c = json_loads(base_config_json, JSON_REJECT_DUPLICATES, &err);
+        NVFP4MOE_RETURN_IF(!c || !json_is_object(c), NVFP4MOE_ERR_FORMAT,
+                           "base config.json: not a JSON object: %s", c ? "" : err.text);
+        json_object_del(c, "quantization_config");
+    } else {
+        c = make_config(cfg, num_layers, first_moe_layer);
+        NVFP4MOE_RETURN_IF(!c, NVFP4MOE_ERR_OUT_OF_MEMORY, "model_config_write: out of memory");
+    }
+    bool w4a16 = cfg->scheme == NVFP4MOE_SCHEME_W4A16;
+    // The router and everything that is not an expert stays unquantized, as real exports do.
+    json_t *ignore = json_pack("[s,s]", "lm_head", "re:.*mlp\\.gate$");
+    json_t *hfq = NULL;
+    bool ok = ignore != NULL;
+    if (ok && fmt == NVFP4MOE_CKPT_COMPRESSED_TENSORS) {
+        json_t *ia = w4a16 ? json_null()
+                           : json_pack("{s:i,s:s,s:s,s:i,s:b,s:s}", "num_bits", 4, "type", "float",
+                                       "strategy", "tensor_group", "group_size", 16, "symmetric",
+                                       1, "dynamic", "local");
+        json_t *qc = json_pack("{s:s,s:s,s:{s:{s:{s:i,s:s,s:s,s:i,s:b,s:b},s:o,s:[s],s:s}},s:O}",
+                               "quant_method", "compressed-tensors", "format",
+                               "nvfp4-pack-quantized", "config_groups", "group_0", "weights",
+                               "num_bits", 4, "type", "float", "strategy", "tensor_group",
+                               "group_size", 16, "symmetric", 1, "dynamic", 0,
+                               "input_activations", ia, "targets", "Linear", "format",
+                               "nvfp4-pack-quantized", "ignore", ignore);
+        ok = qc && json_object_set_new(c, "quantization_config", qc) == 0;
+    } else if (ok && fmt != NVFP4MOE_CKPT_UNQUANTIZED) {
+        const char *algo = w4a16 ? "W4A16_NVFP4" : "NVFP4";
+        json_t *ex = json_pack("[s,s]", "lm_head", "*.mlp.gate");
+        json_t *qc = ex ? json_pack("{s:s,s:s,s:O,s:{s:s,s:s}}", "quant_method", "modelopt",
+                                    "quant_algo", algo, "ignore", ex, "producer", "name",
+                                    "nvfp4moe", "version", nvfp4moe_version())
+                        : NULL;
+        hfq = ex ? json_pack("{s:{s:s,s:s},s:{s:s,s:n,s:i,s:O}}", "producer", "name", "nvfp4moe",
+                             "version", nvfp4moe_version(), "quantization", "quant_algo", algo,
+                             "kv_cache_quant_algo", "group_size", 16, "exclude_modules", ex)
+                 : NULL;
+        ok = qc && hfq && json_object_set_new(c, "quantization_config", qc) == 0;
+        if (ex) json_decref(ex);
+    }
+    if (ignore) json_decref(ignore);
+    char *text = ok ? json_dumps(c, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    char *htext = ok && hfq ? json_dumps(hfq, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(c);
+    if (hfq) json_decref(hfq);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    if (!text || (hfq && !htext)) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "model_config_write: out of memory");
+    } else {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        s = nvfp4moe_write_text_file(path, text);
+        if (s == NVFP4MOE_OK && htext) {
+            snprintf(path, sizeof path, "%s/hf_quant_config.json", dir);
+            s = nvfp4moe_write_text_file(path, htext);
+        }
+    }
+    free(text);
+    free(htext);
+    return s;
+}

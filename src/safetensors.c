@@ -1,0 +1,769 @@
+/*
+ * safetensors.c - a memory-mapped, zero-copy safetensors reader that enforces every rule of the
+ * format, multi-shard models (model.safetensors.index.json), and a small writer.
+ *
+ * The reader trusts nothing in the file: every length and offset is checked against the mapping
+ * before a byte behind it is touched, and all arithmetic on sizes is overflow-checked. JSON is
+ * parsed by jansson with an explicit length, so the header needs no terminator.
+ */
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// ---- dtypes ----
+
+static const struct {
+    const char *name;
+    int bits;
+} k_dtypes[NVFP4MOE_ST_DTYPE_COUNT] = {
+    [NVFP4MOE_ST_BOOL] = {"BOOL", 8},           [NVFP4MOE_ST_U8] = {"U8", 8},
+    [NVFP4MOE_ST_I8] = {"I8", 8},               [NVFP4MOE_ST_F8_E5M2] = {"F8_E5M2", 8},
+    [NVFP4MOE_ST_F8_E4M3] = {"F8_E4M3", 8},     [NVFP4MOE_ST_F8_E8M0] = {"F8_E8M0", 8},
+    [NVFP4MOE_ST_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8}, [NVFP4MOE_ST_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8},
+    [NVFP4MOE_ST_I16] = {"I16", 16},            [NVFP4MOE_ST_U16] = {"U16", 16},
+    [NVFP4MOE_ST_F16] = {"F16", 16},            [NVFP4MOE_ST_BF16] = {"BF16", 16},
+    [NVFP4MOE_ST_I32] = {"I32", 32},            [NVFP4MOE_ST_U32] = {"U32", 32},
+    [NVFP4MOE_ST_F32] = {"F32", 32},            [NVFP4MOE_ST_C64] = {"C64", 64},
+    [NVFP4MOE_ST_F64] = {"F64", 64},            [NVFP4MOE_ST_I64] = {"I64", 64},
+    [NVFP4MOE_ST_U64] = {"U64", 64},            [NVFP4MOE_ST_F4] = {"F4", 4},
+    [NVFP4MOE_ST_F6_E2M3] = {"F6_E2M3", 6},     [NVFP4MOE_ST_F6_E3M2] = {"F6_E3M2", 6},
+};
+
+const char *nvfp4moe_st_dtype_name(nvfp4moe_st_dtype d) {
+    return (unsigned)d < NVFP4MOE_ST_DTYPE_COUNT ? k_dtypes[d].name : "?";
+}
+
+int nvfp4moe_st_dtype_bits(nvfp4moe_st_dtype d) {
+    return (unsigned)d < NVFP4MOE_ST_DTYPE_COUNT ? k_dtypes[d].bits : 0;
+}
+
+nvfp4moe_status nvfp4moe_st_dtype_parse(const char *s, nvfp4moe_st_dtype *out) {
+    NVFP4MOE_RETURN_IF(!s || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_dtype_parse: NULL argument");
+    for (int i = 0; i < NVFP4MOE_ST_DTYPE_COUNT; i++) {
+        if (!strcmp(s, k_dtypes[i].name)) {
+            *out = (nvfp4moe_st_dtype)i;
+            return NVFP4MOE_OK;
+        }
+    }
+    return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND, "unknown safetensors dtype '%s'", s);
+}
+
+/* numel * bits / 8 with overflow checks. Returns false when it overflows or is not whole bytes
+ * (*misaligned tells which). */
+static bool tensor_bytes(int64_t numel, int bits, uint64_t *out, bool *misaligned) {
+    *misaligned = false;
+    if (numel < 0) return false;
+    uint64_t n = (uint64_t)numel;
+    if (n > UINT64_MAX / (uint64_t)bits) return false;
+    uint64_t total_bits = n * (uint64_t)bits;
+    if (total_bits % 8) {
+        *misaligned = true;
+        return false;
+    }
+    *out = total_bits / 8;
+    return true;
+}
+
+// ---- one file ----
+
+struct nvfp4moe_st_file {
+    char *path;
+    const uint8_t *map;      /* the whole file, read-only */
+    size_t map_size;
+    const uint8_t *data;     /* start of the data section */
+    uint64_t data_size;
+    json_t *root;            /* owns the tensor names and metadata strings */
+    nvfp4moe_st_tensor *tensors; /* in data order */
+    size_t count;
+    const nvfp4moe_st_tensor **by_name; /* sorted by name */
+};
+
+static int cmp_offset(const void *a, const void *b) {
+    const nvfp4moe_st_tensor *x = a, *y = b;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_name_ptr(const void *a, const void *b) {
+    const nvfp4moe_st_tensor *const *x = a, *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+void nvfp4moe_st_close(nvfp4moe_st_file *f) {
+    if (!f) return;
+    if (f->map && f->map_size) munmap((void *)f->map, f->map_size);
+    if (f->root) json_decref(f->root);
+    free(f->tensors);
+    free(f->by_name);
+    free(f->path);
+    free(f);
+}
+
+/* Parses one header entry into t (name already set). Messages name the file and tensor. */
+static nvfp4moe_status parse_entry(const char *path, const char *name, json_t *v,
+                                   uint64_t data_size, nvfp4moe_st_tensor *t) {
+    NVFP4MOE_RETURN_IF(!json_is_object(v), NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': header entry is not a JSON object", path, name);
+    json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
+           *jo = json_object_get(v, "data_offsets");
+    NVFP4MOE_RETURN_IF(!jd || !json_is_string(jd), NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': missing or non-string \"dtype\"", path, name);
+    NVFP4MOE_RETURN_IF(!js || !json_is_array(js), NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': missing or non-array \"shape\"", path, name);
+    NVFP4MOE_RETURN_IF(!jo || !json_is_array(jo) || json_array_size(jo) != 2, NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': \"data_offsets\" must be an array [begin, end]", path, name);
+    const char *ds = json_string_value(jd);
+    if (nvfp4moe_st_dtype_parse(ds, &t->dtype) != NVFP4MOE_OK)
+        return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'", path,
+                                  name, ds);
+    size_t nd = json_array_size(js);
+    NVFP4MOE_RETURN_IF(nd > NVFP4MOE_ST_MAX_DIMS, NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': %zu dimensions, more than %d", path, name, nd,
+                       NVFP4MOE_ST_MAX_DIMS);
+    t->ndim = (int32_t)nd;
+    int64_t numel = 1;
+    bool overflow = false;
+    for (size_t i = 0; i < nd; i++) {
+        json_t *d = json_array_get(js, i);
+        NVFP4MOE_RETURN_IF(!json_is_integer(d) || json_integer_value(d) < 0, NVFP4MOE_ERR_FORMAT,
+                           "%s: tensor '%s': shape[%zu] is not a non-negative integer", path, name,
+                           i);
+        int64_t dim = (int64_t)json_integer_value(d);
+        t->shape[i] = dim;
+        // Keep multiplying after an overflow only to report it; a zero dim makes it empty.
+        if (dim != 0 && numel > INT64_MAX / dim) overflow = true;
+        else numel *= dim;
+    }
+    bool has_zero = false;
+    for (size_t i = 0; i < nd; i++) has_zero |= t->shape[i] == 0;
+    if (has_zero) numel = 0, overflow = false;
+    NVFP4MOE_RETURN_IF(overflow, NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': absurd shape: element count overflows 64 bits", path, name);
+    t->numel = numel;
+    bool misaligned;
+    uint64_t nbytes;
+    if (!tensor_bytes(numel, nvfp4moe_st_dtype_bits(t->dtype), &nbytes, &misaligned)) {
+        if (misaligned)
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                                      "%s: tensor '%s': %lld elements of %s are not whole bytes",
+                                      path, name, (long long)numel, ds);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                                  "%s: tensor '%s': absurd shape: byte size overflows 64 bits", path,
+                                  name);
+    }
+    json_t *jb = json_array_get(jo, 0), *je = json_array_get(jo, 1);
+    NVFP4MOE_RETURN_IF(!json_is_integer(jb) || !json_is_integer(je) || json_integer_value(jb) < 0 ||
+                           json_integer_value(je) < 0,
+                       NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets are not non-negative integers", path, name);
+    uint64_t b = (uint64_t)json_integer_value(jb), e = (uint64_t)json_integer_value(je);
+    NVFP4MOE_RETURN_IF(e < b, NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path,
+                       name, (unsigned long long)b, (unsigned long long)e);
+    NVFP4MOE_RETURN_IF(e > data_size, NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the data "
+                       "section (%llu bytes; truncated file?)",
+                       path, name, (unsigned long long)b, (unsigned long long)e,
+                       (unsigned long long)data_size);
+    NVFP4MOE_RETURN_IF(e - b != nbytes, NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': shape and dtype %s need %llu bytes but data_offsets [%llu, "
+                       "%llu] span %llu",
+                       path, name, ds, (unsigned long long)nbytes, (unsigned long long)b,
+                       (unsigned long long)e, (unsigned long long)(e - b));
+    t->offset = b;
+    t->nbytes = nbytes;
+    return NVFP4MOE_OK;
+}
+
+/* Checks the header JSON and fills f->tensors. */
+static nvfp4moe_status parse_header(nvfp4moe_st_file *f, const char *hdr, size_t hlen) {
+    const char *path = f->path;
+    // The format requires the header to start with '{' (no BOM, no leading whitespace).
+    NVFP4MOE_RETURN_IF(hlen == 0 || hdr[0] != '{', NVFP4MOE_ERR_FORMAT,
+                       "%s: header does not start with '{' (not a safetensors file?)", path);
+    json_error_t err;
+    f->root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &err);
+    NVFP4MOE_RETURN_IF(!f->root, NVFP4MOE_ERR_FORMAT,
+                       "%s: header is not valid JSON: %s at byte %d", path, err.text,
+                       err.position);
+    NVFP4MOE_RETURN_IF(!json_is_object(f->root), NVFP4MOE_ERR_FORMAT,
+                       "%s: header is not a JSON object", path);
+    size_t n = json_object_size(f->root);
+    f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
+    f->by_name = calloc(n ? n : 1, sizeof *f->by_name);
+    NVFP4MOE_RETURN_IF(!f->tensors || !f->by_name, NVFP4MOE_ERR_OUT_OF_MEMORY,
+                       "%s: out of memory for %zu tensors", path, n);
+    const char *key;
+    json_t *v;
+    size_t k = 0;
+    json_object_foreach(f->root, key, v) {
+        if (!strcmp(key, "__metadata__")) {
+            NVFP4MOE_RETURN_IF(!json_is_object(v), NVFP4MOE_ERR_FORMAT,
+                               "%s: \"__metadata__\" is not a JSON object", path);
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(v, mk, mv) {
+                NVFP4MOE_RETURN_IF(!json_is_string(mv), NVFP4MOE_ERR_FORMAT,
+                                   "%s: \"__metadata__\" value of '%s' is not a string", path, mk);
+            }
+            continue;
+        }
+        NVFP4MOE_RETURN_IF(key[0] == '\0', NVFP4MOE_ERR_FORMAT, "%s: a tensor has an empty name",
+                           path);
+        nvfp4moe_st_tensor *t = &f->tensors[k];
+        t->name = key;
+        t->file = f->path;
+        NVFP4MOE_TRY(parse_entry(path, key, v, f->data_size, t));
+        t->data = f->data + t->offset;
+        k++;
+    }
+    f->count = k;
+    // Data order: sorted, contiguous from 0, covering the whole data section.
+    qsort(f->tensors, k, sizeof *f->tensors, cmp_offset);
+    uint64_t expect = 0;
+    const char *prev = NULL;
+    for (size_t i = 0; i < k; i++) {
+        const nvfp4moe_st_tensor *t = &f->tensors[i];
+        if (t->offset < expect)
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                                      "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor "
+                                      "'%s' (which ends at %llu)",
+                                      path, t->name, (unsigned long long)t->offset,
+                                      (unsigned long long)(t->offset + t->nbytes), prev,
+                                      (unsigned long long)expect);
+        if (t->offset > expect)
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                                      "%s: tensor '%s': hole of %llu bytes before it (data_offsets "
+                                      "begin at %llu, the previous tensor ends at %llu)",
+                                      path, t->name, (unsigned long long)(t->offset - expect),
+                                      (unsigned long long)t->offset, (unsigned long long)expect);
+        expect = t->offset + t->nbytes;
+        if (t->nbytes) prev = t->name;
+    }
+    NVFP4MOE_RETURN_IF(expect != f->data_size, NVFP4MOE_ERR_FORMAT,
+                       "%s: %llu bytes after the last tensor are not covered by any tensor (data "
+                       "section %llu bytes, tensors end at %llu)",
+                       path, (unsigned long long)(f->data_size - expect),
+                       (unsigned long long)f->data_size, (unsigned long long)expect);
+    for (size_t i = 0; i < k; i++) f->by_name[i] = &f->tensors[i];
+    qsort(f->by_name, k, sizeof *f->by_name, cmp_name_ptr);
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
+    NVFP4MOE_RETURN_IF(!path || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_open: NULL argument");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return nvfp4moe_set_error(errno == ENOENT ? NVFP4MOE_ERR_NOT_FOUND : NVFP4MOE_ERR_IO,
+                                  "%s: cannot open: %s", path, strerror(errno));
+    nvfp4moe_st_file *f = calloc(1, sizeof *f);
+    char *p = strdup(path);
+    if (!f || !p) {
+        close(fd);
+        free(f);
+        free(p);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    }
+    f->path = p;
+    nvfp4moe_status s = NVFP4MOE_OK;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: not a regular file", path);
+        goto fail;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < 8) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                               "%s: file is %llu bytes, too short for the 8-byte header length "
+                               "(truncated?)",
+                               path, (unsigned long long)size);
+        goto fail;
+    }
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        goto fail;
+    }
+    f->map = m;
+    f->map_size = (size_t)size;
+    close(fd);
+    fd = -1;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
+    if (hlen > NVFP4MOE_ST_MAX_HEADER) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                               "%s: header length %llu exceeds the %u-byte limit (corrupt header "
+                               "length?)",
+                               path, (unsigned long long)hlen, NVFP4MOE_ST_MAX_HEADER);
+        goto fail;
+    }
+    if (hlen > size - 8) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                               "%s: header length %llu runs past the end of the %llu-byte file "
+                               "(truncated, or a lying header length)",
+                               path, (unsigned long long)hlen, (unsigned long long)size);
+        goto fail;
+    }
+    f->data = f->map + 8 + hlen;
+    f->data_size = size - 8 - hlen;
+    s = parse_header(f, (const char *)f->map + 8, (size_t)hlen);
+    if (s != NVFP4MOE_OK) goto fail;
+    *out = f;
+    return NVFP4MOE_OK;
+fail:
+    if (fd >= 0) close(fd);
+    nvfp4moe_st_close(f);
+    return s;
+}
+
+const char *nvfp4moe_st_file_path(const nvfp4moe_st_file *f) { return f ? f->path : ""; }
+size_t nvfp4moe_st_file_count(const nvfp4moe_st_file *f) { return f ? f->count : 0; }
+
+const nvfp4moe_st_tensor *nvfp4moe_st_file_tensor(const nvfp4moe_st_file *f, size_t i) {
+    return f && i < f->count ? &f->tensors[i] : NULL;
+}
+
+/* Binary search over an array of tensor pointers sorted by name: first index with name >= key. */
+static size_t lower_bound(const nvfp4moe_st_tensor *const *v, size_t n, const char *key) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(v[mid]->name, key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+const nvfp4moe_st_tensor *nvfp4moe_st_file_find(const nvfp4moe_st_file *f, const char *name) {
+    if (!f || !name) return NULL;
+    size_t i = lower_bound(f->by_name, f->count, name);
+    return i < f->count && !strcmp(f->by_name[i]->name, name) ? f->by_name[i] : NULL;
+}
+
+const char *nvfp4moe_st_file_metadata(const nvfp4moe_st_file *f, const char *key) {
+    if (!f || !key || !f->root) return NULL;
+    json_t *m = json_object_get(f->root, "__metadata__");
+    return m ? json_string_value(json_object_get(m, key)) : NULL;
+}
+
+// ---- models: one or more files ----
+
+struct nvfp4moe_st_model {
+    nvfp4moe_st_file **files;
+    size_t nfiles;
+    const nvfp4moe_st_tensor **by_name;
+    size_t count;
+};
+
+void nvfp4moe_st_model_close(nvfp4moe_st_model *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->nfiles; i++) nvfp4moe_st_close(m->files[i]);
+    free(m->files);
+    free(m->by_name);
+    free(m);
+}
+
+static char *join_path(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static nvfp4moe_status model_add_file(nvfp4moe_st_model *m, const char *path) {
+    nvfp4moe_st_file **nf = realloc(m->files, (m->nfiles + 1) * sizeof *nf);
+    NVFP4MOE_RETURN_IF(!nf, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    m->files = nf;
+    nvfp4moe_st_file *f = NULL;
+    NVFP4MOE_TRY(nvfp4moe_st_open(path, &f));
+    m->files[m->nfiles++] = f;
+    return NVFP4MOE_OK;
+}
+
+/* A shard name from an index must stay inside the model directory. */
+static bool safe_shard_name(const char *s) {
+    if (!*s || s[0] == '/') return false;
+    for (const char *p = s; *p;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if ((n == 2 && p[0] == '.' && p[1] == '.') || n == 0) return false;
+        p += n + (slash ? 1 : 0);
+    }
+    return true;
+}
+
+static nvfp4moe_status open_index(nvfp4moe_st_model *m, const char *dir, const char *index_path,
+                                  json_t **index_out) {
+    json_error_t err;
+    json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &err);
+    NVFP4MOE_RETURN_IF(!root, NVFP4MOE_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", index_path,
+                       err.text, err.line);
+    *index_out = root;
+    json_t *wm = json_object_get(root, "weight_map");
+    NVFP4MOE_RETURN_IF(!json_is_object(wm), NVFP4MOE_ERR_FORMAT,
+                       "%s: missing or non-object \"weight_map\"", index_path);
+    // Open each distinct shard once, in the order the map first names it.
+    const char *key;
+    json_t *v;
+    json_object_foreach(wm, key, v) {
+        NVFP4MOE_RETURN_IF(!json_is_string(v), NVFP4MOE_ERR_FORMAT,
+                           "%s: weight_map entry of tensor '%s' is not a file name", index_path,
+                           key);
+        const char *shard = json_string_value(v);
+        NVFP4MOE_RETURN_IF(!safe_shard_name(shard), NVFP4MOE_ERR_FORMAT,
+                           "%s: tensor '%s': shard name '%s' leaves the model directory",
+                           index_path, key, shard);
+        char *path = join_path(dir, shard);
+        NVFP4MOE_RETURN_IF(!path, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        bool seen = false;
+        for (size_t i = 0; i < m->nfiles && !seen; i++) seen = !strcmp(m->files[i]->path, path);
+        nvfp4moe_status s = seen ? NVFP4MOE_OK : model_add_file(m, path);
+        if (s != NVFP4MOE_OK) nvfp4moe_error_prefix("%s names shard '%s'", index_path, shard);
+        free(path);
+        if (s != NVFP4MOE_OK) return s;
+    }
+    return NVFP4MOE_OK;
+}
+
+static int cmp_cstr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static nvfp4moe_status open_all_in_dir(nvfp4moe_st_model *m, const char *dir) {
+    DIR *d = opendir(dir);
+    NVFP4MOE_RETURN_IF(!d, errno == ENOENT ? NVFP4MOE_ERR_NOT_FOUND : NVFP4MOE_ERR_IO,
+                       "%s: cannot open directory: %s", dir, strerror(errno));
+    char **names = NULL;
+    size_t n = 0;
+    nvfp4moe_status s = NVFP4MOE_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l <= 12 || strcmp(e->d_name + l - 12, ".safetensors")) continue;
+        char **nn = realloc(names, (n + 1) * sizeof *nn);
+        char *copy = strdup(e->d_name);
+        if (!nn || !copy) {
+            free(copy);
+            if (nn) names = nn;
+            s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        names = nn;
+        names[n++] = copy;
+    }
+    closedir(d);
+    if (s == NVFP4MOE_OK && n == 0)
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND,
+                               "%s: no model.safetensors.index.json, model.safetensors or "
+                               "*.safetensors file",
+                               dir);
+    if (s == NVFP4MOE_OK) qsort(names, n, sizeof *names, cmp_cstr);
+    for (size_t i = 0; i < n; i++) {
+        if (s == NVFP4MOE_OK) {
+            char *path = join_path(dir, names[i]);
+            s = path ? model_add_file(m, path)
+                     : nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+            free(path);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return s;
+}
+
+/* Builds the by-name table over all files, rejecting names held by two files, and checks each
+ * index entry against its shard. */
+static nvfp4moe_status model_finish(nvfp4moe_st_model *m, const char *dir, const char *index_path,
+                                    json_t *index) {
+    size_t total = 0;
+    for (size_t i = 0; i < m->nfiles; i++) total += m->files[i]->count;
+    m->by_name = calloc(total ? total : 1, sizeof *m->by_name);
+    NVFP4MOE_RETURN_IF(!m->by_name, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < m->nfiles; i++)
+        for (size_t j = 0; j < m->files[i]->count; j++)
+            m->by_name[m->count++] = &m->files[i]->tensors[j];
+    qsort(m->by_name, m->count, sizeof *m->by_name, cmp_name_ptr);
+    for (size_t i = 1; i < m->count; i++)
+        NVFP4MOE_RETURN_IF(!strcmp(m->by_name[i - 1]->name, m->by_name[i]->name),
+                           NVFP4MOE_ERR_FORMAT, "%s: tensor '%s' is in both %s and %s", dir,
+                           m->by_name[i]->name, m->by_name[i - 1]->file, m->by_name[i]->file);
+    if (!index) return NVFP4MOE_OK;
+    json_t *wm = json_object_get(index, "weight_map");
+    const char *key;
+    json_t *v;
+    json_object_foreach(wm, key, v) {
+        const nvfp4moe_st_tensor *t = nvfp4moe_st_model_find(m, key);
+        NVFP4MOE_RETURN_IF(!t, NVFP4MOE_ERR_NOT_FOUND,
+                           "%s: tensor '%s' is mapped to shard '%s', which does not contain it",
+                           index_path, key, json_string_value(v));
+        const char *base = strrchr(t->file, '/');
+        base = base ? base + 1 : t->file;
+        const char *want = strrchr(json_string_value(v), '/');
+        want = want ? want + 1 : json_string_value(v);
+        NVFP4MOE_RETURN_IF(strcmp(base, want) != 0, NVFP4MOE_ERR_FORMAT,
+                           "%s: tensor '%s' is mapped to shard '%s' but found in %s", index_path,
+                           key, json_string_value(v), t->file);
+    }
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out) {
+    NVFP4MOE_RETURN_IF(!path || !out, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_model_open: NULL argument");
+    nvfp4moe_st_model *m = calloc(1, sizeof *m);
+    NVFP4MOE_RETURN_IF(!m, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    nvfp4moe_status s;
+    json_t *index = NULL;
+    char *index_path = NULL, *single = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        s = nvfp4moe_set_error(errno == ENOENT ? NVFP4MOE_ERR_NOT_FOUND : NVFP4MOE_ERR_IO,
+                               "%s: %s", path, strerror(errno));
+        goto done;
+    }
+    if (S_ISREG(st.st_mode)) {
+        s = model_add_file(m, path);
+        if (s == NVFP4MOE_OK) s = model_finish(m, path, NULL, NULL);
+        goto done;
+    }
+    index_path = join_path(path, "model.safetensors.index.json");
+    single = join_path(path, "model.safetensors");
+    if (!index_path || !single) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    if (is_file(index_path)) s = open_index(m, path, index_path, &index);
+    else if (is_file(single)) s = model_add_file(m, single);
+    else s = open_all_in_dir(m, path);
+    if (s == NVFP4MOE_OK) s = model_finish(m, path, index_path, index);
+done:
+    if (index) json_decref(index);
+    free(index_path);
+    free(single);
+    if (s != NVFP4MOE_OK) {
+        nvfp4moe_st_model_close(m);
+        return s;
+    }
+    *out = m;
+    return NVFP4MOE_OK;
+}
+
+size_t nvfp4moe_st_model_num_files(const nvfp4moe_st_model *m) { return m ? m->nfiles : 0; }
+
+const nvfp4moe_st_file *nvfp4moe_st_model_file(const nvfp4moe_st_model *m, size_t i) {
+    return m && i < m->nfiles ? m->files[i] : NULL;
+}
+
+size_t nvfp4moe_st_model_count(const nvfp4moe_st_model *m) { return m ? m->count : 0; }
+
+const nvfp4moe_st_tensor *nvfp4moe_st_model_tensor(const nvfp4moe_st_model *m, size_t i) {
+    return m && i < m->count ? m->by_name[i] : NULL;
+}
+
+size_t nvfp4moe_st_model_lower_bound(const nvfp4moe_st_model *m, const char *name) {
+    return m && name ? lower_bound(m->by_name, m->count, name) : 0;
+}
+
+const nvfp4moe_st_tensor *nvfp4moe_st_model_find(const nvfp4moe_st_model *m, const char *name) {
+    if (!m || !name) return NULL;
+    size_t i = lower_bound(m->by_name, m->count, name);
+    return i < m->count && !strcmp(m->by_name[i]->name, name) ? m->by_name[i] : NULL;
+}
+
+// ---- writer ----
+
+typedef struct {
+    char *name;
+    nvfp4moe_st_dtype dtype;
+    int32_t ndim;
+    int64_t shape[NVFP4MOE_ST_MAX_DIMS];
+    uint64_t nbytes;
+    uint8_t *data;
+} wtensor;
+
+struct nvfp4moe_st_writer {
+    wtensor *t;
+    size_t n, cap;
+    json_t *meta;   /* __metadata__ object, or NULL */
+};
+
+nvfp4moe_status nvfp4moe_st_writer_create(nvfp4moe_st_writer **out) {
+    NVFP4MOE_RETURN_IF(!out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_writer_create: NULL out");
+    nvfp4moe_st_writer *w = calloc(1, sizeof *w);
+    NVFP4MOE_RETURN_IF(!w, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    *out = w;
+    return NVFP4MOE_OK;
+}
+
+void nvfp4moe_st_writer_free(nvfp4moe_st_writer *w) {
+    if (!w) return;
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->t[i].name);
+        free(w->t[i].data);
+    }
+    free(w->t);
+    if (w->meta) json_decref(w->meta);
+    free(w);
+}
+
+nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const char *name,
+                                       nvfp4moe_st_dtype dtype, int32_t ndim,
+                                       const int64_t *shape, const void *data) {
+    NVFP4MOE_RETURN_IF(!w || !name, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_writer_add: NULL argument");
+    NVFP4MOE_RETURN_IF(!*name || !strcmp(name, "__metadata__"), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_writer_add: bad tensor name '%s'", name);
+    NVFP4MOE_RETURN_IF((unsigned)dtype >= NVFP4MOE_ST_DTYPE_COUNT, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_writer_add: tensor '%s': bad dtype %d", name, (int)dtype);
+    NVFP4MOE_RETURN_IF(ndim < 0 || ndim > NVFP4MOE_ST_MAX_DIMS || (ndim && !shape),
+                       NVFP4MOE_ERR_INVALID_ARGUMENT, "st_writer_add: tensor '%s': bad ndim %d",
+                       name, ndim);
+    for (size_t i = 0; i < w->n; i++)
+        NVFP4MOE_RETURN_IF(!strcmp(w->t[i].name, name), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                           "st_writer_add: tensor '%s' added twice", name);
+    int64_t numel = 1;
+    for (int32_t i = 0; i < ndim; i++) {
+        NVFP4MOE_RETURN_IF(shape[i] < 0 || (shape[i] && numel > INT64_MAX / shape[i]),
+                           NVFP4MOE_ERR_SHAPE, "st_writer_add: tensor '%s': bad shape[%d]=%lld",
+                           name, i, (long long)shape[i]);
+        numel *= shape[i];
+    }
+    bool misaligned;
+    uint64_t nbytes;
+    NVFP4MOE_RETURN_IF(!tensor_bytes(numel, nvfp4moe_st_dtype_bits(dtype), &nbytes, &misaligned),
+                       NVFP4MOE_ERR_SHAPE, "st_writer_add: tensor '%s': size is not whole bytes",
+                       name);
+    NVFP4MOE_RETURN_IF(nbytes && !data, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_writer_add: tensor '%s': NULL data", name);
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        wtensor *nt = realloc(w->t, cap * sizeof *nt);
+        NVFP4MOE_RETURN_IF(!nt, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        w->t = nt;
+        w->cap = cap;
+    }
+    wtensor t = {.dtype = dtype, .ndim = ndim, .nbytes = nbytes};
+    t.name = strdup(name);
+    t.data = malloc(nbytes ? (size_t)nbytes : 1);
+    if (!t.name || !t.data) {
+        free(t.name);
+        free(t.data);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "st_writer_add: tensor '%s': out of "
+                                  "memory", name);
+    }
+    for (int32_t i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    if (nbytes) memcpy(t.data, data, (size_t)nbytes);
+    w->t[w->n++] = t;
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_st_writer_set_metadata(nvfp4moe_st_writer *w, const char *key,
+                                                const char *value) {
+    NVFP4MOE_RETURN_IF(!w || !key || !value, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_writer_set_metadata: NULL argument");
+    if (!w->meta) w->meta = json_object();
+    NVFP4MOE_RETURN_IF(!w->meta || json_object_set_new(w->meta, key, json_string(value)) != 0,
+                       NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_writer_set_metadata: cannot store '%s' (not UTF-8?)", key);
+    return NVFP4MOE_OK;
+}
+
+/* The header text, padded with spaces to a multiple of 8. Caller frees. */
+static nvfp4moe_status writer_header(const nvfp4moe_st_writer *w, char **out, size_t *len) {
+    json_t *root = json_object();
+    NVFP4MOE_RETURN_IF(!root, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    bool ok = true;
+    if (w->meta) ok = json_object_set(root, "__metadata__", w->meta) == 0;
+    uint64_t off = 0;
+    for (size_t i = 0; i < w->n && ok; i++) {
+        const wtensor *t = &w->t[i];
+        json_t *e = json_object(), *shape = json_array(), *offs = json_array();
+        ok = e && shape && offs;
+        for (int32_t d = 0; d < t->ndim && ok; d++)
+            ok = json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) == 0;
+        ok = ok && json_array_append_new(offs, json_integer((json_int_t)off)) == 0 &&
+             json_array_append_new(offs, json_integer((json_int_t)(off + t->nbytes))) == 0;
+        ok = ok && json_object_set_new(e, "dtype", json_string(nvfp4moe_st_dtype_name(t->dtype))) == 0 &&
+             json_object_set(e, "shape", shape) == 0 && json_object_set(e, "data_offsets", offs) == 0;
+        ok = ok && json_object_set(root, t->name, e) == 0;
+        if (e) json_decref(e);
+        if (shape) json_decref(shape);
+        if (offs) json_decref(offs);
+        off += t->nbytes;
+    }
+    char *text = ok ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    NVFP4MOE_RETURN_IF(!text, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_writer_save: cannot encode the header (tensor names must be UTF-8)");
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    char *buf = malloc(padded);
+    if (!buf) {
+        free(text);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    memcpy(buf, text, n);
+    memset(buf + n, ' ', padded - n);
+    free(text);
+    *out = buf;
+    *len = padded;
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char *path) {
+    NVFP4MOE_RETURN_IF(!w || !path, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_writer_save: NULL argument");
+    char *hdr = NULL;
+    size_t hlen = 0;
+    NVFP4MOE_TRY(writer_header(w, &hdr, &hlen));
+    size_t plen = strlen(path) + 8;
+    char *tmp = malloc(plen);
+    if (!tmp) {
+        free(hdr);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    snprintf(tmp, plen, "%s.tmp", path);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    bool ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+    for (size_t i = 0; i < w->n && ok; i++)
+        ok = fwrite(w->t[i].data, 1, (size_t)w->t[i].nbytes, fp) == w->t[i].nbytes;
+    int err = errno;
+    if (fclose(fp) != 0 && ok) ok = false, err = errno;
+    if (!ok) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
+        remove(tmp);
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot rename to %s: %s", tmp, path,
+                               strerror(errno));
+        remove(tmp);
+    }
+done:
+    free(tmp);
+    free(hdr);
+    return s;
+}
