@@ -918,7 +918,7 @@ size_t nvfp4moe_report_render(const nvfp4moe_report *r, char *buf, size_t len) {
     } else {
         sb_printf(&b, "backend:  none\n");
     }
-    if (r->log[0]) sb_printf(&b, "vllm:     %s\n", r->log);
+    if (r->log[0]) sb_printf(&b, "vllm log: %s\n", r->log);
     if (r->error_kind[0]) sb_printf(&b, "error:    %s: %s\n", r->error_kind, r->error);
     if (r->n_candidates > 0) {
         sb_printf(&b, "\ncandidates, in priority order:\n");
