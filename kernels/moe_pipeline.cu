@@ -59,35 +59,42 @@ __device__ __forceinline__ float act_plain(int act, float x) {
 }
 
 // One thread = 16 outputs of one row (one NVFP4 block when QDQ follows).
-template <typename T>
+// 8 consecutive inputs of type TI (16-bit or float) as floats.
+template <typename TI> __device__ __forceinline__ void load8_any(const TI *p, float *v) { load8<TI>(p, v); }
+template <> __device__ __forceinline__ void load8_any<float>(const float *p, float *v) {
+    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+template <typename TI, typename T>
 __global__ void __launch_bounds__(kThreads)
-activation_kernel(const T *in, T *out, int64_t rows, int I, int N1, nvfp4moe_gpu_act_params p,
+activation_kernel(const TI *in, T *out, int64_t rows, int I, int N1, nvfp4moe_gpu_act_params p,
                   float qdq_gs) {
     const int bpr = I / 16;
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= rows * bpr) return;
     const int64_t r = idx / bpr;
     const int i0 = (int)(idx % bpr) * 16;
-    const T *x = in + r * N1;
+    const TI *x = in + r * N1;
     float v[16];
     if (p.activation >= NVFP4MOE_ACT_SILU_NO_MUL) {
         float a[16];
-        load8<T>(x + i0, a);
-        load8<T>(x + i0 + 8, a + 8);
+        load8_any<TI>(x + i0, a);
+        load8_any<TI>(x + i0 + 8, a + 8);
 #pragma unroll
         for (int j = 0; j < 16; j++) v[j] = act_plain(p.activation, a[j]);
     } else if (p.activation == NVFP4MOE_ACT_SWIGLUOAI) {
         float a[32];  // interleaved g0, u0, g1, u1, ...
 #pragma unroll
-        for (int q = 0; q < 4; q++) load8<T>(x + 2 * i0 + 8 * q, a + 8 * q);
+        for (int q = 0; q < 4; q++) load8_any<TI>(x + 2 * i0 + 8 * q, a + 8 * q);
 #pragma unroll
         for (int j = 0; j < 16; j++) v[j] = act_gated(p, a[2 * j], a[2 * j + 1]);
     } else {
         float g[16], u[16];
-        load8<T>(x + i0, g);
-        load8<T>(x + i0 + 8, g + 8);
-        load8<T>(x + I + i0, u);
-        load8<T>(x + I + i0 + 8, u + 8);
+        load8_any<TI>(x + i0, g);
+        load8_any<TI>(x + i0 + 8, g + 8);
+        load8_any<TI>(x + I + i0, u);
+        load8_any<TI>(x + I + i0 + 8, u + 8);
 #pragma unroll
         for (int j = 0; j < 16; j++) v[j] = act_gated(p, g[j], u[j]);
     }
@@ -134,7 +141,7 @@ combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, v
         const int e = ids[t * k + j];
         if (e < 0 || e >= E) continue;
         float v[8];
-        load8<T>(y + (t * k + j) * (int64_t)H + h0, v);
+        load8_any<T>(y + (t * k + j) * (int64_t)H + h0, v);
 #pragma unroll
         for (int q = 0; q < 8; q++) acc[q] += v[q];
     }
@@ -209,30 +216,35 @@ __global__ void __launch_bounds__(256) emul_gemm_kernel(nvfp4moe_emul_args a) {
     if (p >= a.P) return;
     const float s2 = a.scale_2[e];
     const float rs = a.row_scale ? a.row_scale[p] : 1.0f;
-    T *C = (T *)a.c + (int64_t)p * N;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         const int n = n0 + cl + 16 * j;
         if (n >= N) continue;
         float v = acc[j] * s2;
         if (a.bias) v += a.bias[(int64_t)e * N + n];
-        C[n] = from_f<T>(v * rs);
+        v *= rs;
+        if (a.c_f32) ((float *)a.c)[(int64_t)p * N + n] = v;
+        else ((T *)a.c)[(int64_t)p * N + n] = from_f<T>(v);
     }
 }
 
 }  // namespace
 
-extern "C" cudaError_t nvfp4moe_gpu_activation(const void *in, void *out, int64_t rows, int32_t I,
-                                               int32_t N1, const nvfp4moe_gpu_act_params *ap,
+extern "C" cudaError_t nvfp4moe_gpu_activation(const void *in, int32_t in_f32, void *out, int64_t rows,
+                                               int32_t I, int32_t N1, const nvfp4moe_gpu_act_params *ap,
                                                float qdq_gs, int32_t is_bf16, cudaStream_t stream) {
     const int64_t n = rows * (I / 16);
     if (n <= 0) return cudaSuccess;
-    if (is_bf16)
-        activation_kernel<__nv_bfloat16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-            (const __nv_bfloat16 *)in, (__nv_bfloat16 *)out, rows, I, N1, *ap, qdq_gs);
+    const unsigned g = grid_for(n, kThreads);
+    typedef __nv_bfloat16 B;
+    if (in_f32 && is_bf16)
+        activation_kernel<float, B><<<g, kThreads, 0, stream>>>((const float *)in, (B *)out, rows, I, N1, *ap, qdq_gs);
+    else if (in_f32)
+        activation_kernel<float, __half><<<g, kThreads, 0, stream>>>((const float *)in, (__half *)out, rows, I, N1, *ap, qdq_gs);
+    else if (is_bf16)
+        activation_kernel<B, B><<<g, kThreads, 0, stream>>>((const B *)in, (B *)out, rows, I, N1, *ap, qdq_gs);
     else
-        activation_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-            (const __half *)in, (__half *)out, rows, I, N1, *ap, qdq_gs);
+        activation_kernel<__half, __half><<<g, kThreads, 0, stream>>>((const __half *)in, (__half *)out, rows, I, N1, *ap, qdq_gs);
     return cudaGetLastError();
 }
 
@@ -251,17 +263,19 @@ extern "C" cudaError_t nvfp4moe_gpu_scale_qdq_rows(const void *in, void *out, in
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t nvfp4moe_gpu_combine(const void *y, const int32_t *ids, int64_t M,
+extern "C" cudaError_t nvfp4moe_gpu_combine(const void *y, int32_t y_f32, const int32_t *ids, int64_t M,
                                             int32_t top_k, int32_t E, int32_t H, int32_t is_bf16,
                                             void *out, int32_t out_dtype, cudaStream_t stream) {
     const int64_t n = M * (H / 8);
     if (n <= 0) return cudaSuccess;
-    if (is_bf16)
-        combine_kernel<__nv_bfloat16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-            (const __nv_bfloat16 *)y, ids, M, top_k, E, H, out, out_dtype);
+    const unsigned g = grid_for(n, kThreads);
+    if (y_f32)
+        combine_kernel<float><<<g, kThreads, 0, stream>>>((const float *)y, ids, M, top_k, E, H, out, out_dtype);
+    else if (is_bf16)
+        combine_kernel<__nv_bfloat16><<<g, kThreads, 0, stream>>>((const __nv_bfloat16 *)y, ids, M, top_k, E, H,
+                                                                  out, out_dtype);
     else
-        combine_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-            (const __half *)y, ids, M, top_k, E, H, out, out_dtype);
+        combine_kernel<__half><<<g, kThreads, 0, stream>>>((const __half *)y, ids, M, top_k, E, H, out, out_dtype);
     return cudaGetLastError();
 }
 

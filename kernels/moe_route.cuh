@@ -26,9 +26,10 @@ __device__ __forceinline__ float load_logit(const void *p, int dtype, int64_t i)
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 // True when (v, i) ranks before (bv, bi): larger value first, then the lower index. bi < 0 means
-// "nothing yet"; NaN never ranks before anything, -inf ranks before nothing-yet.
+// "nothing yet", which anything but NaN beats (NaN marks a taken or absent entry).
 __device__ __forceinline__ bool ranks_before(double v, int i, double bv, int bi) {
-    return v > bv || (v == bv && (bi < 0 || i < bi));
+    if (bi < 0) return !isnan(v);
+    return v > bv || (v == bv && i < bi);
 }
 
 // Warp arg-max over s[0..n), ties to the lower index. Returns the index (-1 if all NaN).
@@ -117,8 +118,8 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
         }
         bool keep = false;
         for (int r = 0; r < rp.topk_group; r++) {
-            double bv = lane < G ? gv : (double)NAN;
             int bi = lane < G && !isnan(gv) ? lane : -1;
+            double bv = bi >= 0 ? gv : -INFINITY;
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
                 const double ov = __shfl_xor_sync(0xffffffffu, bv, off);

@@ -56,13 +56,14 @@ typedef struct nvfp4moe_gpu_act_params {
     float limit, alpha, beta, situ_beta, situ_linear_beta;
 } nvfp4moe_gpu_act_params;
 
-/* out [rows, I] = act(in [rows, N1]) for every row, computed in float from the 16-bit inputs and
- * rounded to the 16-bit dtype; when qdq_gs > 0 the rounded row is then NVFP4 quantize-dequantized
- * with global scale qdq_gs (vLLM's reference quantizer) and rounded again. N1 = 2*I for gated
- * activations (gate half first, or interleaved g0,u0,g1,u1.. for swigluoai), I otherwise. */
-cudaError_t nvfp4moe_gpu_activation(const void *in, void *out, int64_t rows, int32_t I, int32_t N1,
-                                    const nvfp4moe_gpu_act_params *ap, float qdq_gs, int32_t is_bf16,
-                                    cudaStream_t stream);
+/* out [rows, I] = act(in [rows, N1]) for every row, computed in float from the inputs (16-bit, or
+ * float when in_f32) and rounded to the 16-bit dtype; when qdq_gs > 0 the rounded row is then NVFP4
+ * quantize-dequantized with global scale qdq_gs (vLLM's reference quantizer) and rounded again.
+ * N1 = 2*I for gated activations (gate half first, or interleaved g0,u0,g1,u1.. for swigluoai), I
+ * otherwise. */
+cudaError_t nvfp4moe_gpu_activation(const void *in, int32_t in_f32, void *out, int64_t rows, int32_t I,
+                                    int32_t N1, const nvfp4moe_gpu_act_params *ap, float qdq_gs,
+                                    int32_t is_bf16, cudaStream_t stream);
 
 /* out [rows, cols] = QDQ(round(in * row_scale[r])) : the optional per-row scale (NULL: none) is
  * applied and rounded to the dtype first, then, when qdq_gs > 0, the NVFP4 quantize-dequantize with
@@ -72,8 +73,8 @@ cudaError_t nvfp4moe_gpu_scale_qdq_rows(const void *in, void *out, int64_t rows,
                                         cudaStream_t stream);
 
 /* out [M, H] (out_dtype: nvfp4moe_dtype) = sum over j of y[t*top_k + j, :] for the pairs whose id
- * is in [0, E); y is 16-bit (is_bf16), weights already applied. H % 8 == 0. */
-cudaError_t nvfp4moe_gpu_combine(const void *y, const int32_t *ids, int64_t M, int32_t top_k,
+ * is in [0, E); y is 16-bit (is_bf16) or float (y_f32), weights already applied. H % 8 == 0. */
+cudaError_t nvfp4moe_gpu_combine(const void *y, int32_t y_f32, const int32_t *ids, int64_t M, int32_t top_k,
                                  int32_t E, int32_t H, int32_t is_bf16, void *out, int32_t out_dtype,
                                  cudaStream_t stream);
 
@@ -90,7 +91,8 @@ typedef struct nvfp4moe_emul_args {
     const float *scale_2;     /* [E] */
     const float *bias;        /* [E, N] or NULL */
     const float *row_scale;   /* [P] or NULL */
-    void *c;                  /* [P, N], dtype of a */
+    void *c;                  /* [P, N], dtype of a, or float when c_f32 */
+    int32_t c_f32;
     const int32_t *sorted_ids, *block_expert, *num_blocks;
     int32_t P, N, K, E;
     int32_t max_blocks;       /* grouping blocks of NVFP4MOE_EMUL_BLOCK_M rows */
