@@ -71,7 +71,10 @@ static bool all2all_is(const oracle_ctx *c, const char *name) {
  * "kernel does not support " only where noted. */
 typedef struct kernel_def {
     const char *name;                                /* the class name: "MarlinExperts" */
-    bool (*device)(const nvfp4moe_device *dev);      /* _supports_current_device */
+    /* _supports_current_device: a predicate, or (device NULL) a CUDA GPU with sm_min <= sm and
+     * (sm_max 0 or sm <= sm_max), so a new table line needs no new function. */
+    bool (*device)(const nvfp4moe_device *dev);
+    int32_t sm_min, sm_max;
     bool no_act_and_mul;                             /* _supports_no_act_and_mul */
     uint32_t activations;                            /* _supports_activation: ACT() bits */
     uint32_t schemes;                                /* _supports_quant_scheme: SCH() bits */
@@ -334,9 +337,13 @@ static const kernel_def k_cpu_reference = {
 //   2. Add one line to k_backends: its name, the moe_backend string users type, its auto rank
 //      (the auto list is sorted by rank: vLLM's run 10..80, so 75 lands between HUMMING and
 //      EMULATION, 900 before CPU_REFERENCE), whether it applies the SwiGLU clamp, .ours = true,
-//      and its kernel's traits, which may be a compound literal right in the line:
+//      lib 0, and its kernel's traits as a compound literal right in the line (a GPU kernel
+//      states its sm range instead of a device function):
 //        {"CPU_FAST", "cpu_fast", 900, true, true, 0, {&(const kernel_def){.name = "CpuFastExperts",
-//         .device = dev_any, .no_act_and_mul = true, .activations = ACTS_ALL, ...}}},
+//         .device = dev_any, .no_act_and_mul = true, .activations = ACTS_ALL, .schemes = SCHEMES_ALL,
+//         .parallel = par_no_ep, .batch_invariant = true}}},
+//        {"HOPPER_WGMMA", "hopper_wgmma", 55, true, true, 0, {&(const kernel_def){.name =
+//         "HopperWgmmaExperts", .sm_min = 90, .sm_max = 90, ...}}},
 //   Ours never change a vllm_only decision (they are hidden then), and ranking one ahead of a vLLM
 //   backend changes the non-vllm_only decision only: say why in the line's comment.
 // The row order is map_nvfp4_backend's key order (it is the order of the unknown-name message).
@@ -461,7 +468,9 @@ static bool kernel_supported(const kernel_def *k, const oracle_ctx *c, char *rea
     const nvfp4moe_config *cfg = c->cfg;
     bool gated = nvfp4moe_activation_is_gated(cfg->activation);
     char buf[200];
-    if (!k->device(c->dev))
+    bool dev_ok = k->device ? k->device(c->dev)
+                            : c->dev->is_cuda && c->dev->sm >= k->sm_min && (k->sm_max == 0 || c->dev->sm <= k->sm_max);
+    if (!dev_ok)
         return REASON("kernel does not support current device %s", c->dev_str);
     if (!gated && !k->no_act_and_mul)
         return REASON("kernel does not support no act_and_mul MLP layer");

@@ -256,7 +256,8 @@ static const oracle_case k_cases[] = {
     {"sm_100", "", NVFP4MOE_LIB_FLASHINFER, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic", NULL, NULL, NULL},
 };
 
-/* The number of kernel classes the report must list: every one, vllm_only hiding ours. */
+/* The number of kernel classes the report must list: every one, vllm_only hiding ours (a new
+ * backend in src/oracle.c's table adds its kernels here). */
 static int expected_candidates(bool vllm_only) { return vllm_only ? 14 : 15; }
 
 static const nvfp4moe_candidate *find_cand(const nvfp4moe_report *r, const char *spec) {
