@@ -433,7 +433,7 @@ nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t *mask) {
             }
         }
         if (!found)
-            return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND, "installed: unknown library '%.*s' (expected "
+            return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND, "unknown library '%.*s' (expected "
                                       "one of: %s, or a comma-separated list)", (int)n, p, accepted);
         if (!p[n]) break;
         p += n + 1;
