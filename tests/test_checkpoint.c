@@ -1,0 +1,789 @@
+/*
+ * test_checkpoint.c - model directories end to end: quantize -> write -> load -> run equals the
+ * in-memory layer; ModelOpt per-expert, ModelOpt fused (both layouts) and compressed-tensors give
+ * the same weights and the same output; gate/up scale reconciliation is numerically right; broken
+ * checkpoints (missing scale tensor, wrong dtype, wrong shape, bad scale values) each fail with
+ * their own message; config.json of real model families maps to the right deployment config.
+ * Every fixture is generated at test time in a temporary directory.
+ */
+#include "harness.h"
+#include "nvfp4moe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_dir[256];
+
+static const char *dir_in(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    mkdir(buf[k], 0755);
+    return buf[k];
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    if (!f) {
+        perror(p);
+        exit(2);
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+static nvfp4moe_config small_cfg(void) {
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 4;
+    c.top_k = 2;
+    c.hidden_size = 64;
+    c.intermediate_size = 32;
+    c.in_dtype = c.out_dtype = NVFP4MOE_DTYPE_F32;
+    return c;
+}
+
+/* Writes layer `layer` of q into dir in format fmt (model of layer+1 layers). */
+static void save_layer(const char *dir, nvfp4moe_ckpt_format fmt, const nvfp4moe_ckpt_layer *q,
+                       int32_t layer) {
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    CHECK_OK(nvfp4moe_ckpt_add_layer(w, fmt, "model.layers", layer, q, NULL));
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    CHECK_OK(nvfp4moe_model_config_write(dir, &q->layer.cfg, layer + 1, layer, fmt, NULL));
+}
+
+/* Runs the reference on M tokens of seeded hidden states, routed by the layer's router. */
+static float *run_layer(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, const float *router,
+                        int64_t M, uint64_t seed) {
+    const int64_t H = cfg->hidden_size, E = cfg->num_experts;
+    float *x = malloc(sizeof(float) * (size_t)(M * H)), *logits = malloc(sizeof(float) * (size_t)(M * E));
+    float *out = calloc((size_t)(M * H), sizeof(float));
+    uint64_t st = seed;
+    for (int64_t i = 0; i < M * H; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(st >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t e = 0; e < E; e++) {
+            double acc = 0;
+            for (int64_t k = 0; k < H; k++) acc += (double)x[m * H + k] * router[e * H + k];
+            logits[m * E + e] = (float)acc;
+        }
+    nvfp4moe_io io = {.num_tokens = M, .hidden = x, .router_logits = logits, .output = out};
+    nvfp4moe_status s = nvfp4moe_reference_forward(cfg, w, &io);
+    CHECK(s == NVFP4MOE_OK, "reference_forward: %s", nvfp4moe_last_error());
+    free(x);
+    free(logits);
+    return out;
+}
+
+static bool same_weights(const nvfp4moe_config *cfg, const nvfp4moe_weights *a,
+                         const nvfp4moe_weights *b) {
+    const size_t E = (size_t)cfg->num_experts, H = (size_t)cfg->hidden_size,
+                 I = (size_t)cfg->intermediate_size, N1 = (size_t)nvfp4moe_config_n1(cfg);
+    int ok = check_bytes("w13", b->w13, a->w13, E * N1 * H / 2) &
+             check_bytes("w13_scale", b->w13_scale, a->w13_scale, E * N1 * H / 16) &
+             check_bytes("w2", b->w2, a->w2, E * H * I / 2) &
+             check_bytes("w2_scale", b->w2_scale, a->w2_scale, E * H * I / 16) &
+             check_bytes("w13_scale_2", (const uint8_t *)b->w13_scale_2,
+                         (const uint8_t *)a->w13_scale_2, E * 4) &
+             check_bytes("w2_scale_2", (const uint8_t *)b->w2_scale_2,
+                         (const uint8_t *)a->w2_scale_2, E * 4);
+    if (cfg->scheme != NVFP4MOE_SCHEME_W4A16 && a->w13_input_scale && b->w13_input_scale)
+        ok &= check_bytes("w13_input_scale", (const uint8_t *)b->w13_input_scale,
+                          (const uint8_t *)a->w13_input_scale, E * 4) &
+              check_bytes("w2_input_scale", (const uint8_t *)b->w2_input_scale,
+                          (const uint8_t *)a->w2_input_scale, E * 4);
+    return ok;
+}
+
+static bool same_floats(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// ---- round trips ----
+
+static nvfp4moe_ckpt_layer *make_quantized(const nvfp4moe_config *cfg, uint64_t seed) {
+    nvfp4moe_float_layer *f = NULL;
+    nvfp4moe_ckpt_layer *q = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(cfg, seed, &f));
+    if (f) CHECK_OK(nvfp4moe_float_layer_quantize(f, 16, seed, &q));
+    nvfp4moe_float_layer_free(f);
+    return q;
+}
+
+static void test_round_trip_formats(void) {
+    T_CASE("quantize -> write -> load -> run, every format");
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 7);
+    if (!q) return;
+    CHECK(q->router != NULL, "quantized layer has no router");
+    const int64_t M = 9, H = cfg.hidden_size;
+    float *want = run_layer(&q->layer.cfg, &q->layer.w, q->router, M, 99);
+    const nvfp4moe_ckpt_format fmts[] = {NVFP4MOE_CKPT_MODELOPT, NVFP4MOE_CKPT_MODELOPT_FUSED,
+                                         NVFP4MOE_CKPT_COMPRESSED_TENSORS};
+    const char *names[] = {"rt_modelopt", "rt_fused", "rt_ct"};
+    for (int i = 0; i < 3; i++) {
+        T_CASE(names[i]);
+        const char *d = dir_in(names[i]);
+        save_layer(d, fmts[i], q, 1);
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(d, 1, &l));
+        if (!l) continue;
+        CHECK(l->format == fmts[i], "format %s, want %s", nvfp4moe_ckpt_format_name(l->format),
+              nvfp4moe_ckpt_format_name(fmts[i]));
+        CHECK(l->warnings.count == 0, "unexpected warning: %s", l->warnings.text[0]);
+        CHECK(l->layer.cfg.num_experts == 4 && l->layer.cfg.top_k == 2 &&
+                  l->layer.cfg.hidden_size == 64 && l->layer.cfg.intermediate_size == 32 &&
+                  l->layer.cfg.routing == NVFP4MOE_ROUTING_RENORMALIZE &&
+                  l->layer.cfg.activation == NVFP4MOE_ACT_SILU &&
+                  l->layer.cfg.scheme == NVFP4MOE_SCHEME_W4A4,
+              "config from config.json differs");
+        same_weights(&cfg, &q->layer.w, &l->layer.w);
+        CHECK(l->router && same_floats(l->router, q->router, (size_t)(4 * H)), "router differs");
+        // Run with the loaded config but the test's f32 dtypes (config.json says bf16).
+        nvfp4moe_config rc = l->layer.cfg;
+        rc.in_dtype = rc.out_dtype = NVFP4MOE_DTYPE_F32;
+        float *got = run_layer(&rc, &l->layer.w, l->router, M, 99);
+        CHECK(same_floats(got, want, (size_t)(M * H)), "%s output differs from in-memory",
+              names[i]);
+        free(got);
+        nvfp4moe_ckpt_layer_free(l);
+    }
+    free(want);
+
+    T_CASE("not a MoE layer / out of range");
+    nvfp4moe_ckpt_layer *l = NULL;
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(dir_in("rt_modelopt"), 0, &l), NVFP4MOE_ERR_NOT_FOUND,
+              "layer 0 is not a MoE layer");
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(dir_in("rt_modelopt"), 5, &l),
+              NVFP4MOE_ERR_INVALID_ARGUMENT, "the model has layers 0..1");
+    CHECK(l == NULL, "output written on failure");
+    nvfp4moe_ckpt_layer_free(q);
+}
+
+/* Llama-4 exports keep the fused experts in the HF [in, out] layout: transposed weight and scale. */
+static void test_fused_transposed(void) {
+    T_CASE("fused experts, transposed (Llama-4) layout");
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 11);
+    if (!q) return;
+    const int64_t E = 4, H = 64, I = 32, N1 = 64;
+    const nvfp4moe_weights *w = &q->layer.w;
+    uint8_t *t13 = malloc((size_t)(E * N1 * H / 2)), *t13s = malloc((size_t)(E * N1 * H / 16));
+    uint8_t *t2 = malloc((size_t)(E * H * I / 2)), *t2s = malloc((size_t)(E * H * I / 16));
+    for (int64_t e = 0; e < E; e++) {
+        for (int64_t n = 0; n < N1; n++) {
+            for (int64_t k = 0; k < H / 2; k++)
+                t13[(e * (H / 2) + k) * N1 + n] = w->w13[(e * N1 + n) * (H / 2) + k];
+            for (int64_t k = 0; k < H / 16; k++)
+                t13s[(e * (H / 16) + k) * N1 + n] = w->w13_scale[(e * N1 + n) * (H / 16) + k];
+        }
+        for (int64_t n = 0; n < H; n++) {
+            for (int64_t k = 0; k < I / 2; k++)
+                t2[(e * (I / 2) + k) * H + n] = w->w2[(e * H + n) * (I / 2) + k];
+            for (int64_t k = 0; k < I / 16; k++)
+                t2s[(e * (I / 16) + k) * H + n] = w->w2_scale[(e * H + n) * (I / 16) + k];
+        }
+    }
+    // Gate and up scale_2 as a [E, 2] pair and a scalar input scale: shapes real exports use.
+    float s13[8], in13[1], in2[4];
+    for (int e = 0; e < 4; e++) s13[2 * e] = s13[2 * e + 1] = w->w13_scale_2[e];
+    in13[0] = 0;
+    for (int e = 0; e < 4; e++) in13[0] = in13[0] > w->w13_input_scale[e] ? in13[0] : w->w13_input_scale[e];
+    for (int e = 0; e < 4; e++) in2[e] = w->w2_input_scale[e];
+    const char *d = dir_in("fused_t");
+    nvfp4moe_st_writer *wr;
+    CHECK_OK(nvfp4moe_st_writer_create(&wr));
+    const char *b = "model.layers.0.mlp.";
+    char n[200];
+    int64_t s_13[3] = {E, H / 2, N1}, s_13s[3] = {E, H / 16, N1}, s_2[3] = {E, I / 2, H},
+            s_2s[3] = {E, I / 16, H}, s_e2[2] = {E, 2}, s_e[1] = {E};
+#define PUT(suffix, dt, nd, shape, data)                                                           \
+    snprintf(n, sizeof n, "%s%s", b, suffix);                                                      \
+    CHECK_OK(nvfp4moe_st_writer_add(wr, n, dt, nd, shape, data))
+    PUT("experts.gate_up_proj", NVFP4MOE_ST_U8, 3, s_13, t13);
+    PUT("experts.gate_up_proj_weight_scale", NVFP4MOE_ST_F8_E4M3, 3, s_13s, t13s);
+    PUT("experts.gate_up_proj_weight_scale_2", NVFP4MOE_ST_F32, 2, s_e2, s13);
+    PUT("experts.gate_up_proj_input_scale", NVFP4MOE_ST_F32, 0, NULL, in13);
+    PUT("experts.down_proj", NVFP4MOE_ST_U8, 3, s_2, t2);
+    PUT("experts.down_proj_weight_scale", NVFP4MOE_ST_F8_E4M3, 3, s_2s, t2s);
+    PUT("experts.down_proj_weight_scale_2", NVFP4MOE_ST_F32, 1, s_e, w->w2_scale_2);
+    PUT("experts.down_proj_input_scale", NVFP4MOE_ST_F32, 1, s_e, in2);
+#undef PUT
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    CHECK_OK(nvfp4moe_st_writer_save(wr, p));
+    nvfp4moe_st_writer_free(wr);
+    CHECK_OK(nvfp4moe_model_config_write(d, &q->layer.cfg, 1, 0, NVFP4MOE_CKPT_MODELOPT_FUSED, NULL));
+    nvfp4moe_ckpt_layer *l = NULL;
+    CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+    if (l) {
+        const size_t sz = (size_t)E;
+        check_bytes("w13", l->layer.w.w13, w->w13, (size_t)(E * N1 * H / 2));
+        check_bytes("w13_scale", l->layer.w.w13_scale, w->w13_scale, (size_t)(E * N1 * H / 16));
+        check_bytes("w2", l->layer.w.w2, w->w2, (size_t)(E * H * I / 2));
+        check_bytes("w2_scale", l->layer.w.w2_scale, w->w2_scale, (size_t)(E * H * I / 16));
+        CHECK(same_floats(l->layer.w.w13_scale_2, w->w13_scale_2, sz), "scale_2");
+        for (int e = 0; e < 4; e++)
+            CHECK(l->layer.w.w13_input_scale[e] == in13[0], "broadcast input scale, expert %d", e);
+        CHECK(l->router == NULL, "no router in this file");
+        nvfp4moe_ckpt_layer_free(l);
+    }
+    free(t13);
+    free(t13s);
+    free(t2);
+    free(t2s);
+    nvfp4moe_ckpt_layer_free(q);
+}
+
+// ---- rewriting a checkpoint with one change ----
+
+typedef struct {
+    const char *name;       /* tensor to change ("" none) */
+    int action;             /* 0 drop, 1 replace */
+    nvfp4moe_st_dtype dtype;
+    int32_t ndim;
+    int64_t shape[3];
+    const void *data;
+} edit;
+
+/* Copies src_dir's model.safetensors + config into dst_dir, applying the edits. */
+static void rewrite(const char *src_dir, const char *dst_dir, const edit *edits, int n) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", src_dir);
+    nvfp4moe_st_file *f = NULL;
+    CHECK_OK(nvfp4moe_st_open(p, &f));
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    for (size_t i = 0; f && i < nvfp4moe_st_file_count(f); i++) {
+        const nvfp4moe_st_tensor *t = nvfp4moe_st_file_tensor(f, i);
+        const edit *ed = NULL;
+        for (int k = 0; k < n; k++)
+            if (!strcmp(edits[k].name, t->name)) ed = &edits[k];
+        if (ed && ed->action == 0) continue;
+        if (ed) CHECK_OK(nvfp4moe_st_writer_add(w, t->name, ed->dtype, ed->ndim, ed->shape, ed->data));
+        else CHECK_OK(nvfp4moe_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data));
+    }
+    nvfp4moe_st_close(f);
+    snprintf(p, sizeof p, "%s/model.safetensors", dst_dir);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "cp '%s'/*.json '%s'/", src_dir, dst_dir);
+    CHECK(system(cmd) == 0, "copy configs");
+}
+
+/* Halves every block scale of one projection: exact for normal E4M3 values. Returns a malloc'd
+ * copy. */
+static uint8_t *halved_scales(const nvfp4moe_st_tensor *t) {
+    uint8_t *out = malloc((size_t)t->nbytes);
+    const uint8_t *in = t->data;
+    for (uint64_t i = 0; i < t->nbytes; i++)
+        out[i] = nvfp4moe_e4m3_encode(nvfp4moe_e4m3_decode(in[i]) * 0.5f);
+    return out;
+}
+
+static void test_reconcile(void) {
+    T_CASE("gate/up global scales that differ");
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 21);
+    if (!q) return;
+    const char *src = dir_in("rec_src");
+    save_layer(src, NVFP4MOE_CKPT_MODELOPT, q, 0);
+    // Expert 2's up projection: scale_2 doubled and block scales halved, so the up weights it
+    // describes are unchanged (a checkpoint whose quantizer did not share gate/up amax).
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", src);
+    nvfp4moe_st_file *f = NULL;
+    CHECK_OK(nvfp4moe_st_open(p, &f));
+    if (!f) return;
+    const nvfp4moe_st_tensor *us = nvfp4moe_st_file_find(f, "model.layers.0.mlp.experts.2.up_proj.weight_scale");
+    CHECK(us != NULL, "up scale tensor");
+    if (!us) return;
+    uint8_t *halved = halved_scales(us);
+    bool exact = true;
+    for (uint64_t i = 0; i < us->nbytes; i++)
+        exact &= nvfp4moe_e4m3_decode(halved[i]) * 2.0f == nvfp4moe_e4m3_decode(((const uint8_t *)us->data)[i]);
+    float s2 = 2.0f * q->layer.w.w13_scale_2[2], in_gate = 3.0f * q->layer.w.w13_input_scale[2];
+    edit ed[3] = {
+        {"model.layers.0.mlp.experts.2.up_proj.weight_scale", 1, NVFP4MOE_ST_F8_E4M3, 2,
+         {us->shape[0], us->shape[1]}, halved},
+        {"model.layers.0.mlp.experts.2.up_proj.weight_scale_2", 1, NVFP4MOE_ST_F32, 0, {0}, &s2},
+        {"model.layers.0.mlp.experts.2.gate_proj.input_scale", 1, NVFP4MOE_ST_F32, 0, {0}, &in_gate},
+    };
+    const char *dst = dir_in("rec_dst");
+    rewrite(src, dst, ed, 3);
+    nvfp4moe_st_close(f);
+    free(halved);
+
+    nvfp4moe_ckpt_layer *l = NULL;
+    CHECK_OK(nvfp4moe_ckpt_layer_load(dst, 0, &l));
+    if (!l) return;
+    CHECK(l->warnings.count == 2, "%d warnings", l->warnings.count);
+    CHECK(strstr(l->warnings.text[0], "1 of 4 experts have different gate and up global scales") &&
+              strstr(l->warnings.text[0], "expert 2") && strstr(l->warnings.text[0], "max(gate, up)"),
+          "warning: %s", l->warnings.text[0]);
+    CHECK(l->warnings.count > 1 && strstr(l->warnings.text[1], "different gate and up input scales"),
+          "input scale warning: %s", l->warnings.text[1]);
+    CHECK(l->layer.w.w13_scale_2[2] == s2, "expert 2 uses max(gate, up) = %g, got %g", (double)s2,
+          (double)l->layer.w.w13_scale_2[2]);
+    CHECK(l->layer.w.w13_input_scale[2] == in_gate, "input scale = max over gate/up");
+    CHECK(l->layer.w.w13_scale_2[1] == q->layer.w.w13_scale_2[1], "other experts untouched");
+    // Same dequantized weights: the output equals the original layer's (input scale aside).
+    nvfp4moe_config rc = l->layer.cfg;
+    rc.in_dtype = rc.out_dtype = NVFP4MOE_DTYPE_F32;
+    rc.scheme = NVFP4MOE_SCHEME_W4A16;   // compare the weights only
+    const int64_t M = 16, H = 64, N1 = 64;
+    float *want = run_layer(&rc, &q->layer.w, q->router, M, 5);
+    float *got = run_layer(&rc, &l->layer.w, l->router, M, 5);
+    double *wd = malloc(sizeof(double) * (size_t)(M * H));
+    for (int64_t i = 0; i < M * H; i++) wd[i] = want[i];
+    double err = check_rel_l2("reconciled (max rule) vs original", got, wd, (size_t)(M * H),
+                              exact ? 1e-6 : 2e-2);
+    // vLLM's older rule (keep the gate's scale) mis-scales expert 2's up half by 1/2: far worse.
+    nvfp4moe_weights keep = l->layer.w;
+    float *s13 = malloc(sizeof(float) * 4);
+    uint8_t *sc = malloc((size_t)(4 * N1 * H / 16));
+    memcpy(s13, l->layer.w.w13_scale_2, sizeof(float) * 4);
+    memcpy(sc, l->layer.w.w13_scale, (size_t)(4 * N1 * H / 16));
+    s13[2] = q->layer.w.w13_scale_2[2];                      // the gate's scale
+    memcpy(sc + 2 * N1 * H / 16, q->layer.w.w13_scale + 2 * N1 * H / 16, (size_t)(32 * H / 16)); // gate rows as stored
+    snprintf(p, sizeof p, "%s/model.safetensors", dst);
+    nvfp4moe_st_file *df = NULL;
+    CHECK_OK(nvfp4moe_st_open(p, &df));
+    const nvfp4moe_st_tensor *hu = df ? nvfp4moe_st_file_find(df, "model.layers.0.mlp.experts.2.up_proj.weight_scale") : NULL;
+    if (hu) memcpy(sc + 2 * N1 * H / 16 + 32 * H / 16, hu->data, (size_t)hu->nbytes);  // up rows as stored
+    keep.w13_scale_2 = s13;
+    keep.w13_scale = sc;
+    float *bad = run_layer(&rc, &keep, l->router, M, 5);
+    double bad_err = 0, den = 0;
+    for (int64_t i = 0; i < M * H; i++) bad_err += (bad[i] - wd[i]) * (bad[i] - wd[i]), den += wd[i] * wd[i];
+    bad_err = sqrt(bad_err / den);
+    CHECK(bad_err > 10 * err && bad_err > 1e-3, "keep-gate rule error %.3g should exceed max rule's %.3g",
+          bad_err, err);
+    nvfp4moe_st_close(df);
+    free(bad);
+    free(s13);
+    free(sc);
+    free(wd);
+    free(want);
+    free(got);
+    nvfp4moe_ckpt_layer_free(l);
+    nvfp4moe_ckpt_layer_free(q);
+}
+
+static void test_broken_layers(void) {
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 31);
+    if (!q) return;
+    const char *src = dir_in("brk_src");
+    save_layer(src, NVFP4MOE_CKPT_MODELOPT, q, 0);
+    const char *ct = dir_in("brk_ct");
+    save_layer(ct, NVFP4MOE_CKPT_COMPRESSED_TENSORS, q, 0);
+    uint8_t zeros[64 * 64] = {0};
+    float zero = 0.0f, nan = NAN, one = 1.0f;
+    const char *dst = dir_in("brk");
+    nvfp4moe_ckpt_layer *l = NULL;
+
+    struct {
+        const char *what;
+        const char *from;
+        edit ed;
+        nvfp4moe_status st;
+        const char *needle;
+    } cases[] = {
+        {"missing scale tensor", src,
+         {"model.layers.0.mlp.experts.3.up_proj.weight_scale_2", 0, 0, 0, {0}, NULL},
+         NVFP4MOE_ERR_NOT_FOUND,
+         "tensor 'model.layers.0.mlp.experts.3.up_proj.weight_scale_2' not found"},
+        {"missing block scales", src,
+         {"model.layers.0.mlp.experts.1.down_proj.weight_scale", 0, 0, 0, {0}, NULL},
+         NVFP4MOE_ERR_NOT_FOUND, "tensor 'model.layers.0.mlp.experts.1.down_proj.weight_scale' not found"},
+        {"missing input scale (W4A4)", src,
+         {"model.layers.0.mlp.experts.0.gate_proj.input_scale", 0, 0, 0, {0}, NULL},
+         NVFP4MOE_ERR_NOT_FOUND, "experts.0.gate_proj.input_scale' not found"},
+        {"missing expert", src,
+         {"model.layers.0.mlp.experts.3.down_proj.weight", 0, 0, 0, {0}, NULL},
+         NVFP4MOE_ERR_NOT_FOUND, "experts.3.down_proj.weight' not found"},
+        {"wrong weight dtype", src,
+         {"model.layers.0.mlp.experts.2.gate_proj.weight", 1, NVFP4MOE_ST_I8, 2, {32, 32}, zeros},
+         NVFP4MOE_ERR_FORMAT, "experts.2.gate_proj.weight': dtype I8, expected U8"},
+        {"wrong scale dtype", src,
+         {"model.layers.0.mlp.experts.2.gate_proj.weight_scale", 1, NVFP4MOE_ST_F16, 2, {32, 2}, zeros},
+         NVFP4MOE_ERR_FORMAT, "weight_scale': dtype F16, expected F8_E4M3"},
+        {"wrong weight shape", src,
+         {"model.layers.0.mlp.experts.1.up_proj.weight", 1, NVFP4MOE_ST_U8, 2, {32, 16}, zeros},
+         NVFP4MOE_ERR_FORMAT, "experts.1.up_proj.weight': shape [32, 16], expected [32, 32] (packed E2M1)"},
+        {"wrong scale shape", src,
+         {"model.layers.0.mlp.experts.1.down_proj.weight_scale", 1, NVFP4MOE_ST_F8_E4M3, 2, {64, 4}, zeros},
+         NVFP4MOE_ERR_FORMAT, "shape [64, 4], expected [64, 2]"},
+        {"scale_2 not a scalar", src,
+         {"model.layers.0.mlp.experts.0.down_proj.weight_scale_2", 1, NVFP4MOE_ST_F32, 1, {2}, zeros},
+         NVFP4MOE_ERR_FORMAT, "expected [] or [1] (one value)"},
+        {"zero scale_2", src,
+         {"model.layers.0.mlp.experts.0.down_proj.weight_scale_2", 1, NVFP4MOE_ST_F32, 0, {0}, &zero},
+         NVFP4MOE_ERR_FORMAT, "down_proj.weight_scale_2': value 0 must be finite and > 0"},
+        {"NaN input scale", src,
+         {"model.layers.0.mlp.experts.0.up_proj.input_scale", 1, NVFP4MOE_ST_F32, 0, {0}, &nan},
+         NVFP4MOE_ERR_FORMAT, "up_proj.input_scale': value nan must be finite and > 0"},
+        {"router of the wrong shape", src,
+         {"model.layers.0.mlp.gate.weight", 1, NVFP4MOE_ST_F32, 2, {4, 32}, zeros},
+         NVFP4MOE_ERR_FORMAT, "mlp.gate.weight': shape [4, 32], expected [4, 64]"},
+        {"compressed-tensors: missing global scale", ct,
+         {"model.layers.0.mlp.experts.2.gate_proj.weight_global_scale", 0, 0, 0, {0}, NULL},
+         NVFP4MOE_ERR_NOT_FOUND, "experts.2.gate_proj.weight_global_scale' not found"},
+        {"compressed-tensors: zero global scale", ct,
+         {"model.layers.0.mlp.experts.2.gate_proj.input_global_scale", 1, NVFP4MOE_ST_F32, 1, {1}, &zero},
+         NVFP4MOE_ERR_FORMAT, "input_global_scale': value 0 must be finite and > 0"},
+        {"compressed-tensors: packed weight shape", ct,
+         {"model.layers.0.mlp.experts.0.down_proj.weight_packed", 1, NVFP4MOE_ST_U8, 2, {64, 32}, zeros},
+         NVFP4MOE_ERR_FORMAT, "down_proj.weight_packed': shape [64, 32], expected [64, 16]"},
+        {"control: a valid edit loads", src,
+         {"model.layers.0.mlp.experts.0.down_proj.weight_scale_2", 1, NVFP4MOE_ST_F32, 1, {1}, &one},
+         NVFP4MOE_OK, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        T_CASE(cases[i].what);
+        rewrite(cases[i].from, dst, &cases[i].ed, 1);
+        l = NULL;
+        if (cases[i].st == NVFP4MOE_OK) {
+            CHECK_OK(nvfp4moe_ckpt_layer_load(dst, 0, &l));
+            CHECK(l && l->layer.w.w2_scale_2[0] == 1.0f, "edited value not loaded");
+            nvfp4moe_ckpt_layer_free(l);
+            continue;
+        }
+        CHECK_ERR(nvfp4moe_ckpt_layer_load(dst, 0, &l), cases[i].st, cases[i].needle);
+        CHECK(l == NULL, "output written on failure");
+        // The check-only path (inspect) reports the same problem.
+        nvfp4moe_model_info *info = NULL;
+        nvfp4moe_st_model *m = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(dst, &info));
+        CHECK_OK(nvfp4moe_st_model_open(dst, &m));
+        if (info && m)
+            CHECK_ERR(nvfp4moe_ckpt_layer_load_from(info, m, 0, true, &l), cases[i].st,
+                      cases[i].needle);
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+    }
+
+    T_CASE("unquantized layer");
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(&cfg, 3, &f));
+    const char *bf = dir_in("bf16_src");
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", bf);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    CHECK_OK(nvfp4moe_model_config_write(bf, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL));
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(bf, 0, &l), NVFP4MOE_ERR_UNSUPPORTED,
+              "is not NVFP4-quantized");
+    // ... but it loads as a float layer, exactly (the random weights are bf16-rounded).
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    nvfp4moe_float_layer *g = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(bf, &info));
+    CHECK_OK(nvfp4moe_st_model_open(bf, &m));
+    if (info && m) CHECK_OK(nvfp4moe_float_layer_load(info, m, 0, &g));
+    if (g) {
+        CHECK(same_floats(g->w13, f->w13, 4 * 64 * 64), "w13 round trip");
+        CHECK(same_floats(g->w2, f->w2, 4 * 64 * 32), "w2 round trip");
+        CHECK(g->router && same_floats(g->router, f->router, 4 * 64), "router round trip");
+    }
+    nvfp4moe_float_layer_free(g);
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+    nvfp4moe_float_layer_free(f);
+    nvfp4moe_ckpt_layer_free(q);
+}
+
+/* W4A16 checkpoints store no input scales; DeepSeek routing carries a correction bias. */
+static void test_schemes_and_bias(void) {
+    T_CASE("W4A16 ModelOpt and compressed-tensors");
+    nvfp4moe_config cfg = small_cfg();
+    cfg.scheme = NVFP4MOE_SCHEME_W4A16;
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 41);
+    if (!q) return;
+    for (int k = 0; k < 2; k++) {
+        const char *d = dir_in(k ? "w4a16_ct" : "w4a16_mo");
+        save_layer(d, k ? NVFP4MOE_CKPT_COMPRESSED_TENSORS : NVFP4MOE_CKPT_MODELOPT, q, 0);
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+        if (!l) continue;
+        CHECK(l->layer.cfg.scheme == NVFP4MOE_SCHEME_W4A16, "scheme %s",
+              nvfp4moe_scheme_name(l->layer.cfg.scheme));
+        CHECK(l->layer.w.w13_input_scale == NULL && l->layer.w.w2_input_scale == NULL,
+              "W4A16 has no input scales");
+        same_weights(&cfg, &q->layer.w, &l->layer.w);
+        nvfp4moe_ckpt_layer_free(l);
+    }
+    nvfp4moe_ckpt_layer_free(q);
+
+    T_CASE("deepseek_v3 routing with e_score_correction_bias");
+    cfg = small_cfg();
+    cfg.num_experts = 8;
+    cfg.routing = NVFP4MOE_ROUTING_DEEPSEEK_V3;
+    cfg.n_group = 2;
+    cfg.topk_group = 1;
+    cfg.has_correction_bias = true;
+    cfg.routed_scaling_factor = 2.5f;
+    q = make_quantized(&cfg, 51);
+    if (!q) return;
+    const char *d = dir_in("dsv3");
+    save_layer(d, NVFP4MOE_CKPT_MODELOPT, q, 2);
+    nvfp4moe_ckpt_layer *l = NULL;
+    CHECK_OK(nvfp4moe_ckpt_layer_load(d, 2, &l));
+    if (l) {
+        const nvfp4moe_config *c = &l->layer.cfg;
+        CHECK(c->routing == NVFP4MOE_ROUTING_DEEPSEEK_V3 && c->n_group == 2 && c->topk_group == 1 &&
+                  c->has_correction_bias && c->routed_scaling_factor == 2.5f,
+              "routing %s n_group %d topk_group %d bias %d rsf %g", nvfp4moe_routing_name(c->routing),
+              c->n_group, c->topk_group, c->has_correction_bias, (double)c->routed_scaling_factor);
+        CHECK(l->layer.w.correction_bias &&
+                  same_floats(l->layer.w.correction_bias, q->layer.w.correction_bias, 8),
+              "correction bias");
+        nvfp4moe_config rc = *c;
+        rc.in_dtype = rc.out_dtype = NVFP4MOE_DTYPE_F32;
+        float *a = run_layer(&rc, &l->layer.w, l->router, 7, 3);
+        float *b = run_layer(&q->layer.cfg, &q->layer.w, q->router, 7, 3);
+        CHECK(same_floats(a, b, 7 * 64), "deepseek layer output differs");
+        free(a);
+        free(b);
+        nvfp4moe_ckpt_layer_free(l);
+    }
+    T_CASE("deepseek_v3 without its correction bias");
+    edit ed = {"model.layers.2.mlp.gate.e_score_correction_bias", 0, 0, 0, {0}, NULL};
+    const char *d2 = dir_in("dsv3_nobias");
+    rewrite(d, d2, &ed, 1);
+    l = NULL;
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(d2, 2, &l), NVFP4MOE_ERR_NOT_FOUND,
+              "gate.e_score_correction_bias' not found");
+    nvfp4moe_ckpt_layer_free(q);
+}
+
+// ---- config.json ----
+
+static nvfp4moe_model_info *parse(const char *cfg, const char *hfq) {
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_status s = nvfp4moe_model_info_parse(cfg, hfq, "m", &info);
+    CHECK(s == NVFP4MOE_OK, "parse: %s", nvfp4moe_last_error());
+    return info;
+}
+
+static void test_model_configs(void) {
+    T_CASE("DeepSeek-V3 / R1 NVFP4");
+    nvfp4moe_model_info *i = parse(
+        "{\"model_type\":\"deepseek_v3\",\"hidden_size\":7168,\"moe_intermediate_size\":2048,"
+        "\"intermediate_size\":18432,\"n_routed_experts\":256,\"n_shared_experts\":1,"
+        "\"num_experts_per_tok\":8,\"n_group\":8,\"topk_group\":4,\"routed_scaling_factor\":2.5,"
+        "\"scoring_func\":\"sigmoid\",\"topk_method\":\"noaux_tc\",\"norm_topk_prob\":true,"
+        "\"first_k_dense_replace\":3,\"moe_layer_freq\":1,\"num_hidden_layers\":61,"
+        "\"hidden_act\":\"silu\",\"torch_dtype\":\"bfloat16\"}",
+        "{\"producer\":{\"name\":\"modelopt\",\"version\":\"0.23.0\"},\"quantization\":"
+        "{\"quant_algo\":\"NVFP4\",\"kv_cache_quant_algo\":null,\"group_size\":16,"
+        "\"exclude_modules\":[\"lm_head\",\"model.layers.30.self_attn*\",\"model.layers.26.mlp.gate\"]}}");
+    if (i) {
+        const nvfp4moe_config *c = &i->cfg;
+        CHECK(c->num_experts == 256 && c->intermediate_size == 2048 && c->top_k == 8 &&
+                  c->hidden_size == 7168 && c->routing == NVFP4MOE_ROUTING_DEEPSEEK_V3 &&
+                  c->n_group == 8 && c->topk_group == 4 && c->routed_scaling_factor == 2.5f &&
+                  c->has_correction_bias && c->activation == NVFP4MOE_ACT_SILU &&
+                  c->scheme == NVFP4MOE_SCHEME_W4A4,
+              "deepseek config");
+        CHECK(i->num_layers == 61 && i->num_moe_layers == 58 && i->first_moe_layer == 3, "layers");
+        CHECK(!nvfp4moe_model_info_is_moe_layer(i, 2) && nvfp4moe_model_info_is_moe_layer(i, 3) &&
+                  nvfp4moe_model_info_is_moe_layer(i, 60) && !nvfp4moe_model_info_is_moe_layer(i, 61),
+              "moe layers");
+        CHECK(i->quantized && i->format == NVFP4MOE_CKPT_MODELOPT && !strcmp(i->quant_algo, "NVFP4") &&
+                  !strcmp(i->quant_source, "hf_quant_config.json") && i->num_shared_experts == 1,
+              "quant");
+        CHECK(i->num_excluded == 3 && nvfp4moe_model_info_is_excluded(i, "model.layers.26.mlp.gate") &&
+                  nvfp4moe_model_info_is_excluded(i, "model.layers.30.self_attn.q_proj") &&
+                  !nvfp4moe_model_info_is_excluded(i, "model.layers.26.mlp.experts") &&
+                  !nvfp4moe_model_info_is_excluded(i, "model.layers.3.self_attn"),
+              "exclusions");
+        CHECK_OK(nvfp4moe_config_validate(c));
+    }
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("Qwen3-30B-A3B, compressed-tensors W4A4");
+    i = parse("{\"model_type\":\"qwen3_moe\",\"hidden_size\":2048,\"moe_intermediate_size\":768,"
+              "\"intermediate_size\":6144,\"num_experts\":128,\"num_experts_per_tok\":8,"
+              "\"norm_topk_prob\":true,\"decoder_sparse_step\":1,\"mlp_only_layers\":[],"
+              "\"num_hidden_layers\":48,\"hidden_act\":\"silu\",\"quantization_config\":{"
+              "\"quant_method\":\"compressed-tensors\",\"format\":\"nvfp4-pack-quantized\","
+              "\"config_groups\":{\"group_0\":{\"weights\":{\"num_bits\":4,\"type\":\"float\","
+              "\"strategy\":\"tensor_group\",\"group_size\":16},\"input_activations\":{"
+              "\"num_bits\":4,\"type\":\"float\",\"group_size\":16,\"dynamic\":\"local\"},"
+              "\"targets\":[\"Linear\"]}},\"ignore\":[\"lm_head\",\"re:.*mlp\\\\.gate$\"]}}",
+              NULL);
+    if (i) {
+        CHECK(i->cfg.num_experts == 128 && i->cfg.intermediate_size == 768 &&
+                  i->cfg.routing == NVFP4MOE_ROUTING_RENORMALIZE && i->num_moe_layers == 48 &&
+                  i->format == NVFP4MOE_CKPT_COMPRESSED_TENSORS &&
+                  i->cfg.scheme == NVFP4MOE_SCHEME_W4A4,
+              "qwen3 config");
+        CHECK(nvfp4moe_model_info_is_excluded(i, "model.layers.7.mlp.gate") &&
+                  !nvfp4moe_model_info_is_excluded(i, "model.layers.7.mlp.gate_proj") &&
+                  !nvfp4moe_model_info_is_excluded(i, "model.layers.7.mlp.experts"),
+              "re: exclusions");
+    }
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("compressed-tensors W4A16 (no input_activations)");
+    i = parse("{\"hidden_size\":1024,\"num_experts\":8,\"moe_intermediate_size\":256,"
+              "\"num_experts_per_tok\":2,\"num_hidden_layers\":4,\"quantization_config\":{"
+              "\"quant_method\":\"compressed-tensors\",\"config_groups\":{\"g\":{\"format\":"
+              "\"nvfp4-pack-quantized\",\"weights\":{\"num_bits\":4,\"type\":\"float\","
+              "\"group_size\":16},\"input_activations\":null}}}}",
+              NULL);
+    CHECK(i && i->cfg.scheme == NVFP4MOE_SCHEME_W4A16, "W4A16");
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("Mixtral, ModelOpt W4A16 in config.json");
+    i = parse("{\"model_type\":\"mixtral\",\"hidden_size\":4096,\"intermediate_size\":14336,"
+              "\"num_local_experts\":8,\"num_experts_per_tok\":2,\"num_hidden_layers\":32,"
+              "\"hidden_act\":\"silu\",\"quantization_config\":{\"quant_method\":\"modelopt\","
+              "\"quant_algo\":\"W4A16_NVFP4\",\"ignore\":[\"lm_head\"]}}",
+              NULL);
+    if (i)
+        CHECK(i->cfg.num_experts == 8 && i->cfg.intermediate_size == 14336 &&
+                  i->cfg.routing == NVFP4MOE_ROUTING_RENORMALIZE && i->num_moe_layers == 32 &&
+                  i->cfg.scheme == NVFP4MOE_SCHEME_W4A16 && !strcmp(i->quant_source, "config.json"),
+              "mixtral");
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("gpt-oss: swigluoai with its clamp");
+    i = parse("{\"model_type\":\"gpt_oss\",\"hidden_size\":2880,\"intermediate_size\":2880,"
+              "\"num_local_experts\":32,\"experts_per_token\":4,\"num_hidden_layers\":24,"
+              "\"swiglu_limit\":7.0}",
+              NULL);
+    if (i)
+        CHECK(i->cfg.activation == NVFP4MOE_ACT_SWIGLUOAI && i->cfg.has_swiglu_limit &&
+                  i->cfg.swiglu_limit == 7.0f && i->cfg.top_k == 4 && !i->quantized,
+              "gpt-oss");
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("Llama-4: text_config, interleaved MoE layers");
+    i = parse("{\"model_type\":\"llama4\",\"text_config\":{\"model_type\":\"llama4_text\","
+              "\"hidden_size\":5120,\"intermediate_size\":8192,\"intermediate_size_mlp\":16384,"
+              "\"num_local_experts\":128,\"num_experts_per_tok\":1,\"num_hidden_layers\":48,"
+              "\"interleave_moe_layer_step\":2,\"hidden_act\":\"silu\"}}",
+              NULL);
+    if (i)
+        CHECK(i->cfg.routing == NVFP4MOE_ROUTING_LLAMA4 && i->cfg.apply_router_weight_on_input &&
+                  i->num_moe_layers == 24 && i->first_moe_layer == 1 &&
+                  nvfp4moe_model_info_is_moe_layer(i, 47) && !nvfp4moe_model_info_is_moe_layer(i, 46),
+              "llama4 routing %s moe layers %d first %d", nvfp4moe_routing_name(i->cfg.routing),
+              i->num_moe_layers, i->first_moe_layer);
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("sigmoid routing without groups, softmax without renormalization");
+    i = parse("{\"hidden_size\":64,\"num_experts\":4,\"moe_intermediate_size\":32,"
+              "\"num_experts_per_tok\":2,\"num_hidden_layers\":1,\"scoring_func\":\"sigmoid\","
+              "\"norm_topk_prob\":false}",
+              NULL);
+    CHECK(i && i->cfg.routing == NVFP4MOE_ROUTING_SIGMOID, "sigmoid");
+    nvfp4moe_model_info_free(i);
+    i = parse("{\"hidden_size\":64,\"num_experts\":4,\"moe_intermediate_size\":32,"
+              "\"num_experts_per_tok\":2,\"num_hidden_layers\":1,\"norm_topk_prob\":false}",
+              NULL);
+    CHECK(i && i->cfg.routing == NVFP4MOE_ROUTING_SOFTMAX_TOPK, "softmax top-k");
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("the two quantization configs disagree");
+    i = parse("{\"hidden_size\":64,\"num_experts\":4,\"moe_intermediate_size\":32,"
+              "\"num_experts_per_tok\":2,\"num_hidden_layers\":1,\"quantization_config\":{"
+              "\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\"}}",
+              "{\"quantization\":{\"quant_algo\":\"W4A16_NVFP4\"}}");
+    if (i)
+        CHECK(i->cfg.scheme == NVFP4MOE_SCHEME_W4A4 && i->warnings.count == 1 &&
+                  strstr(i->warnings.text[0], "hf_quant_config.json says \"W4A16_NVFP4\""),
+              "disagreement: %d warnings", i->warnings.count);
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("config errors name the field");
+    nvfp4moe_model_info *bad = NULL;
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":\"big\",\"num_hidden_layers\":2}", NULL,
+                                        "m", &bad),
+              NVFP4MOE_ERR_FORMAT, "m/config.json: field \"hidden_size\" must be a whole number");
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"num_hidden_layers\":2}", NULL, "m", &bad),
+              NVFP4MOE_ERR_FORMAT, "missing field \"hidden_size\"");
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":64,\"num_hidden_layers\":2,"
+                                        "\"num_experts\":4,\"moe_intermediate_size\":32}",
+                                        NULL, "m", &bad),
+              NVFP4MOE_ERR_FORMAT, "without \"num_experts_per_tok\"");
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":64,\"num_hidden_layers\":2,"
+                                        "\"hidden_act\":\"tanhshrink\"}",
+                                        NULL, "m", &bad),
+              NVFP4MOE_ERR_UNSUPPORTED, "field \"hidden_act\"=\"tanhshrink\"");
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":64,\"num_hidden_layers\":2,"
+                                        "\"quantization_config\":{\"quant_method\":\"modelopt\","
+                                        "\"quant_algo\":\"FP8\"}}",
+                                        NULL, "m", &bad),
+              NVFP4MOE_ERR_UNSUPPORTED, "quant_algo \"FP8\" is not an NVFP4 scheme");
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":64,\"num_hidden_layers\":2,"
+                                        "\"quantization_config\":{\"quant_method\":\"awq\"}}",
+                                        NULL, "m", &bad),
+              NVFP4MOE_ERR_UNSUPPORTED, "quant_method \"awq\"");
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":64,\"num_hidden_layers\":2000000}", NULL,
+                                        "m", &bad),
+              NVFP4MOE_ERR_FORMAT, "is absurd");
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":64,", NULL, "m", &bad),
+              NVFP4MOE_ERR_FORMAT, "m/config.json: not valid JSON");
+    CHECK(bad == NULL, "output written on failure");
+    const char *d = dir_in("no_config");
+    CHECK_ERR(nvfp4moe_model_info_read(d, &bad), NVFP4MOE_ERR_NOT_FOUND, "config.json: cannot open");
+    write_text(d, "config.json", "{\"hidden_size\":64,\"num_hidden_layers\":1}");
+    write_text(d, "hf_quant_config.json", "{\"quantization\":[]}");
+    CHECK_ERR(nvfp4moe_model_info_read(d, &bad), NVFP4MOE_ERR_FORMAT,
+              "hf_quant_config.json: missing or non-object \"quantization\"");
+
+    T_CASE("written configs read back");
+    nvfp4moe_config want = small_cfg();
+    want.in_dtype = want.out_dtype = NVFP4MOE_DTYPE_BF16;
+    want.activation = NVFP4MOE_ACT_GELU_TANH;
+    want.routing = NVFP4MOE_ROUTING_SIGMOID_RENORM;
+    const char *wd = dir_in("written");
+    CHECK_OK(nvfp4moe_model_config_write(wd, &want, 3, 1, NVFP4MOE_CKPT_COMPRESSED_TENSORS, NULL));
+    i = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(wd, &i));
+    if (i)
+        CHECK(i->cfg.activation == want.activation && i->cfg.routing == want.routing &&
+                  i->num_moe_layers == 2 && i->first_moe_layer == 1 &&
+                  i->format == NVFP4MOE_CKPT_COMPRESSED_TENSORS &&
+                  nvfp4moe_model_info_is_excluded(i, "model.layers.1.mlp.gate"),
+              "written config");
+    nvfp4moe_model_info_free(i);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/nvfp4moe-ckpt-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    test_model_configs();
+    test_round_trip_formats();
+    test_fused_transposed();
+    test_reconcile();
+    test_broken_layers();
+    test_schemes_and_bias();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    return t_finish("test_checkpoint");
+}
