@@ -619,8 +619,10 @@ typedef struct nvfp4moe_ckpt_layer {
     nvfp4moe_layer layer;       /* cfg + weights */
     int32_t index;              /* decoder layer number */
     nvfp4moe_ckpt_format format;/* what the tensors turned out to be */
-    const float *router;        /* [E, H] router weight (mlp.gate.weight) as float, or NULL */
-    nvfp4moe_st_dtype router_dtype; /* its dtype in the file */
+    bool has_router;            /* the checkpoint has a float router weight for the layer */
+    const float *router;        /* [E, H] router weight (mlp.gate.weight) as float; NULL when
+                                   absent or after a check-only load */
+    nvfp4moe_st_dtype router_dtype; /* its dtype in the file (when has_router) */
     nvfp4moe_warnings warnings;
     void *storage_;             /* private */
 } nvfp4moe_ckpt_layer;

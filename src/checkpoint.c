@@ -485,6 +485,7 @@ static nvfp4moe_status load_router(load_ctx *c, nvfp4moe_ckpt_layer *out) {
                      (long long)H);
             if (!shape_is(r, 2, dims)) return bad_shape(r, want);
             out->router_dtype = r->dtype;
+            out->has_router = true;
             c->router_found = true;
             if (!c->check_only) {
                 for (int64_t i = 0; i < E * H; i++) c->st->router[i] = tensor_float(r, i);
@@ -1044,6 +1045,7 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
         for (int64_t i = 0; i < E * H; i++)
             st->router[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16, src->router[i]);
         l->router = st->router;
+        l->has_router = true;
         l->router_dtype = NVFP4MOE_ST_BF16;
     }
     free(x);

@@ -1,0 +1,175 @@
+/*
+ * cli_model.c - model directories on the command line: config.json under the config flags,
+ * checkpoint layers, hidden states from files. See cli_model.h.
+ */
+#include "cli_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_print_warnings(const char *cmd, const nvfp4moe_warnings *w) {
+    for (int32_t i = 0; i < w->count; i++) fprintf(stderr, "nvfp4moe %s: warning: %s\n", cmd, w->text[i]);
+    if (w->dropped) fprintf(stderr, "nvfp4moe %s: warning: ... and %d more\n", cmd, w->dropped);
+}
+
+/* Applies every config flag of argv to cfg (the subcommand's own flags and their values are
+ * skipped: cli_config_flag only consumes the ones it knows). */
+static int reapply_flags(int argc, char **argv, nvfp4moe_config *cfg) {
+    for (int i = 1; i < argc; i++) {
+        int r = cli_config_flag(argc, argv, &i, cfg);
+        if (r < 0) return -1;
+    }
+    return 0;
+}
+
+int cli_model_config(const char *cmd, const char *dir, int argc, char **argv, nvfp4moe_config *cfg) {
+    nvfp4moe_model_info *info = NULL;
+    if (nvfp4moe_model_info_read(dir, &info) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe %s: --model: %s\n", cmd, nvfp4moe_last_error());
+        return -1;
+    }
+    if (info->num_moe_layers == 0) {
+        fprintf(stderr, "nvfp4moe %s: --model: %s has no MoE layers (no expert count in config.json)\n",
+                cmd, dir);
+        nvfp4moe_model_info_free(info);
+        return -1;
+    }
+    cli_print_warnings(cmd, &info->warnings);
+    *cfg = info->cfg;
+    nvfp4moe_model_info_free(info);
+    return reapply_flags(argc, argv, cfg);
+}
+
+int cli_model_layer(const char *cmd, const char *dir, int layer, int argc, char **argv,
+                    nvfp4moe_ckpt_layer **out) {
+    if (layer < 0) {
+        nvfp4moe_model_info *info = NULL;
+        if (nvfp4moe_model_info_read(dir, &info) != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe %s: --model: %s\n", cmd, nvfp4moe_last_error());
+            return -1;
+        }
+        layer = info->first_moe_layer;
+        nvfp4moe_model_info_free(info);
+        if (layer < 0) {
+            fprintf(stderr, "nvfp4moe %s: --model: %s has no MoE layers\n", cmd, dir);
+            return -1;
+        }
+    }
+    nvfp4moe_ckpt_layer *l = NULL;
+    if (nvfp4moe_ckpt_layer_load(dir, layer, &l) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe %s: --model: %s\n", cmd, nvfp4moe_last_error());
+        return -1;
+    }
+    cli_print_warnings(cmd, &l->warnings);
+    nvfp4moe_config cfg = l->layer.cfg;
+    if (reapply_flags(argc, argv, &cfg) != 0) {
+        nvfp4moe_ckpt_layer_free(l);
+        return -1;
+    }
+    // The weights fix these; a flag that changes them would describe a different layer.
+    const nvfp4moe_config *w = &l->layer.cfg;
+    const char *bad = cfg.num_experts != w->num_experts             ? "--num-experts"
+                      : cfg.hidden_size != w->hidden_size           ? "--hidden-size"
+                      : cfg.intermediate_size != w->intermediate_size ? "--intermediate-size"
+                      : nvfp4moe_config_n1(&cfg) != nvfp4moe_config_n1(w) ? "--activation"
+                      : cfg.has_bias != w->has_bias                 ? "the bias flag"
+                                                                    : NULL;
+    if (bad) {
+        fprintf(stderr, "nvfp4moe %s: %s conflicts with the checkpoint's layer %d (%s)\n", cmd, bad,
+                layer, dir);
+        nvfp4moe_ckpt_layer_free(l);
+        return -1;
+    }
+    if (cfg.has_correction_bias && !w->has_correction_bias) {
+        fprintf(stderr, "nvfp4moe %s: layer %d of %s has no e_score_correction_bias\n", cmd, layer, dir);
+        nvfp4moe_ckpt_layer_free(l);
+        return -1;
+    }
+    l->layer.cfg = cfg;
+    if (!cfg.has_correction_bias) l->layer.w.correction_bias = NULL;
+    *out = l;
+    return 0;
+}
+
+int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, float **x, int64_t *m) {
+    size_t n = strlen(path);
+    if (n > 12 && !strcmp(path + n - 12, ".safetensors")) {
+        nvfp4moe_st_file *f = NULL;
+        if (nvfp4moe_st_open(path, &f) != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe %s: --input: %s\n", cmd, nvfp4moe_last_error());
+            return -1;
+        }
+        const nvfp4moe_st_tensor *t = nvfp4moe_st_file_find(f, "hidden_states");
+        for (size_t i = 0; !t && i < nvfp4moe_st_file_count(f); i++) {
+            const nvfp4moe_st_tensor *c = nvfp4moe_st_file_tensor(f, i);
+            if (c->ndim == 2) {
+                if (t) break;
+                t = c;
+            }
+        }
+        int rc = -1;
+        if (!t || t->ndim != 2 || t->shape[1] != hidden_size ||
+            (t->dtype != NVFP4MOE_ST_F32 && t->dtype != NVFP4MOE_ST_BF16 && t->dtype != NVFP4MOE_ST_F16)) {
+            fprintf(stderr, "nvfp4moe %s: --input %s: needs a tensor \"hidden_states\" (or one 2-D tensor) "
+                    "of shape [M, %lld] and dtype F32, BF16 or F16\n", cmd, path, (long long)hidden_size);
+        } else if (!(*x = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1)))) {
+            fprintf(stderr, "nvfp4moe %s: out of memory\n", cmd);
+        } else {
+            const nvfp4moe_dtype dt = t->dtype == NVFP4MOE_ST_F32   ? NVFP4MOE_DTYPE_F32
+                                      : t->dtype == NVFP4MOE_ST_BF16 ? NVFP4MOE_DTYPE_BF16
+                                                                    : NVFP4MOE_DTYPE_FP16;
+            // The mapping may be unaligned for the element type: go through an aligned copy.
+            void *tmp = malloc((size_t)t->nbytes + 1);
+            if (tmp) {
+                memcpy(tmp, t->data, (size_t)t->nbytes);
+                nvfp4moe_to_float(dt, tmp, t->numel, *x);
+                free(tmp);
+                *m = t->shape[0];
+                rc = 0;
+            } else {
+                free(*x);
+                *x = NULL;
+                fprintf(stderr, "nvfp4moe %s: out of memory\n", cmd);
+            }
+        }
+        nvfp4moe_st_close(f);
+        return rc;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "nvfp4moe %s: --input %s: cannot open\n", cmd, path);
+        return -1;
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    const long row = (long)(4 * hidden_size);
+    if (size <= 0 || size % row) {
+        fprintf(stderr, "nvfp4moe %s: --input %s: %ld bytes is not a whole number of float32 rows of "
+                "hidden size %lld (use a .safetensors file for other dtypes)\n", cmd, path, size,
+                (long long)hidden_size);
+        fclose(f);
+        return -1;
+    }
+    *x = malloc((size_t)size);
+    if (!*x || fread(*x, 1, (size_t)size, f) != (size_t)size) {
+        fprintf(stderr, "nvfp4moe %s: --input %s: read failed\n", cmd, path);
+        free(*x);
+        *x = NULL;
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    *m = size / row;
+    return 0;
+}
+
+void cli_router_logits(const float *x, const float *router, int64_t m, int64_t e, int64_t h,
+                       float *logits) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < e; j++) {
+            double acc = 0;
+            for (int64_t k = 0; k < h; k++) acc += (double)x[i * h + k] * router[j * h + k];
+            logits[i * e + j] = (float)acc;
+        }
+}

@@ -1,0 +1,35 @@
+/*
+ * cli_model.h - what `run --model`, `select --model`, `inspect` and `quantize` share: reading a
+ * model directory into a deployment config with the command line's flags on top, printing load
+ * warnings, and reading hidden states from a file.
+ */
+#ifndef NVFP4MOE_CLI_MODEL_H
+#define NVFP4MOE_CLI_MODEL_H
+
+#include "cli.h"
+
+/* Prints each warning to stderr as "nvfp4moe <cmd>: warning: ...". */
+void cli_print_warnings(const char *cmd, const nvfp4moe_warnings *w);
+
+/* select --model: cfg = the MoE config of dir/config.json, then every config flag of argv applied
+ * again on top (so flags override the model). Prints the error and returns -1 on failure. */
+int cli_model_config(const char *cmd, const char *dir, int argc, char **argv, nvfp4moe_config *cfg);
+
+/* run --model: loads MoE layer `layer` (-1: the model's first MoE layer) of dir, prints its
+ * warnings, and applies argv's config flags on top of its config (flags that would change the
+ * weights' shape, activation or bias layout are refused). *out is freed by the caller with
+ * nvfp4moe_ckpt_layer_free; (*out)->layer.cfg holds the final config. Returns -1 after printing
+ * the error. */
+int cli_model_layer(const char *cmd, const char *dir, int layer, int argc, char **argv,
+                    nvfp4moe_ckpt_layer **out);
+
+/* Hidden states [M, H] as float from path: a .safetensors file (the tensor "hidden_states", or
+ * its only 2-D tensor) or raw little-endian float32 (M = size / (4 H)). *x is malloc'd. Returns -1
+ * after printing the error. */
+int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, float **x, int64_t *m);
+
+/* router_logits [M, E] = x [M, H] @ router [E, H]^T, in float64 then rounded to float. */
+void cli_router_logits(const float *x, const float *router, int64_t m, int64_t e, int64_t h,
+                       float *logits);
+
+#endif // NVFP4MOE_CLI_MODEL_H

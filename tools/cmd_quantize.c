@@ -1,0 +1,245 @@
+/*
+ * cmd_quantize.c - `nvfp4moe quantize`: writes an NVFP4 checkpoint (ModelOpt per-expert by
+ * default; ModelOpt fused or compressed-tensors on request) from a BF16/F16/F32 safetensors model,
+ * and, with --random, writes such a BF16 source model to start from.
+ */
+#include "cli_model.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void quantize_usage(FILE *f) {
+    fprintf(f, "usage: nvfp4moe quantize --in SRC --out DIR [flags]\n"
+               "       nvfp4moe quantize --random --out DIR [config flags]\n\n"
+               "The first form quantizes every MoE layer of the unquantized (BF16/F16/F32) model in SRC\n"
+               "to NVFP4 and writes DIR/model.safetensors, DIR/config.json (SRC's, plus its\n"
+               "quantization_config) and, for ModelOpt, DIR/hf_quant_config.json. Per expert and\n"
+               "projection: scale_2 = amax / (6*448), gate and up sharing one amax as ModelOpt's export\n"
+               "does; input scales calibrated on random N(0, 1) hidden states. The router stays BF16.\n\n"
+               "The second form writes a random BF16 source model (weights N(0, 1/sqrt(fan_in))) of the\n"
+               "shape the config flags give; default E=8, top-k 2, hidden 256, intermediate 128.\n\n"
+               "  --in SRC               unquantized model directory\n"
+               "  --out DIR              output directory (created; existing files are replaced)\n"
+               "  --format F             modelopt (per-expert tensors, default) | modelopt-fused |\n"
+               "                         compressed-tensors\n"
+               "  --w4a16                weight-only NVFP4 (W4A16_NVFP4; no input scales)\n"
+               "  --layer N              quantize only decoder layer N\n"
+               "  --calib-tokens N       calibration tokens for the input scales (default 64)\n"
+               "  --random               write a random BF16 source model instead\n"
+               "  --num-layers L         --random: decoder layers (default 1); the MoE layers are\n"
+               "  --first-moe-layer F    --random: [F, L) (default 0)\n"
+               "  --seed S               weights (--random) / calibration seed (default 0)\n\n");
+    cli_config_flags_help(f);
+}
+
+/* mkdir -p. */
+static int make_dir(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "nvfp4moe quantize: cannot create %s: %s\n", p, strerror(errno));
+            return -1;
+        }
+        *s = '/';
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "nvfp4moe quantize: cannot create %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int save(nvfp4moe_st_writer *w, const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (nvfp4moe_st_writer_save(w, path) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t first_moe, const char *out) {
+    if (first_moe < 0 || first_moe >= layers) {
+        fprintf(stderr, "nvfp4moe quantize: --first-moe-layer %d must be below --num-layers %d\n", first_moe,
+                layers);
+        return CLI_EXIT_FAILURE;
+    }
+    if (nvfp4moe_config_validate(cfg) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe quantize: bad config: %s\n", nvfp4moe_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    if (make_dir(out)) return CLI_EXIT_FAILURE;
+    nvfp4moe_st_writer *w = NULL;
+    if (nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK) return CLI_EXIT_FAILURE;
+    int rc = CLI_EXIT_OK;
+    for (int32_t L = first_moe; L < layers && rc == CLI_EXIT_OK; L++) {
+        nvfp4moe_float_layer *f = NULL;
+        if (nvfp4moe_float_layer_random(cfg, cfg->seed + (uint64_t)L, &f) != NVFP4MOE_OK ||
+            nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", L, NULL, f) != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
+            rc = CLI_EXIT_FAILURE;
+        }
+        nvfp4moe_float_layer_free(f);
+    }
+    if (rc == CLI_EXIT_OK && nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK) rc = CLI_EXIT_FAILURE;
+    if (rc == CLI_EXIT_OK && save(w, out)) rc = CLI_EXIT_FAILURE;
+    nvfp4moe_st_writer_free(w);
+    if (rc == CLI_EXIT_OK &&
+        nvfp4moe_model_config_write(out, cfg, layers, first_moe, NVFP4MOE_CKPT_UNQUANTIZED, NULL) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
+        rc = CLI_EXIT_FAILURE;
+    }
+    if (rc == CLI_EXIT_OK) {
+        char desc[256];
+        nvfp4moe_config_describe(cfg, desc, sizeof desc);
+        printf("wrote %s: random BF16 source model, %d layer%s (MoE layers %d..%d), seed %llu\n", out, layers,
+               layers == 1 ? "" : "s", first_moe, layers - 1, (unsigned long long)cfg->seed);
+        printf("moe   %s\n", desc);
+    }
+    return rc;
+}
+
+static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fmt, bool w4a16, long long only,
+                        int32_t calib, uint64_t seed) {
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    char *base = NULL;
+    nvfp4moe_st_writer *w = NULL;
+    int rc = CLI_EXIT_FAILURE, done = 0;
+    char path[4096];
+    if (nvfp4moe_model_info_read(in, &info) != NVFP4MOE_OK || nvfp4moe_st_model_open(in, &m) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe quantize: --in: %s\n", nvfp4moe_last_error());
+        goto out;
+    }
+    if (info->quantized) {
+        fprintf(stderr, "nvfp4moe quantize: %s is already quantized (%s %s)\n", in, info->quant_method,
+                info->quant_algo);
+        goto out;
+    }
+    if (info->num_moe_layers == 0) {
+        fprintf(stderr, "nvfp4moe quantize: %s has no MoE layers\n", in);
+        goto out;
+    }
+    snprintf(path, sizeof path, "%s/config.json", in);
+    FILE *cf = fopen(path, "rb");
+    if (cf) {
+        fseek(cf, 0, SEEK_END);
+        long n = ftell(cf);
+        fseek(cf, 0, SEEK_SET);
+        base = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        if (base) base[fread(base, 1, (size_t)n, cf)] = '\0';
+        fclose(cf);
+    }
+    if (!base) {
+        fprintf(stderr, "nvfp4moe quantize: cannot read %s\n", path);
+        goto out;
+    }
+    if (make_dir(out) || nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK) goto out;
+    nvfp4moe_config qcfg = info->cfg;
+    for (int32_t L = 0; L < info->num_layers; L++) {
+        if (!nvfp4moe_model_info_is_moe_layer(info, L) || (only >= 0 && L != only)) continue;
+        nvfp4moe_float_layer *f = NULL;
+        nvfp4moe_ckpt_layer *q = NULL;
+        nvfp4moe_status s = nvfp4moe_float_layer_load(info, m, L, &f);
+        if (s == NVFP4MOE_OK) {
+            f->cfg.scheme = w4a16 ? NVFP4MOE_SCHEME_W4A16 : NVFP4MOE_SCHEME_W4A4;
+            s = nvfp4moe_float_layer_quantize(f, calib, seed + (uint64_t)L, &q);
+        }
+        if (s == NVFP4MOE_OK) s = nvfp4moe_ckpt_add_layer(w, fmt, info->prefix, L, q, NULL);
+        if (s == NVFP4MOE_OK) qcfg = q->layer.cfg;
+        nvfp4moe_ckpt_layer_free(q);
+        nvfp4moe_float_layer_free(f);
+        if (s != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe quantize: layer %d: %s\n", L, nvfp4moe_last_error());
+            goto out;
+        }
+        printf("layer %d: %d experts quantized\n", L, qcfg.num_experts);
+        done++;
+    }
+    if (!done) {
+        fprintf(stderr, "nvfp4moe quantize: --layer %lld is not a MoE layer of %s\n", only, in);
+        goto out;
+    }
+    if (nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK || save(w, out)) goto out;
+    if (nvfp4moe_model_config_write(out, &qcfg, info->num_layers, info->first_moe_layer, fmt, base) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
+        goto out;
+    }
+    printf("wrote %s: %s NVFP4 (%s), %d MoE layer%s, files model.safetensors config.json%s\n", out,
+           nvfp4moe_ckpt_format_name(fmt), w4a16 ? "W4A16_NVFP4" : "NVFP4 w4a4", done, done == 1 ? "" : "s",
+           fmt == NVFP4MOE_CKPT_MODELOPT || fmt == NVFP4MOE_CKPT_MODELOPT_FUSED ? " hf_quant_config.json" : "");
+    rc = CLI_EXIT_OK;
+out:
+    nvfp4moe_st_writer_free(w);
+    free(base);
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+    return rc;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    // --random's default shape: small enough for a fixture, valid for every backend.
+    cfg.num_experts = 8;
+    cfg.top_k = 2;
+    cfg.hidden_size = 256;
+    cfg.intermediate_size = 128;
+    cfg.seed = 0;
+    const char *in = NULL, *out = NULL;
+    bool random = false, w4a16 = false;
+    long long only = -1, calib = 64, layers = 1, first_moe = 0, seed = 0;
+    nvfp4moe_ckpt_format fmt = NVFP4MOE_CKPT_MODELOPT;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_config_flag(argc, argv, &i, &cfg);
+        if (r < 0) return CLI_EXIT_FAILURE;
+        if (r > 0) continue;
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            quantize_usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (!strcmp(a, "--in")) {
+            if (!(in = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--out")) {
+            if (!(out = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--format")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+            if (nvfp4moe_ckpt_format_parse(v, &fmt) != NVFP4MOE_OK || fmt == NVFP4MOE_CKPT_UNQUANTIZED) {
+                fprintf(stderr, "nvfp4moe quantize: --format: expected modelopt, modelopt-fused or "
+                        "compressed-tensors, got '%s'\n", v);
+                return CLI_EXIT_FAILURE;
+            }
+        } else if (!strcmp(a, "--w4a16")) {
+            w4a16 = true;
+        } else if (!strcmp(a, "--random")) {
+            random = true;
+        } else if (!strcmp(a, "--layer")) {
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &only)) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--calib-tokens")) {
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 1, &calib)) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--num-layers")) {
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 1, &layers)) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--first-moe-layer")) {
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &first_moe)) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &seed)) return CLI_EXIT_FAILURE;
+            cfg.seed = (uint64_t)seed;
+        } else {
+            fprintf(stderr, "nvfp4moe quantize: unknown flag '%s' (try nvfp4moe quantize --help)\n", a);
+            return CLI_EXIT_FAILURE;
+        }
+    }
+    if (!out || (random == (in != NULL))) {
+        fprintf(stderr, "nvfp4moe quantize: needs --out DIR and exactly one of --in SRC or --random\n");
+        return CLI_EXIT_FAILURE;
+    }
+    w4a16 = w4a16 || cfg.scheme == NVFP4MOE_SCHEME_W4A16;
+    if (random) return write_random(&cfg, (int32_t)layers, (int32_t)first_moe, out);
+    return quantize_dir(in, out, fmt, w4a16, only, (int32_t)calib, cfg.seed);
+}
