@@ -30,7 +30,9 @@
 /* Until the Marlin GEMM (kernels/marlin_*.cu) is in the tree, its entry points are weak: MARLIN then
  * reports "not available" instead of breaking every link. Remove once the kernel has landed: a weak
  * reference does not pull an object out of a static archive. */
+#ifndef NVFP4MOE_MARLIN_WEAK
 #define NVFP4MOE_MARLIN_WEAK 1
+#endif
 #if NVFP4MOE_MARLIN_WEAK
 #pragma weak nvfp4moe_marlin_packed_bytes
 #pragma weak nvfp4moe_marlin_repack

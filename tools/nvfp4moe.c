@@ -16,6 +16,7 @@ typedef struct {
 static const subcommand k_commands[] = {
     {"run", cmd_run, "run an NVFP4 MoE layer (built-in default, flags or --model) on the best backend"},
     {"select", cmd_select, "choose the NVFP4 MoE backend for a deployment, with every backend's reason"},
+    {"bench", cmd_bench, "time the MARLIN backend against a cuBLAS bf16 baseline and the roofline floor"},
     {"inspect", cmd_inspect, "show a model directory's format, scheme, MoE layers and shapes, and check them"},
     {"quantize", cmd_quantize, "write an NVFP4 checkpoint from a BF16 safetensors model (or a random one)"},
 };

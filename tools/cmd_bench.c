@@ -1,0 +1,767 @@
+/*
+ * cmd_bench.c - `nvfp4moe bench`: times the MARLIN backend on real models' MoE layer shapes against
+ * a cuBLAS BF16 baseline and against the layer's physical floor, all measured in the same run.
+ *
+ * Method (perf_anchors.md §5-6): weights are generated on the GPU (random E2M1 codes, random E4M3
+ * scales in [2^-3, 448]: valid NVFP4, never zeros); router logits are uniform random (uniform
+ * routing). Each timed run is one CUDA-graph replay of the whole forward between two CUDA events,
+ * preceded (outside the events) by a 512 MB memset that evicts the 60 MB L2, so every run reads
+ * its weights from HBM; 3 warm-ups, then the median of --iters runs. The floor of a point is
+ * max(touched experts' NVFP4 weight bytes / copy bandwidth, FLOPs / bf16 matmul rate), with the
+ * bandwidth measured by a 2 GB device-to-device copy (bytes read + written) and the rate by an
+ * 8192^3 bf16 cublasGemmEx on random data, both in this run.
+ *
+ * The baseline is what a user without an NVFP4 kernel does: weights dequantized to BF16 once,
+ * tokens gathered per expert, grouped BF16 GEMMs through cuBLAS (cublasGemmGroupedBatchedEx, or a
+ * cublasGemmEx per expert when the library lacks it), the same activation kernel, a weighted
+ * combine. Its routing and expert counts are computed once outside the timed region (the host must
+ * know them to call cuBLAS), so the baseline is timed without routing; MARLIN's time includes
+ * routing and grouping from the logits.
+ *
+ * cuBLAS is loaded with dlopen (NVFP4MOE_CUBLAS=path overrides the search): the library stays free
+ * of cuBLAS and the CLI builds where the toolkit has no libcublas.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef NVFP4MOE_HAVE_CUDA
+
+int cmd_bench(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "nvfp4moe bench: not available: this build has no CUDA backends (build with nvcc present)\n");
+    return CLI_EXIT_FAILURE;
+}
+
+#else
+
+#include "internal.h"
+#include "../kernels/pipeline.h"
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <time.h>
+
+// ---- cuBLAS through dlopen ----
+
+typedef struct cublas_fns {
+    void *lib;
+    const char *path;
+    __typeof__(cublasCreate_v2) *create;
+    __typeof__(cublasDestroy_v2) *destroy;
+    __typeof__(cublasSetStream_v2) *set_stream;
+    __typeof__(cublasSetWorkspace_v2) *set_workspace;
+    __typeof__(cublasGemmEx) *gemm_ex;
+    __typeof__(cublasGemmGroupedBatchedEx) *gemm_grouped; /* NULL in cuBLAS < 12.5 */
+} cublas_fns;
+
+static int cublas_load(cublas_fns *f) {
+    memset(f, 0, sizeof *f);
+    const char *env = getenv("NVFP4MOE_CUBLAS");
+    const char *names[] = {env, "libcublas.so.13", "libcublas.so.12", "libcublas.so",
+                           "/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.12"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !f->lib; i++)
+        if (names[i] && (f->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL))) f->path = names[i];
+    if (!f->lib) return -1;
+    f->create = (__typeof__(f->create))dlsym(f->lib, "cublasCreate_v2");
+    f->destroy = (__typeof__(f->destroy))dlsym(f->lib, "cublasDestroy_v2");
+    f->set_stream = (__typeof__(f->set_stream))dlsym(f->lib, "cublasSetStream_v2");
+    f->set_workspace = (__typeof__(f->set_workspace))dlsym(f->lib, "cublasSetWorkspace_v2");
+    f->gemm_ex = (__typeof__(f->gemm_ex))dlsym(f->lib, "cublasGemmEx");
+    f->gemm_grouped = (__typeof__(f->gemm_grouped))dlsym(f->lib, "cublasGemmGroupedBatchedEx");
+    return f->create && f->destroy && f->set_stream && f->gemm_ex ? 0 : -1;
+}
+
+// ---- presets ----
+
+typedef struct preset {
+    const char *name;
+    int E, H, I, k;
+    nvfp4moe_activation act;
+    bool limit;
+    float limit_value;
+} preset;
+
+static const preset k_presets[] = {
+    {"deepseek-v3", 256, 7168, 2048, 8, NVFP4MOE_ACT_SILU, false, 0},
+    {"qwen3-30b-a3b", 128, 2048, 768, 8, NVFP4MOE_ACT_SILU, false, 0},
+    {"qwen3-235b-a22b", 128, 4096, 1536, 8, NVFP4MOE_ACT_SILU, false, 0},
+    {"mixtral-8x7b", 8, 4096, 14336, 2, NVFP4MOE_ACT_SILU, false, 0},
+    {"gpt-oss-120b", 128, 2880, 2880, 4, NVFP4MOE_ACT_SWIGLUOAI, true, 7.0f},
+    {"kimi-k2", 384, 7168, 2048, 8, NVFP4MOE_ACT_SILU, false, 0},
+};
+#define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
+
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: nvfp4moe bench [flags]\n\n"
+               "Times the MARLIN backend (routing from logits through the combined output, one CUDA graph)\n"
+               "and a cuBLAS BF16 grouped-GEMM baseline on real models' MoE layers, cold L2, median of runs,\n"
+               "against the floor max(weight bytes / copy bandwidth, FLOPs / bf16 rate) measured in the same run.\n"
+               "Writes PREFIX.csv and PREFIX.md.\n\n"
+               "  --preset LIST   comma-separated presets (default: all):");
+    for (int i = 0; i < N_PRESETS; i++) fprintf(f, " %s", k_presets[i].name);
+    fprintf(f, "\n  --m LIST        token counts (default 1,4,16,64,256,1024,4096)\n"
+               "  --iters N       timed runs per point (default 25, at least 20 recommended)\n"
+               "  --no-baseline   skip the cuBLAS baseline\n"
+               "  --out PREFIX    output files (default bench/results/<date>-<gpu>-marlin)\n"
+               "  --commit SHA    recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n");
+}
+
+// ---- timing ----
+
+typedef int (*enqueue_fn)(void *ctx, cudaStream_t s);
+
+typedef struct timer {
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+    void *flush;
+    size_t flush_bytes;
+    int iters;
+} timer;
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median microseconds of fn, cold L2, as a graph replay when it captures (else eager). */
+static int time_op(timer *t, enqueue_fn fn, void *ctx, double *us, bool *graphed) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    *graphed = false;
+    if (cudaStreamBeginCapture(t->s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        int rc = fn(ctx, t->s);
+        cudaError_t e = cudaStreamEndCapture(t->s, &g);
+        if (rc == 0 && e == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess) *graphed = true;
+        cudaGetLastError(); /* a failed capture leaves an error behind: clear it, run eagerly */
+    }
+    float *ms = malloc(sizeof(float) * (size_t)t->iters);
+    int rc = 0;
+    for (int i = -3; i < t->iters && rc == 0; i++) {
+        if (cudaMemsetAsync(t->flush, i & 0xFF, t->flush_bytes, t->s) != cudaSuccess) { rc = -1; break; }
+        cudaEventRecord(t->e0, t->s);
+        if (*graphed) rc = cudaGraphLaunch(ge, t->s) == cudaSuccess ? 0 : -1;
+        else rc = fn(ctx, t->s);
+        cudaEventRecord(t->e1, t->s);
+        if (cudaEventSynchronize(t->e1) != cudaSuccess) rc = -1;
+        if (i >= 0 && rc == 0) cudaEventElapsedTime(&ms[i], t->e0, t->e1);
+    }
+    if (rc == 0) {
+        qsort(ms, (size_t)t->iters, sizeof(float), cmp_f);
+        *us = 1e3 * (t->iters % 2 ? ms[t->iters / 2] : 0.5 * (ms[t->iters / 2 - 1] + ms[t->iters / 2]));
+    }
+    free(ms);
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    return rc;
+}
+
+// ---- the ceilings ----
+
+typedef struct copy_ctx { void *dst, *src; size_t bytes; } copy_ctx;
+static int enqueue_copy(void *ctx, cudaStream_t s) {
+    copy_ctx *c = ctx;
+    return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? 0 : -1;
+}
+
+typedef struct gemm_ctx { cublas_fns *cb; cublasHandle_t h; void *a, *b, *c; int n; } gemm_ctx;
+static int enqueue_gemm(void *ctx, cudaStream_t s) {
+    gemm_ctx *g = ctx;
+    const float one = 1.0f, zero = 0.0f;
+    g->cb->set_stream(g->h, s);
+    return g->cb->gemm_ex(g->h, CUBLAS_OP_T, CUBLAS_OP_N, g->n, g->n, g->n, &one, g->a, CUDA_R_16BF, g->n, g->b,
+                          CUDA_R_16BF, g->n, &zero, g->c, CUDA_R_16BF, g->n, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS ? 0 : -1;
+}
+
+// ---- MARLIN forward ----
+
+typedef struct marlin_ctx {
+    nvfp4moe_plan *plan;                         /* the public API, or: */
+    const nvfp4moe_backend_impl *impl;
+    void *state;
+    nvfp4moe_io io;
+} marlin_ctx;
+static int enqueue_marlin(void *ctx, cudaStream_t s) {
+    marlin_ctx *m = ctx;
+    nvfp4moe_status st = m->plan ? nvfp4moe_plan_forward(m->plan, &m->io, s) : m->impl->forward(m->state, &m->io, s);
+    if (st != NVFP4MOE_OK) fprintf(stderr, "nvfp4moe bench: MARLIN forward: %s\n", nvfp4moe_last_error());
+    return st == NVFP4MOE_OK ? 0 : -1;
+}
+
+// ---- cuBLAS baseline forward ----
+
+typedef struct base_ctx {
+    cublas_fns *cb;
+    cublasHandle_t h;
+    int M, k, H, I, N1, groups;
+    const void *hidden;
+    const int32_t *sorted, *pos;
+    const float *wts;
+    void *xs, *y1, *act, *y2, *out;
+    nvfp4moe_gpu_act_params ap;
+    /* grouped GEMM arguments (host arrays; pointer arrays on the device) */
+    cublasOperation_t *ta, *tb;
+    int *m1, *n1, *k1, *lda1, *ldb1, *ldc1, *m2, *n2, *k2, *lda2, *ldb2, *ldc2, *gsize;
+    float *alpha, *beta;
+    void **dA1, **dB1, **dC1, **dA2, **dB2, **dC2;  /* device */
+    void **hA1, **hB1, **hC1, **hA2, **hB2, **hC2;  /* host copies, for the per-expert fallback */
+} base_ctx;
+
+static int enqueue_base(void *ctx, cudaStream_t s) {
+    base_ctx *b = ctx;
+    const int P = b->M * b->k;
+    b->cb->set_stream(b->h, s);
+    if (nvfp4moe_gpu_gather_rows(b->hidden, b->sorted, b->k, P, b->H, b->xs, s) != cudaSuccess) return -1;
+    const float one = 1.0f, zero = 0.0f;
+    for (int pass = 0; pass < 2; pass++) {
+        if (b->cb->gemm_grouped) {
+            cublasStatus_t st = pass == 0
+                ? b->cb->gemm_grouped(b->h, b->ta, b->tb, b->m1, b->n1, b->k1, b->alpha, (const void *const *)b->dA1,
+                                      CUDA_R_16BF, b->lda1, (const void *const *)b->dB1, CUDA_R_16BF, b->ldb1,
+                                      b->beta, b->dC1, CUDA_R_16BF, b->ldc1, b->groups, b->gsize, CUBLAS_COMPUTE_32F)
+                : b->cb->gemm_grouped(b->h, b->ta, b->tb, b->m2, b->n2, b->k2, b->alpha, (const void *const *)b->dA2,
+                                      CUDA_R_16BF, b->lda2, (const void *const *)b->dB2, CUDA_R_16BF, b->ldb2,
+                                      b->beta, b->dC2, CUDA_R_16BF, b->ldc2, b->groups, b->gsize, CUBLAS_COMPUTE_32F);
+            if (st != CUBLAS_STATUS_SUCCESS) return -1;
+        } else {
+            for (int g = 0; g < b->groups; g++) {
+                cublasStatus_t st = pass == 0
+                    ? b->cb->gemm_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, b->m1[g], b->n1[g], b->k1[g], &one, b->hA1[g],
+                                     CUDA_R_16BF, b->lda1[g], b->hB1[g], CUDA_R_16BF, b->ldb1[g], &zero, b->hC1[g],
+                                     CUDA_R_16BF, b->ldc1[g], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+                    : b->cb->gemm_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, b->m2[g], b->n2[g], b->k2[g], &one, b->hA2[g],
+                                     CUDA_R_16BF, b->lda2[g], b->hB2[g], CUDA_R_16BF, b->ldb2[g], &zero, b->hC2[g],
+                                     CUDA_R_16BF, b->ldc2[g], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                if (st != CUBLAS_STATUS_SUCCESS) return -1;
+            }
+        }
+        if (pass == 0 &&
+            nvfp4moe_gpu_activation(b->y1, 0, b->act, P, b->I, b->N1, &b->ap, 0.0f, 1, s) != cudaSuccess)
+            return -1;
+    }
+    return nvfp4moe_gpu_weighted_combine(b->y2, b->pos, b->wts, b->M, b->k, b->H, 1, b->out, s) == cudaSuccess ? 0 : -1;
+}
+
+// ---- results ----
+
+typedef struct result {
+    const preset *p;
+    int M, touched;
+    double wbytes, flops, floor_us;
+    double marlin_us, base_us, rel_diff;
+    bool marlin_ok, base_ok, marlin_graph, base_graph;
+} result;
+
+#define CK(expr)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "nvfp4moe bench: %s: %s\n", #expr, cudaGetErrorString(e_));           \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* The same inside the per-M loop: give up on this M only. */
+#define CKM(expr)                                                                                  \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "nvfp4moe bench: M=%d: %s: %s\n", M, #expr, cudaGetErrorString(e_));  \
+            goto next;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static void *dalloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) {
+        fprintf(stderr, "nvfp4moe bench: cudaMalloc(%zu bytes) failed\n", bytes);
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static double bf16_rel_diff(const uint16_t *a, const uint16_t *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = nvfp4moe_bf16_to_float(a[i]), y = nvfp4moe_bf16_to_float(b[i]);
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Runs every M of one preset. Appends to res. */
+static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas_fns *cb, cublasHandle_t h,
+                        bool baseline, double copy_bw, double peak, result *res, int *nres) {
+    const int E = p->E, H = p->H, I = p->I, k = p->k;
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    cfg.num_experts = E;
+    cfg.top_k = k;
+    cfg.hidden_size = H;
+    cfg.intermediate_size = I;
+    cfg.activation = p->act;
+    cfg.has_swiglu_limit = p->limit;
+    cfg.swiglu_limit = p->limit_value;
+    cfg.routing = NVFP4MOE_ROUTING_RENORMALIZE;
+    cfg.router_logits_dtype = NVFP4MOE_DTYPE_F32;
+    cfg.in_dtype = cfg.out_dtype = NVFP4MOE_DTYPE_BF16;
+    const int N1 = nvfp4moe_config_n1(&cfg);
+    const size_t w13b = (size_t)E * N1 * (H / 2), s13b = (size_t)E * N1 * (H / 16);
+    const size_t w2b = (size_t)E * H * (I / 2), s2b = (size_t)E * H * (I / 16);
+    const double bytes_per_expert = (double)(w13b + s13b + w2b + s2b) / E;
+    const double flops_per_pair = 2.0 * ((double)N1 * H + (double)H * I);
+    uint8_t *w13 = NULL, *sf13 = NULL, *w2 = NULL, *sf2 = NULL;
+    float *s2a = NULL, *s2b_ = NULL, *ins = NULL;
+    void *w13bf = NULL, *w2bf = NULL;
+    nvfp4moe_plan *plan = NULL;
+    void *state = NULL;
+    const nvfp4moe_backend_impl *impl = NULL;
+    int rc = -1;
+    printf("\n== %s: E=%d H=%d I=%d top_k=%d %s%s, %.1f MB NVFP4 per expert\n", p->name, E, H, I, k,
+           nvfp4moe_activation_name(p->act), p->limit ? " swiglu_limit=7" : "", bytes_per_expert / 1e6);
+    fflush(stdout);
+
+    if (!(w13 = dalloc(w13b)) || !(sf13 = dalloc(s13b)) || !(w2 = dalloc(w2b)) || !(sf2 = dalloc(s2b)) ||
+        !(s2a = dalloc(4 * (size_t)E)) || !(s2b_ = dalloc(4 * (size_t)E)) || !(ins = dalloc(4 * (size_t)E)))
+        goto fail;
+    CK(nvfp4moe_gpu_fill_random_bytes(w13, w13b, 11, t->s));
+    CK(nvfp4moe_gpu_fill_random_bytes(w2, w2b, 12, t->s));
+    CK(nvfp4moe_gpu_fill_random_e4m3(sf13, s13b, 13, t->s));
+    CK(nvfp4moe_gpu_fill_random_e4m3(sf2, s2b, 14, t->s));
+    {
+        /* scale_2 so that weights are roughly unit-variance / sqrt(fan_in): codes ~2.5, scales ~50 */
+        float *hv = malloc(4 * (size_t)E);
+        for (int e = 0; e < E; e++) hv[e] = (float)(1.0 / (125.0 * sqrt((double)H)));
+        CK(cudaMemcpy(s2a, hv, 4 * (size_t)E, cudaMemcpyHostToDevice));
+        for (int e = 0; e < E; e++) hv[e] = (float)(1.0 / (125.0 * sqrt((double)I)));
+        CK(cudaMemcpy(s2b_, hv, 4 * (size_t)E, cudaMemcpyHostToDevice));
+        for (int e = 0; e < E; e++) hv[e] = 1.0f;
+        CK(cudaMemcpy(ins, hv, 4 * (size_t)E, cudaMemcpyHostToDevice));
+        free(hv);
+    }
+    if (baseline) {
+        if (!(w13bf = dalloc((size_t)E * N1 * H * 2)) || !(w2bf = dalloc((size_t)E * H * I * 2))) goto fail;
+        CK(nvfp4moe_gpu_dequant_bf16(w13, sf13, s2a, E, N1, H, w13bf, t->s));
+        CK(nvfp4moe_gpu_dequant_bf16(w2, sf2, s2b_, E, H, I, w2bf, t->s));
+    }
+    CK(cudaStreamSynchronize(t->s));
+    {
+        nvfp4moe_weights dw = {.w13 = w13, .w13_scale = sf13, .w13_scale_2 = s2a, .w13_input_scale = ins,
+                               .w2 = w2, .w2_scale = sf2, .w2_scale_2 = s2b_, .w2_input_scale = ins};
+        nvfp4moe_plan_options po = {.backend = "MARLIN", .weights_on_device = true};
+        if (nvfp4moe_plan_create(&cfg, &dw, &po, &plan) != NVFP4MOE_OK) {
+            fprintf(stderr, "  (plan API: %s; creating the MARLIN backend directly)\n", nvfp4moe_last_error());
+            plan = NULL;
+            impl = &nvfp4moe_impl_marlin;
+            nvfp4moe_device dev;
+            nvfp4moe_device_detect(&dev);
+            if (impl->create(&cfg, &dw, true, &dev, &state) != NVFP4MOE_OK) {
+                fprintf(stderr, "nvfp4moe bench: MARLIN: %s\n", nvfp4moe_last_error());
+                goto fail;
+            }
+        }
+    }
+    /* the plan keeps its own repacked copy */
+    cudaFree(w13); cudaFree(sf13); cudaFree(w2); cudaFree(sf2);
+    w13 = sf13 = w2 = sf2 = NULL;
+
+    for (int mi = 0; mi < nM; mi++) {
+        const int M = Ms[mi], P = M * k;
+        result r = {.p = p, .M = M};
+        void *hidden = NULL, *logits = NULL, *ids = NULL, *wts = NULL, *sorted = NULL, *bexp = NULL, *nb = NULL,
+             *pos = NULL, *out_m = NULL, *out_b = NULL, *ws = NULL, *xs = NULL, *y1 = NULL, *act = NULL, *y2 = NULL;
+        void **dptr = NULL;
+        int32_t *h_ids = NULL, *h_sorted = NULL, *h_pos = NULL;
+        base_ctx b = {0};
+        const int64_t cap = P;  /* block_m = 1: no padding */
+        if (!(hidden = dalloc((size_t)M * H * 2)) || !(logits = dalloc((size_t)M * E * 4)) ||
+            !(ids = dalloc((size_t)P * 4)) || !(wts = dalloc((size_t)P * 4)) || !(sorted = dalloc((size_t)cap * 4)) ||
+            !(bexp = dalloc((size_t)cap * 4)) || !(nb = dalloc(4)) || !(pos = dalloc((size_t)P * 4)) ||
+            !(out_m = dalloc((size_t)M * H * 2)) || !(out_b = dalloc((size_t)M * H * 2)))
+            goto next;
+        CKM(nvfp4moe_gpu_fill_random_values(hidden, (size_t)M * H, NVFP4MOE_DTYPE_BF16, 1.0f, 100 + M, t->s));
+        CKM(nvfp4moe_gpu_fill_random_values(logits, (size_t)M * E, NVFP4MOE_DTYPE_F32, 2.0f, 200 + M, t->s));
+        /* the routing once, for the accounting and the baseline's groups (the same kernel as MARLIN's) */
+        {
+            nvfp4moe_gpu_route_params rp = {.method = cfg.routing, .logits_dtype = cfg.router_logits_dtype,
+                                            .num_experts = E, .top_k = k, .n_group = 1, .topk_group = 1,
+                                            .routed_scaling_factor = 1.0f};
+            CKM(nvfp4moe_gpu_route_and_group(&rp, logits, ids, wts, M, k, E, 1, sorted, bexp, nb, (int32_t)cap, t->s));
+            CKM(cudaStreamSynchronize(t->s));
+        }
+        h_ids = malloc(4 * (size_t)P);
+        h_sorted = malloc(4 * (size_t)P);
+        h_pos = malloc(4 * (size_t)P);
+        CKM(cudaMemcpy(h_ids, ids, 4 * (size_t)P, cudaMemcpyDeviceToHost));
+        CKM(cudaMemcpy(h_sorted, sorted, 4 * (size_t)P, cudaMemcpyDeviceToHost));
+        {
+            int *cnt = calloc((size_t)E, sizeof(int));
+            for (int i = 0; i < P; i++) cnt[h_ids[i]]++;
+            for (int e = 0; e < E; e++) r.touched += cnt[e] > 0;
+            for (int i = 0; i < P; i++) h_pos[h_sorted[i]] = i;
+            CKM(cudaMemcpy(pos, h_pos, 4 * (size_t)P, cudaMemcpyHostToDevice));
+            r.wbytes = r.touched * bytes_per_expert;
+            r.flops = (double)P * flops_per_pair;
+            r.floor_us = 1e6 * fmax(r.wbytes / copy_bw, r.flops / peak);
+            /* baseline groups: one per touched expert, rows contiguous in sorted order */
+            if (baseline) {
+                b.groups = r.touched;
+                const int G = b.groups;
+                b.ta = malloc(sizeof(cublasOperation_t) * (size_t)G);
+                b.tb = malloc(sizeof(cublasOperation_t) * (size_t)G);
+                int **arrs[] = {&b.m1, &b.n1, &b.k1, &b.lda1, &b.ldb1, &b.ldc1, &b.m2, &b.n2, &b.k2, &b.lda2,
+                                &b.ldb2, &b.ldc2, &b.gsize};
+                for (size_t q = 0; q < sizeof arrs / sizeof arrs[0]; q++) *arrs[q] = malloc(sizeof(int) * (size_t)G);
+                b.alpha = malloc(sizeof(float) * (size_t)G);
+                b.beta = malloc(sizeof(float) * (size_t)G);
+                void ***harrs[] = {&b.hA1, &b.hB1, &b.hC1, &b.hA2, &b.hB2, &b.hC2};
+                for (size_t q = 0; q < 6; q++) *harrs[q] = malloc(sizeof(void *) * (size_t)G);
+                if (!(xs = dalloc((size_t)P * H * 2)) || !(y1 = dalloc((size_t)P * N1 * 2)) ||
+                    !(act = dalloc((size_t)P * I * 2)) || !(y2 = dalloc((size_t)P * H * 2)) ||
+                    !(dptr = dalloc(sizeof(void *) * 6 * (size_t)G))) {
+                    free(cnt);
+                    goto next;
+                }
+                int g = 0, off = 0;
+                for (int e = 0; e < E; e++) {
+                    if (!cnt[e]) continue;
+                    b.ta[g] = CUBLAS_OP_T;
+                    b.tb[g] = CUBLAS_OP_N;
+                    b.gsize[g] = 1;
+                    b.alpha[g] = 1.0f;
+                    b.beta[g] = 0.0f;
+                    /* column-major view: Y^T [N, rows] = W [N, K] (row-major = K x N col-major, op T) . X^T */
+                    b.m1[g] = N1; b.n1[g] = cnt[e]; b.k1[g] = H; b.lda1[g] = H; b.ldb1[g] = H; b.ldc1[g] = N1;
+                    b.m2[g] = H; b.n2[g] = cnt[e]; b.k2[g] = I; b.lda2[g] = I; b.ldb2[g] = I; b.ldc2[g] = H;
+                    b.hA1[g] = (char *)w13bf + (size_t)e * N1 * H * 2;
+                    b.hB1[g] = (char *)xs + (size_t)off * H * 2;
+                    b.hC1[g] = (char *)y1 + (size_t)off * N1 * 2;
+                    b.hA2[g] = (char *)w2bf + (size_t)e * H * I * 2;
+                    b.hB2[g] = (char *)act + (size_t)off * I * 2;
+                    b.hC2[g] = (char *)y2 + (size_t)off * H * 2;
+                    off += cnt[e];
+                    g++;
+                }
+                for (int q = 0; q < 6; q++)
+                    CKM(cudaMemcpy(dptr + (size_t)q * G, *harrs[q], sizeof(void *) * (size_t)G, cudaMemcpyHostToDevice));
+                b.dA1 = dptr; b.dB1 = dptr + G; b.dC1 = dptr + 2 * G;
+                b.dA2 = dptr + 3 * G; b.dB2 = dptr + 4 * G; b.dC2 = dptr + 5 * G;
+            }
+            free(cnt);
+        }
+
+        /* MARLIN */
+        {
+            const size_t wsz = plan ? nvfp4moe_plan_workspace_size(plan, M) : impl->workspace_size(state, M);
+            if (wsz && !(ws = dalloc(wsz))) goto next;
+            marlin_ctx m = {.plan = plan, .impl = impl, .state = state,
+                            .io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out_m,
+                                   .workspace = ws, .workspace_size = wsz}};
+            r.marlin_ok = time_op(t, enqueue_marlin, &m, &r.marlin_us, &r.marlin_graph) == 0;
+            if (!r.marlin_ok) fprintf(stderr, "  MARLIN M=%d failed: %s\n", M, cudaGetErrorString(cudaGetLastError()));
+        }
+        /* baseline */
+        if (baseline) {
+            b.cb = cb; b.h = h; b.M = M; b.k = k; b.H = H; b.I = I; b.N1 = N1;
+            b.hidden = hidden; b.sorted = sorted; b.pos = pos; b.wts = wts;
+            b.xs = xs; b.y1 = y1; b.act = act; b.y2 = y2; b.out = out_b;
+            const nvfp4moe_act_params ap = nvfp4moe_config_act_params(&cfg);
+            b.ap = (nvfp4moe_gpu_act_params){.activation = cfg.activation, .has_limit = ap.has_limit,
+                                             .limit = ap.limit, .alpha = ap.alpha, .beta = ap.beta,
+                                             .situ_beta = ap.situ_beta, .situ_linear_beta = ap.situ_linear_beta};
+            r.base_ok = time_op(t, enqueue_base, &b, &r.base_us, &r.base_graph) == 0;
+            if (!r.base_ok) fprintf(stderr, "  cuBLAS baseline M=%d failed: %s\n", M, cudaGetErrorString(cudaGetLastError()));
+        }
+        /* the two compute the same layer: a cheap guard against timing something wrong */
+        r.rel_diff = NAN;
+        if (r.marlin_ok && r.base_ok) {
+            uint16_t *a = malloc((size_t)M * H * 2), *c = malloc((size_t)M * H * 2);
+            if (cudaMemcpy(a, out_m, (size_t)M * H * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                cudaMemcpy(c, out_b, (size_t)M * H * 2, cudaMemcpyDeviceToHost) == cudaSuccess)
+                r.rel_diff = bf16_rel_diff(a, c, (size_t)M * H);
+            free(a);
+            free(c);
+        }
+        printf("  M=%-5d experts %3d  floor %9.1f us | MARLIN %9.1f us %5.1f%% %7.0f GB/s %6.1f TF/s | "
+               "cuBLAS %9.1f us %5.1f%% | MARLIN/cuBLAS %.2fx | rel diff %.1e\n",
+               M, r.touched, r.floor_us, r.marlin_us, 100 * r.floor_us / r.marlin_us, r.wbytes / r.marlin_us / 1e3,
+               r.flops / r.marlin_us / 1e6, r.base_us, 100 * r.floor_us / r.base_us, r.base_us / r.marlin_us,
+               r.rel_diff);
+        fflush(stdout);
+        res[(*nres)++] = r;
+    next:
+        {
+            void *bufs[] = {hidden, logits, ids, wts, sorted, bexp, nb, pos, out_m, out_b, ws, xs, y1, act, y2, dptr};
+            for (size_t q = 0; q < sizeof bufs / sizeof bufs[0]; q++)
+                if (bufs[q]) cudaFree(bufs[q]);
+        }
+        free(h_ids); free(h_sorted); free(h_pos);
+        free(b.ta); free(b.tb); free(b.m1); free(b.n1); free(b.k1); free(b.lda1); free(b.ldb1); free(b.ldc1);
+        free(b.m2); free(b.n2); free(b.k2); free(b.lda2); free(b.ldb2); free(b.ldc2); free(b.gsize);
+        free(b.alpha); free(b.beta); free(b.hA1); free(b.hB1); free(b.hC1); free(b.hA2); free(b.hB2); free(b.hC2);
+        continue;
+    }
+    rc = 0;
+fail:
+    if (plan) nvfp4moe_plan_destroy(plan);
+    if (state) impl->destroy(state);
+    {
+        void *bufs[] = {w13, sf13, w2, sf2, s2a, s2b_, ins, w13bf, w2bf};
+        for (size_t q = 0; q < sizeof bufs / sizeof bufs[0]; q++)
+            if (bufs[q]) cudaFree(bufs[q]);
+    }
+    return rc;
+}
+
+// ---- outputs ----
+
+static const char *gpu_short(const char *name, char *buf, size_t len) {
+    const char *last = strrchr(name, ' ');
+    nvfp4moe_strlcpy(buf, last ? last + 1 : name, len);
+    for (char *c = buf; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+    return buf;
+}
+
+static int write_outputs(const char *prefix, const result *res, int n, const char *card, const char *date,
+                         const char *commit, const char *command, double copy_bw, double peak, int iters,
+                         const char *cublas_mode) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s.csv", prefix);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "nvfp4moe bench: cannot write %s\n", path);
+        return -1;
+    }
+    fprintf(f, "preset,E,H,I,top_k,M,touched_experts,weight_bytes,flops,floor_us,backend,time_us,pct_of_floor,"
+               "weight_GBps,TFLOPs,graph\n");
+    for (int i = 0; i < n; i++) {
+        const result *r = &res[i];
+        for (int b = 0; b < 2; b++) {
+            const bool ok = b == 0 ? r->marlin_ok : r->base_ok;
+            if (!ok) continue;
+            const double us = b == 0 ? r->marlin_us : r->base_us;
+            fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%.0f,%.0f,%.2f,%s,%.2f,%.2f,%.1f,%.2f,%d\n", r->p->name, r->p->E,
+                    r->p->H, r->p->I, r->p->k, r->M, r->touched, r->wbytes, r->flops, r->floor_us,
+                    b == 0 ? "MARLIN" : "cublas_bf16", us, 100 * r->floor_us / us, r->wbytes / us / 1e3,
+                    r->flops / us / 1e6, (int)(b == 0 ? r->marlin_graph : r->base_graph));
+        }
+    }
+    fclose(f);
+    snprintf(path, sizeof path, "%s.md", prefix);
+    if (!(f = fopen(path, "w"))) {
+        fprintf(stderr, "nvfp4moe bench: cannot write %s\n", path);
+        return -1;
+    }
+    fprintf(f, "# nvfp4moe bench: MARLIN vs cuBLAS BF16, %s\n\n", card);
+    fprintf(f, "- card: %s\n- date: %s\n- commit: %s\n- command: `%s`\n", card, date, commit, command);
+    fprintf(f, "- ceilings measured in this run: copy %.2f TB/s (2 GB device-to-device, read + write), "
+               "bf16 matmul %.0f TFLOP/s (cublasGemmEx 8192^3, random data)\n", copy_bw / 1e12, peak / 1e12);
+    fprintf(f, "- floor = max(touched experts' NVFP4 bytes (0.5625 B/weight) / copy bandwidth, FLOPs / bf16 rate); "
+               "%% = floor / time\n");
+    fprintf(f, "- timing: one CUDA-graph replay per run, L2 flushed (512 MB memset) before each, 3 warm-ups, "
+               "median of %d runs; uniform random routing (random logits, renormalize)\n", iters);
+    fprintf(f, "- MARLIN: routing + grouping from logits, GEMM1, activation, GEMM2 x top-k weight, combine "
+               "(the whole forward). cuBLAS baseline (%s): BF16 weights dequantized once; gather, grouped GEMM1, "
+               "the same activation kernel, grouped GEMM2, weighted combine; routing and the per-expert counts "
+               "precomputed (not timed)\n\n", cublas_mode);
+    const preset *cur = NULL;
+    for (int i = 0; i < n; i++) {
+        const result *r = &res[i];
+        if (r->p != cur) {
+            cur = r->p;
+            fprintf(f, "\n## %s (E=%d, H=%d, I=%d, top-%d%s)\n\n", cur->name, cur->E, cur->H, cur->I, cur->k,
+                    cur->limit ? ", swigluoai, swiglu_limit 7" : "");
+            fprintf(f, "| M | experts | floor (us) | MARLIN (us) | %% of floor | GB/s | TFLOP/s | cuBLAS bf16 (us) | "
+                       "%% of floor | MARLIN speed-up | out rel diff |\n");
+            fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        }
+        fprintf(f, "| %d | %d | %.1f |", r->M, r->touched, r->floor_us);
+        if (r->marlin_ok)
+            fprintf(f, " %.1f | %.1f | %.0f | %.1f |", r->marlin_us, 100 * r->floor_us / r->marlin_us,
+                    r->wbytes / r->marlin_us / 1e3, r->flops / r->marlin_us / 1e6);
+        else
+            fprintf(f, " failed | | | |");
+        if (r->base_ok) fprintf(f, " %.1f | %.1f |", r->base_us, 100 * r->floor_us / r->base_us);
+        else fprintf(f, " - | |");
+        if (r->marlin_ok && r->base_ok) fprintf(f, " %.2fx | %.1e |\n", r->base_us / r->marlin_us, r->rel_diff);
+        else fprintf(f, " | |\n");
+    }
+    fclose(f);
+    printf("\nwrote %s.csv and %s.md\n", prefix, prefix);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    int Ms[32] = {1, 4, 16, 64, 256, 1024, 4096}, nM = 7;
+    bool sel[N_PRESETS];
+    for (int i = 0; i < N_PRESETS; i++) sel[i] = true;
+    int iters = 25;
+    bool baseline = true;
+    const char *out = NULL, *commit = getenv("NVFP4MOE_COMMIT");
+    char command[1024] = "nvfp4moe";
+    for (int i = 0; i < argc; i++) {
+        if (i) {
+            size_t l = strlen(command);
+            snprintf(command + l, sizeof command - l, " %s", argv[i]);
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bench_usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (!strcmp(a, "--preset")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+            for (int p = 0; p < N_PRESETS; p++) sel[p] = false;
+            char buf[512];
+            nvfp4moe_strlcpy(buf, v, sizeof buf);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                int found = -1;
+                for (int p = 0; p < N_PRESETS; p++)
+                    if (!strcmp(tok, k_presets[p].name)) found = p;
+                if (found < 0) {
+                    fprintf(stderr, "nvfp4moe bench: --preset: unknown preset '%s' (try --help)\n", tok);
+                    return CLI_EXIT_FAILURE;
+                }
+                sel[found] = true;
+            }
+        } else if (!strcmp(a, "--m")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+            char buf[512];
+            nvfp4moe_strlcpy(buf, v, sizeof buf);
+            nM = 0;
+            for (char *tok = strtok(buf, ","); tok && nM < 32; tok = strtok(NULL, ",")) {
+                long long m;
+                if (cli_parse_int("--m", tok, 1, &m)) return CLI_EXIT_FAILURE;
+                Ms[nM++] = (int)m;
+            }
+        } else if (!strcmp(a, "--iters")) {
+            long long n;
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int("--iters", v, 1, &n)) return CLI_EXIT_FAILURE;
+            iters = (int)n;
+        } else if (!strcmp(a, "--no-baseline")) {
+            baseline = false;
+        } else if (!strcmp(a, "--out")) {
+            if (!(out = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--commit")) {
+            if (!(commit = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+        } else {
+            fprintf(stderr, "nvfp4moe bench: unknown flag '%s' (try --help)\n", a);
+            return CLI_EXIT_FAILURE;
+        }
+    }
+
+    nvfp4moe_device dev;
+    if (nvfp4moe_device_detect(&dev) != NVFP4MOE_OK || !dev.is_cuda) {
+        fprintf(stderr, "nvfp4moe bench: not available: no CUDA GPU found\n");
+        return CLI_EXIT_FAILURE;
+    }
+    cublas_fns cb;
+    const bool have_cublas = cublas_load(&cb) == 0;
+    if (!have_cublas) {
+        fprintf(stderr, "nvfp4moe bench: cuBLAS could not be loaded (set NVFP4MOE_CUBLAS=/path/libcublas.so): "
+                        "no baseline and no measured bf16 rate\n");
+        baseline = false;
+    }
+    char commit_buf[64] = "unknown";
+    if (!commit) {
+        FILE *g = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+        if (g) {
+            if (fgets(commit_buf, sizeof commit_buf, g)) commit_buf[strcspn(commit_buf, "\n")] = 0;
+            pclose(g);
+        }
+        commit = commit_buf;
+    }
+    char date[32], gshort[64], prefix[512];
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    if (!out) {
+        char d[16];
+        strftime(d, sizeof d, "%Y-%m-%d", gmtime(&now));
+        snprintf(prefix, sizeof prefix, "bench/results/%s-%s-marlin", d, gpu_short(dev.name, gshort, sizeof gshort));
+        out = prefix;
+    }
+
+    timer t = {.iters = iters, .flush_bytes = (size_t)512 << 20};
+    cublasHandle_t h = NULL;
+    void *cws = NULL, *buf_a = NULL, *buf_b = NULL, *buf_c = NULL;
+    result *res = calloc((size_t)N_PRESETS * 32, sizeof *res);
+    int nres = 0, rc = CLI_EXIT_FAILURE;
+    double copy_bw = 0, peak = 0;
+    bool graphed;
+    CK(cudaStreamCreateWithFlags(&t.s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&t.e0));
+    CK(cudaEventCreate(&t.e1));
+    if (!(t.flush = dalloc(t.flush_bytes))) goto fail;
+    if (have_cublas) {
+        if (cb.create(&h) != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "nvfp4moe bench: cublasCreate failed\n");
+            goto fail;
+        }
+        /* a fixed workspace: cuBLAS then allocates nothing while a graph is captured */
+        if (cb.set_workspace && (cws = dalloc((size_t)64 << 20))) cb.set_workspace(h, cws, (size_t)64 << 20);
+    }
+
+    /* the ceilings, measured now */
+    {
+        const size_t bytes = (size_t)2 << 30;
+        if (!(buf_a = dalloc(bytes)) || !(buf_b = dalloc(bytes))) goto fail;
+        CK(nvfp4moe_gpu_fill_random_bytes(buf_a, bytes, 1, t.s));
+        copy_ctx c = {buf_b, buf_a, bytes};
+        double us;
+        if (time_op(&t, enqueue_copy, &c, &us, &graphed)) goto fail;
+        copy_bw = 2.0 * (double)bytes / (us * 1e-6);
+        cudaFree(buf_b);
+        buf_b = NULL;
+        if (have_cublas) {
+            const int n = 8192;
+            const size_t mb = (size_t)n * n * 2;
+            if (!(buf_b = dalloc(mb)) || !(buf_c = dalloc(mb))) goto fail;
+            CK(nvfp4moe_gpu_fill_random_values(buf_a, (size_t)n * n, NVFP4MOE_DTYPE_BF16, 1.0f, 2, t.s));
+            CK(nvfp4moe_gpu_fill_random_values(buf_b, (size_t)n * n, NVFP4MOE_DTYPE_BF16, 1.0f, 3, t.s));
+            gemm_ctx g = {&cb, h, buf_a, buf_b, buf_c, n};
+            if (time_op(&t, enqueue_gemm, &g, &us, &graphed)) {
+                fprintf(stderr, "nvfp4moe bench: the bf16 GEMM failed\n");
+                goto fail;
+            }
+            peak = 2.0 * n * (double)n * n / (us * 1e-6);
+        } else {
+            peak = 790e12; /* the workplace's measured figure, used only when cuBLAS is missing */
+        }
+        cudaFree(buf_a); cudaFree(buf_b); cudaFree(buf_c);
+        buf_a = buf_b = buf_c = NULL;
+    }
+    printf("nvfp4moe bench on %s (sm_%d, %d SMs), commit %s\n", dev.name, dev.sm, dev.sm_count, commit);
+    printf("ceilings: copy %.2f TB/s, bf16 matmul %.0f TFLOP/s%s; cuBLAS %s (%s)\n", copy_bw / 1e12, peak / 1e12,
+           have_cublas ? "" : " (assumed)", have_cublas ? cb.path : "missing",
+           have_cublas ? (cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert") : "-");
+    fflush(stdout);
+
+    for (int p = 0; p < N_PRESETS; p++) {
+        if (!sel[p]) continue;
+        if (bench_preset(&k_presets[p], Ms, nM, &t, &cb, h, baseline, copy_bw, peak, res, &nres))
+            fprintf(stderr, "nvfp4moe bench: preset %s failed\n", k_presets[p].name);
+    }
+    rc = write_outputs(out, res, nres, dev.name, date, commit, command, copy_bw, peak, iters,
+                       !baseline ? "not run" : cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert")
+             ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+fail:
+    if (buf_a) cudaFree(buf_a);
+    if (buf_b) cudaFree(buf_b);
+    if (buf_c) cudaFree(buf_c);
+    if (h) cb.destroy(h);
+    if (cws) cudaFree(cws);
+    if (t.flush) cudaFree(t.flush);
+    free(res);
+    return rc;
+}
+
+#endif /* NVFP4MOE_HAVE_CUDA */
