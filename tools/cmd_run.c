@@ -4,6 +4,7 @@
  * the oracle picks (or --moe-backend), and prints the backend, shapes, time and an output checksum.
  */
 #include "cli.h"
+#include "cli_model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -20,6 +21,10 @@ static void run_usage(FILE *f) {
                "backend, the shapes, the time and a checksum of the output. With no flags: the MoE layer of\n"
                "Qwen3-30B-A3B (E=128, top-8, hidden 2048, intermediate 768), random weights, 16 tokens.\n\n"
                "  --tokens M                tokens to run (default 16)\n"
+               "  --model DIR               run a layer of this checkpoint (see nvfp4moe inspect); config\n"
+               "                            flags then override its config.json\n"
+               "  --layer N                 with --model: decoder layer (default: the first MoE layer)\n"
+               "  --input FILE              hidden states [M, H]: .safetensors or raw float32 (sets M)\n"
                "  --device NAME             plan for this device (default: detect; see nvfp4moe select --help)\n\n");
     cli_config_flags_help(f);
 }
@@ -88,6 +93,11 @@ int cmd_run(int argc, char **argv) {
     long long tokens = 16;
     const char *device_name = NULL;
     bool custom = false;
+    const char *model = NULL, *input = NULL;
+    long long layer_n = -1;
+    nvfp4moe_ckpt_layer *ck = NULL;
+    float *xin = NULL;
+    int64_t xin_m = 0;
     for (int i = 1; i < argc; i++) {
         int r = cli_config_flag(argc, argv, &i, &cfg);
         if (r < 0) return CLI_EXIT_FAILURE;
@@ -103,10 +113,32 @@ int cmd_run(int argc, char **argv) {
             if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &tokens)) return CLI_EXIT_FAILURE;
         } else if (!strcmp(a, "--device")) {
             if (!(device_name = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--model")) {
+            if (!(model = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--layer")) {
+            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &layer_n)) return CLI_EXIT_FAILURE;
+        } else if (!strcmp(a, "--input")) {
+            if (!(input = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
         } else {
             fprintf(stderr, "nvfp4moe run: unknown flag '%s' (try nvfp4moe run --help)\n", a);
             return CLI_EXIT_FAILURE;
         }
+    }
+    if (layer_n >= 0 && !model) {
+        fprintf(stderr, "nvfp4moe run: --layer needs --model DIR\n");
+        return CLI_EXIT_FAILURE;
+    }
+    if (model) {   /* the checkpoint's layer; config flags were applied on top of its config */
+        if (cli_model_layer("run", model, (int)layer_n, argc, argv, &ck) != 0) return CLI_EXIT_FAILURE;
+        cfg = ck->layer.cfg;
+        custom = true;
+    }
+    if (input) {
+        if (cli_read_hidden("run", input, cfg.hidden_size, &xin, &xin_m) != 0) {
+            nvfp4moe_ckpt_layer_free(ck);
+            return CLI_EXIT_FAILURE;
+        }
+        tokens = xin_m;
     }
     if (nvfp4moe_config_validate(&cfg) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: bad config: %s\n", nvfp4moe_last_error());
@@ -124,20 +156,29 @@ int cmd_run(int argc, char **argv) {
     printf("layer     %s%s\n", custom ? "" : "Qwen3-30B-A3B MoE layer (built-in default): ", desc);
     double t0 = now_s();
     nvfp4moe_layer *layer = NULL;
-    if ((st = nvfp4moe_layer_random(&cfg, cfg.seed, &layer)) != NVFP4MOE_OK) {
+    const nvfp4moe_weights *weights = ck ? &ck->layer.w : NULL;
+    if (ck) {
+        printf("weights   %s layer %d (%s checkpoint)%s\n", model, ck->index, nvfp4moe_ckpt_format_name(ck->format),
+               ck->router ? ", router from the checkpoint" : ", no router weight: random router logits");
+    } else if ((st = nvfp4moe_layer_random(&cfg, cfg.seed, &layer)) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: building the layer failed: %s\n", nvfp4moe_last_error());
         return CLI_EXIT_FAILURE;
     }
     const int64_t E = cfg.num_experts, H = cfg.hidden_size, I = cfg.intermediate_size, N1 = nvfp4moe_config_n1(&cfg);
     double mb = (double)E * (double)(N1 * H + H * I) * (0.5 + 1.0 / 16) / 1e6;
-    printf("weights   random bf16 -> NVFP4 (seed %llu): %.1f MB, made in %.2f s\n", (unsigned long long)cfg.seed,
-           mb, now_s() - t0);
+    if (!ck) {
+        weights = &layer->w;
+        printf("weights   random bf16 -> NVFP4 (seed %llu): %.1f MB, made in %.2f s\n", (unsigned long long)cfg.seed,
+               mb, now_s() - t0);
+    }
 
     nvfp4moe_plan *plan = NULL;
     nvfp4moe_plan_options po = {.device = &dev};
-    if ((st = nvfp4moe_plan_create(&cfg, &layer->w, &po, &plan)) != NVFP4MOE_OK) {
+    if ((st = nvfp4moe_plan_create(&cfg, weights, &po, &plan)) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: no backend can run this layer: %s\n", nvfp4moe_last_error());
         nvfp4moe_layer_free(layer);
+        nvfp4moe_ckpt_layer_free(ck);
+        free(xin);
         return CLI_EXIT_FAILURE;
     }
     char dbuf[32];
@@ -154,8 +195,24 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "nvfp4moe run: out of memory for %lld tokens\n", (long long)M);
         goto done;
     }
-    nvfp4moe_fill_normal(hidden, cfg.in_dtype, M * H, cfg.seed * 31 + 7);
-    nvfp4moe_fill_normal(logits, cfg.router_logits_dtype, M * E, cfg.seed * 31 + 11);
+    if (xin) nvfp4moe_from_float(cfg.in_dtype, xin, M * H, hidden);
+    else nvfp4moe_fill_normal(hidden, cfg.in_dtype, M * H, cfg.seed * 31 + 7);
+    if (ck && ck->router) {   /* logits = hidden (as the layer sees it) @ router^T */
+        float *xf = malloc(sizeof(float) * (size_t)(M * H) + 1), *lf = malloc(sizeof(float) * (size_t)(M * E) + 1);
+        if (xf && lf) {
+            nvfp4moe_to_float(cfg.in_dtype, hidden, M * H, xf);
+            cli_router_logits(xf, ck->router, M, E, H, lf);
+            nvfp4moe_from_float(cfg.router_logits_dtype, lf, M * E, logits);
+        }
+        free(xf);
+        free(lf);
+        if (!xf || !lf) {
+            fprintf(stderr, "nvfp4moe run: out of memory for %lld tokens\n", (long long)M);
+            goto done;
+        }
+    } else {
+        nvfp4moe_fill_normal(logits, cfg.router_logits_dtype, M * E, cfg.seed * 31 + 11);
+    }
     nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out};
     double secs = 0;
     if (nvfp4moe_plan_uses_device_memory(plan)) {
@@ -188,5 +245,7 @@ done:
     free(hidden); free(logits); free(out);
     nvfp4moe_plan_destroy(plan);
     nvfp4moe_layer_free(layer);
+    nvfp4moe_ckpt_layer_free(ck);
+    free(xin);
     return rc;
 }

@@ -4,6 +4,7 @@
  * Exit status: 0 chosen, 2 ValueError, 3 NotImplementedError, 1 usage error (docs/select.md).
  */
 #include "cli.h"
+#include "cli_model.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@ static void select_usage(FILE *f) {
             "                            flashinfer,b12x,humming,cutlass (default: what this build has)\n"
             "  --vllm-only               only vLLM's backends (no CPU_REFERENCE): decisions identical to vLLM\n"
             "  --json                    print one JSON object instead of text\n"
+            "  --model DIR               deployment config from DIR/config.json (+ hf_quant_config.json);\n"
+            "                            the other flags override it\n"
             "  --help                    this text\n\n"
             "exit status: 0 a backend was chosen, 2 ValueError (unknown or unsupported explicit\n"
             "moe_backend), 3 NotImplementedError (no backend supports it), 1 usage error\n\n");
@@ -72,6 +75,7 @@ int cmd_select(int argc, char **argv) {
     nvfp4moe_oracle_options opt = {0};
     nvfp4moe_device dev;
     bool have_dev = false, json = false;
+    const char *model = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -102,11 +106,16 @@ int cmd_select(int argc, char **argv) {
             opt.vllm_only = true;
         } else if (!strcmp(a, "--json")) {
             json = true;
+        } else if (!strcmp(a, "--model")) {
+            if (!(model = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
         } else {
             fprintf(stderr, "nvfp4moe select: unknown flag '%s' (try nvfp4moe select --help)\n", a);
             return CLI_EXIT_FAILURE;
         }
     }
+
+    /* --model: the deployment config comes from config.json; the config flags then override it. */
+    if (model && cli_model_config("select", model, argc, argv, &cfg) != 0) return CLI_EXIT_FAILURE;
 
     if (!have_dev && nvfp4moe_device_detect(&dev) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe select: %s\n", nvfp4moe_last_error());
