@@ -9,10 +9,12 @@
 #include "harness.h"
 #include "nvfp4moe.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char g_dir[256];
@@ -770,6 +772,84 @@ static void test_model_configs(void) {
     nvfp4moe_model_info_free(i);
 }
 
+
+// ---- the command line ----
+
+static char g_out[16384];
+
+/* Runs the CLI with args (a shell fragment), capturing stdout+stderr in g_out; returns the exit
+ * status. */
+static int cli(const char *fmt, ...) {
+    char args[2048], cmd[2600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", getenv("NVFP4MOE_CLI"), args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(g_out, 1, sizeof g_out - 1, p);
+    g_out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The "checksum" line of `nvfp4moe run`. */
+static void checksum_line(char *buf, size_t len) {
+    const char *c = strstr(g_out, "checksum");
+    snprintf(buf, len, "%.*s", c ? (int)strcspn(c, "\n") : 0, c ? c : "");
+}
+
+static void test_cli(void) {
+    if (!getenv("NVFP4MOE_CLI")) {
+        printf("NVFP4MOE_CLI is not set: the command-line checks need it (make test sets it)\n");
+        return;
+    }
+    const char *src = dir_in("cli_src"), *mo = dir_in("cli_mo"), *ct = dir_in("cli_ct");
+    T_CASE("quantize --random");
+    int rc = cli("quantize --random --num-layers 2 --first-moe-layer 1 --num-experts 4 --top-k 2 "
+                 "--hidden-size 64 --intermediate-size 32 --seed 9 --out %s", src);
+    CHECK(rc == 0 && strstr(g_out, "random BF16 source model"), "rc %d: %s", rc, g_out);
+    T_CASE("quantize --in, ModelOpt and compressed-tensors");
+    rc = cli("quantize --in %s --out %s", src, mo);
+    CHECK(rc == 0 && strstr(g_out, "wrote"), "rc %d: %s", rc, g_out);
+    rc = cli("quantize --in %s --out %s --format compressed-tensors", src, ct);
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    rc = cli("quantize --in %s --out %s/again", mo, mo);
+    CHECK(rc == 1 && strstr(g_out, "is already quantized"), "rc %d: %s", rc, g_out);
+    T_CASE("inspect");
+    rc = cli("inspect %s", mo);
+    CHECK(rc == 0 && strstr(g_out, "ok: modelopt, 4 experts, w4a4, router BF16 [4, 64]") &&
+              strstr(g_out, "0 problems"),
+          "rc %d: %s", rc, g_out);
+    rc = cli("inspect %s", ct);
+    CHECK(rc == 0 && strstr(g_out, "ok: compressed-tensors"), "rc %d: %s", rc, g_out);
+    rc = cli("inspect %s", src);
+    CHECK(rc == 0 && strstr(g_out, "unquantized experts"), "rc %d: %s", rc, g_out);
+    T_CASE("run --model: both conventions give the same output");
+    char a[256], b[256];
+    rc = cli("run --model %s --tokens 3 --seed 5", mo);
+    CHECK(rc == 0 && strstr(g_out, "router from the checkpoint"), "rc %d: %s", rc, g_out);
+    checksum_line(a, sizeof a);
+    rc = cli("run --model %s --layer 1 --tokens 3 --seed 5", ct);
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    checksum_line(b, sizeof b);
+    CHECK(a[0] && !strcmp(a, b), "'%s' vs '%s'", a, b);
+    rc = cli("run --model %s --num-experts 8", mo);
+    CHECK(rc == 1 && strstr(g_out, "--num-experts conflicts with the checkpoint"), "rc %d: %s", rc, g_out);
+    T_CASE("select --model");
+    rc = cli("select --model %s --device cpu", mo);
+    CHECK(rc == 0 && strstr(g_out, "CPU_REFERENCE"), "rc %d: %s", rc, g_out);
+    T_CASE("inspect finds a truncated file");
+    const char *bad = dir_in("cli_bad");
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp %s/*.json %s/ && head -c 4000 %s/model.safetensors > %s/model.safetensors",
+             mo, bad, mo, bad);
+    CHECK(system(cmd) == 0, "copy");
+    rc = cli("inspect %s", bad);
+    CHECK(rc == 1 && strstr(g_out, "truncated"), "rc %d: %s", rc, g_out);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/nvfp4moe-ckpt-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -782,6 +862,7 @@ int main(void) {
     test_reconcile();
     test_broken_layers();
     test_schemes_and_bias();
+    test_cli();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
