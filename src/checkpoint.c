@@ -706,7 +706,12 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
     l->index = layer;
     nvfp4moe_ckpt_format fmt = NVFP4MOE_CKPT_UNQUANTIZED;
     bool quantized = false;
-    nvfp4moe_status s = find_layer(&c);
+    // Every shape below is derived from the config: make sure it is sane before using it.
+    nvfp4moe_status s = nvfp4moe_config_validate(&c.cfg);
+    if (s != NVFP4MOE_OK)
+        nvfp4moe_error_prefix("%s: layer %d: the config built from config.json is invalid", where,
+                              layer);
+    if (s == NVFP4MOE_OK) s = find_layer(&c);
     if (s == NVFP4MOE_OK) s = detect_format(&c, &fmt, &quantized);
     if (s == NVFP4MOE_OK && !quantized)
         s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
@@ -869,6 +874,7 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
     nvfp4moe_strlcpy(c.where, where, sizeof c.where);
     nvfp4moe_ckpt_format fmt;
     bool quantized;
+    NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
     NVFP4MOE_TRY(find_layer(&c));
     NVFP4MOE_TRY(detect_format(&c, &fmt, &quantized));
     NVFP4MOE_RETURN_IF(quantized, NVFP4MOE_ERR_UNSUPPORTED,

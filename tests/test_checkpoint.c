@@ -479,6 +479,20 @@ static void test_broken_layers(void) {
         nvfp4moe_model_info_free(info);
     }
 
+    T_CASE("config.json that contradicts the tensors");
+    rewrite(src, dst, NULL, 0);
+    const char *cfg_fmt = "{\"model_type\":\"qwen3_moe\",\"hidden_size\":%d,\"moe_intermediate_size\":32,"
+                          "\"num_experts\":4,\"num_experts_per_tok\":2,\"num_hidden_layers\":1,"
+                          "\"quantization_config\":{\"quant_method\":\"modelopt\",\"quant_algo\":\"NVFP4\"}}";
+    char text[600];
+    snprintf(text, sizeof text, cfg_fmt, 72);
+    write_text(dst, "config.json", text);
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(dst, 0, &l), NVFP4MOE_ERR_INVALID_ARGUMENT, "hidden_size=72");
+    snprintf(text, sizeof text, cfg_fmt, 128);
+    write_text(dst, "config.json", text);
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(dst, 0, &l), NVFP4MOE_ERR_FORMAT,
+              "mlp.gate.weight': shape [4, 64], expected [4, 128] (experts, hidden)");
+
     T_CASE("unquantized layer");
     nvfp4moe_float_layer *f = NULL;
     CHECK_OK(nvfp4moe_float_layer_random(&cfg, 3, &f));
