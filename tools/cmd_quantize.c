@@ -171,8 +171,9 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
         fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
         goto out;
     }
-    printf("wrote %s: %s NVFP4 (%s), %d MoE layer%s, files model.safetensors config.json%s\n", out,
-           nvfp4moe_ckpt_format_name(fmt), w4a16 ? "W4A16_NVFP4" : "NVFP4 w4a4", done, done == 1 ? "" : "s",
+    printf("wrote %s: %s, %s format, %d MoE layer%s; files model.safetensors config.json%s\n", out,
+           w4a16 ? "W4A16_NVFP4 (weight-only)" : "NVFP4 w4a4", nvfp4moe_ckpt_format_name(fmt), done,
+           done == 1 ? "" : "s",
            fmt == NVFP4MOE_CKPT_MODELOPT || fmt == NVFP4MOE_CKPT_MODELOPT_FUSED ? " hf_quant_config.json" : "");
     rc = CLI_EXIT_OK;
 out:
