@@ -493,6 +493,11 @@ static nvfp4moe_status load_router(load_ctx *c, nvfp4moe_ckpt_layer *out) {
             }
         }
     }
+    const nvfp4moe_st_tensor *rb = maybe(c, "gate.bias");
+    if (!rb) rb = maybe(c, "router.bias");
+    if (rb)   // gpt-oss adds a bias to its router logits; the logits nvfp4moe computes have none
+        nvfp4moe_warn(c->warn, "layer %d: router bias '%s' is not applied to the router logits",
+                      c->layer, rb->name);
     const nvfp4moe_st_tensor *b = maybe(c, "gate.e_score_correction_bias");
     if (!b) b = maybe(c, "e_score_correction_bias");
     const bool uses_bias = c->cfg.routing == NVFP4MOE_ROUTING_DEEPSEEK_V3 ||

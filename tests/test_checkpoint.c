@@ -164,6 +164,43 @@ static void test_round_trip_formats(void) {
     }
     free(want);
 
+    T_CASE("a layer split over two shards with an index");
+    {
+        char p[700];
+        snprintf(p, sizeof p, "%s/model.safetensors", dir_in("rt_modelopt"));
+        nvfp4moe_st_file *f = NULL;
+        CHECK_OK(nvfp4moe_st_open(p, &f));
+        const char *sd = dir_in("rt_sharded");
+        nvfp4moe_st_writer *w[2] = {NULL, NULL};
+        CHECK_OK(nvfp4moe_st_writer_create(&w[0]));
+        CHECK_OK(nvfp4moe_st_writer_create(&w[1]));
+        snprintf(p, sizeof p, "%s/model.safetensors.index.json", sd);
+        FILE *idx = fopen(p, "w");
+        fprintf(idx, "{\"metadata\":{},\"weight_map\":{");
+        size_t n = f ? nvfp4moe_st_file_count(f) : 0;
+        for (size_t k = 0; k < n; k++) {
+            const nvfp4moe_st_tensor *t = nvfp4moe_st_file_tensor(f, k);
+            int shard = k < n / 2 ? 0 : 1;
+            CHECK_OK(nvfp4moe_st_writer_add(w[shard], t->name, t->dtype, t->ndim, t->shape, t->data));
+            fprintf(idx, "%s\"%s\":\"model-0000%d-of-00002.safetensors\"", k ? "," : "", t->name, shard + 1);
+        }
+        fprintf(idx, "}}");
+        fclose(idx);
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof p, "%s/model-0000%d-of-00002.safetensors", sd, k + 1);
+            CHECK_OK(nvfp4moe_st_writer_save(w[k], p));
+            nvfp4moe_st_writer_free(w[k]);
+        }
+        nvfp4moe_st_close(f);
+        char cmd[1500];
+        snprintf(cmd, sizeof cmd, "cp %s/*.json %s/", dir_in("rt_modelopt"), sd);
+        CHECK(system(cmd) == 0, "copy configs");
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(sd, 1, &l));
+        if (l) same_weights(&cfg, &q->layer.w, &l->layer.w);
+        nvfp4moe_ckpt_layer_free(l);
+    }
+
     T_CASE("not a MoE layer / out of range");
     nvfp4moe_ckpt_layer *l = NULL;
     CHECK_ERR(nvfp4moe_ckpt_layer_load(dir_in("rt_modelopt"), 0, &l), NVFP4MOE_ERR_NOT_FOUND,
