@@ -66,6 +66,20 @@ void nvfp4moe_qdq_row(const float *x, int64_t n, float gs, float *out);
 /* MXFP8 (E4M3 elements, E8M0 scale per 32) quantize-dequantize of one row (n % 32 == 0). */
 void nvfp4moe_mxfp8_qdq_row(const float *x, int64_t n, float *out);
 
+/* Quantize-dequantize one activation row of n values as scheme prescribes (src already rounded to
+ * the activation dtype): W4A4 with global scale gs, per-token, MXFP8; W4A16 copies. */
+void nvfp4moe_quantize_activation_row(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst);
+/* W4A4's activation global scales: 1 / max over experts of the input scales (vLLM EMULATION's
+ * rule); 1 for the other schemes. */
+void nvfp4moe_w4a4_global_scales(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, float *a1_gs,
+                                 float *a2_gs);
+/* Checks the io tensors a host forward needs. */
+nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *io);
+/* The routing of a host forward: io's precomputed top-k (checked) or the reference router on its
+ * logits. ids/wts: [M, top_k]. */
+nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                       const nvfp4moe_io *io, int32_t *ids, float *wts);
+
 // ---- backends that run ----
 //
 // One per runnable oracle row (CPU_REFERENCE, MARLIN, EMULATION, ...). The oracle table in
@@ -85,6 +99,7 @@ typedef struct nvfp4moe_backend_impl {
 } nvfp4moe_backend_impl;
 
 extern const nvfp4moe_backend_impl nvfp4moe_impl_cpu_reference;
+extern const nvfp4moe_backend_impl nvfp4moe_impl_cpu_fast;
 #ifdef NVFP4MOE_HAVE_CUDA
 extern const nvfp4moe_backend_impl nvfp4moe_impl_marlin;
 extern const nvfp4moe_backend_impl nvfp4moe_impl_emulation;

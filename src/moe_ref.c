@@ -38,9 +38,7 @@ static void dequant_f64(const uint8_t *q, const uint8_t *sf, int64_t rows, int64
     }
 }
 
-/* Quantize-dequantize one activation row of n values as the scheme prescribes (src already in the
- * activation dtype). gs is the static global scale for W4A4. */
-static void quantize_activation(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst) {
+void nvfp4moe_quantize_activation_row(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst) {
     switch (scheme) {
     case NVFP4MOE_SCHEME_W4A4:
         nvfp4moe_qdq_row(src, n, gs, dst);
@@ -62,7 +60,20 @@ static void quantize_activation(nvfp4moe_scheme scheme, const float *src, int64_
     }
 }
 
-static nvfp4moe_status check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
+void nvfp4moe_w4a4_global_scales(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, float *a1_gs,
+                                 float *a2_gs) {
+    *a1_gs = *a2_gs = 1.0f;
+    if (cfg->scheme != NVFP4MOE_SCHEME_W4A4) return;
+    float m1 = 0.0f, m2 = 0.0f;
+    for (int64_t e = 0; e < cfg->num_experts; e++) {
+        m1 = fmaxf(m1, w->w13_input_scale[e]);
+        m2 = fmaxf(m2, w->w2_input_scale[e]);
+    }
+    *a1_gs = 1.0f / m1;
+    *a2_gs = 1.0f / m2;
+}
+
+nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
     NVFP4MOE_RETURN_IF(!io, NVFP4MOE_ERR_INVALID_ARGUMENT, "io is NULL");
     NVFP4MOE_RETURN_IF(io->num_tokens < 0, NVFP4MOE_ERR_SHAPE, "io.num_tokens=%lld is negative",
                        (long long)io->num_tokens);
@@ -76,9 +87,8 @@ static nvfp4moe_status check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *i
     return NVFP4MOE_OK;
 }
 
-/* Routing for the reference and the CPU backends: precomputed (checked) or from the logits. */
-static nvfp4moe_status reference_routing(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                         const nvfp4moe_io *io, int32_t *ids, float *wts) {
+nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                       const nvfp4moe_io *io, int32_t *ids, float *wts) {
     const int64_t M = io->num_tokens, E = cfg->num_experts, K = cfg->top_k;
     if (io->topk_ids) {
         for (int64_t i = 0; i < M * K; i++) {
@@ -108,7 +118,7 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
                                            const nvfp4moe_io *io) {
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
     NVFP4MOE_TRY(nvfp4moe_weights_validate(cfg, w));
-    NVFP4MOE_TRY(check_io(cfg, io));
+    NVFP4MOE_TRY(nvfp4moe_check_io(cfg, io));
     const int64_t M = io->num_tokens;
     if (M == 0) return NVFP4MOE_OK;
     const int64_t E = cfg->num_experts, K = cfg->top_k, H = cfg->hidden_size, I = cfg->intermediate_size;
@@ -133,7 +143,7 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
         st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "reference: out of memory (M=%lld)", (long long)M);
         goto done;
     }
-    if ((st = reference_routing(cfg, w, io, ids, wts)) != NVFP4MOE_OK) goto done;
+    if ((st = nvfp4moe_routing_for_io(cfg, w, io, ids, wts)) != NVFP4MOE_OK) goto done;
 
     /* Inputs, with the router weight applied first when the model asks for it (Llama4). */
     nvfp4moe_to_float(cfg->in_dtype, io->hidden, M * H, x);
@@ -142,17 +152,9 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
             for (int64_t k = 0; k < H; k++) x[t * H + k] = nvfp4moe_round_to_dtype(cfg->in_dtype, x[t * H + k] * wts[t]);
 
     float a1_gs = 1.0f, a2_gs = 1.0f;
-    if (scheme == NVFP4MOE_SCHEME_W4A4) {
-        float m1 = 0.0f, m2 = 0.0f;
-        for (int64_t e = 0; e < E; e++) {
-            m1 = fmaxf(m1, w->w13_input_scale[e]);
-            m2 = fmaxf(m2, w->w2_input_scale[e]);
-        }
-        a1_gs = 1.0f / m1;
-        a2_gs = 1.0f / m2;
-    }
+    nvfp4moe_w4a4_global_scales(cfg, w, &a1_gs, &a2_gs);
     for (int64_t t = 0; t < M; t++) {
-        quantize_activation(scheme, x + t * H, H, a1_gs, xq);
+        nvfp4moe_quantize_activation_row(scheme, x + t * H, H, a1_gs, xq);
         memcpy(x + t * H, xq, sizeof(float) * (size_t)H);
     }
 
@@ -186,7 +188,7 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
             double *a2buf = h; /* h is free again: reuse it for the quantized activation */
             if (scheme != NVFP4MOE_SCHEME_W4A16) {
                 for (int64_t i = 0; i < I; i++) actf[i] = nvfp4moe_round_to_dtype(cfg->in_dtype, (float)act[i]);
-                quantize_activation(scheme, actf, I, a2_gs, actq);
+                nvfp4moe_quantize_activation_row(scheme, actf, I, a2_gs, actq);
                 for (int64_t i = 0; i < I; i++) a2buf[i] = actq[i];
                 a2 = a2buf;
             }

@@ -379,6 +379,11 @@ static const backend_def k_backends[] = {
     {"HUMMING", "humming", 70, true, false, NVFP4MOE_LIB_HUMMING,
      {&k_humming_batched, &k_humming_grouped, &k_humming_indexed}},
     {"EMULATION", "emulation", 80, true, false, 0, {&k_emulation}},
+    /* Ours: the multi-threaded float32 host backend (src/backend_cpu_fast.c), the same function as
+     * the reference, ahead of it because it is faster; fixed-order sums make it batch invariant. */
+    {"CPU_FAST", "cpu_fast", 900, true, true, 0, {&(const kernel_def){.name = "CpuFastExperts",
+     .device = dev_any, .no_act_and_mul = true, .activations = ACTS_ALL, .schemes = SCHEMES_ALL,
+     .parallel = par_no_ep, .batch_invariant = true}}},
     /* Ours, always last: something always runs. Applies the clamp as vLLM's reference does. */
     {"CPU_REFERENCE", "cpu_reference", 1000, true, true, 0, {&k_cpu_reference}},
 };

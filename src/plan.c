@@ -14,6 +14,7 @@
 
 static const nvfp4moe_backend_impl *const k_impls[] = {
     &nvfp4moe_impl_cpu_reference,
+    &nvfp4moe_impl_cpu_fast,
 };
 
 const nvfp4moe_backend_impl *nvfp4moe_impl_find(const char *backend_name) {
@@ -92,7 +93,7 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
         plan->impl = nvfp4moe_impl_find(plan->report.backend);
         if (!plan->impl)
             st = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
-                                    "the oracle chose %s (a what-if plan), but this build cannot run it",
+                                    "the oracle chose %s, but this build cannot run it (no implementation compiled in)",
                                     plan->report.backend);
     }
     if (st == NVFP4MOE_OK && !o.weights_on_device) st = nvfp4moe_weights_validate(&plan->cfg, w);

@@ -68,7 +68,7 @@ static int apply_args(nvfp4moe_config *cfg, const char *args) {
 #define LIST_V L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'MARLIN', 'HUMMING', 'EMULATION']"
 #define LIST_V90 L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'HUMMING', 'MARLIN', 'EMULATION']"
 #define LIST_CLAMP L_HEAD L_MID "'MARLIN', 'HUMMING', 'EMULATION']"
-#define LIST_OURS L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'MARLIN', 'HUMMING', 'EMULATION', 'CPU_REFERENCE']"
+#define LIST_OURS L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'MARLIN', 'HUMMING', 'EMULATION', 'CPU_FAST', 'CPU_REFERENCE']"
 #define USING(b, list) "Using '" b "' NvFp4 MoE backend out of potential backends: " list "."
 #define UNSUPPORTED_SINCE(b, why) "NvFp4 MoE backend '" b "' does not support the deployment configuration since " why "."
 #define NOTHING "No NvFp4 MoE backend supports the deployment configuration."
@@ -141,7 +141,7 @@ static const oracle_case k_cases[] = {
      "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support silu_no_mul activation"},
     {"sm_100", "act=swigluoai", ALL, true, OK, "FLASHINFER_CUTEDSL", "FlashInferCuteDSLExperts", NULL,
      "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support swigluoai activation"},
-    {"sm_100", "act=relu2", ALL, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", USING("CPU_REFERENCE", LIST_OURS),
+    {"sm_100", "act=relu2", ALL, false, OK, "CPU_FAST", "CpuFastExperts", USING("CPU_FAST", LIST_OURS),
      "MARLIN/MarlinExperts", "kernel does not support relu2 activation"},
     {"sm_100", "bi", ALL, true, OK, "VLLM_CUTLASS", "CutlassExpertsFp4", NULL,
      "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", "kernel does not support batch invariance"},
@@ -176,13 +176,17 @@ static const oracle_case k_cases[] = {
      "VLLM_CUTLASS/CutlassExpertsFp4", PAR(1, 1, 2, "True", "None", "False")},
     {"sm_121", "", 0, true, OK, "MARLIN", "MarlinExperts", NULL,
      "VLLM_CUTLASS/CutlassExpertsFp4", "vLLM's CUTLASS MoE library (_C ops) is not available in this build"},
-    // -- the CPU: nothing of vLLM's; our reference --
+    // -- the CPU: nothing of vLLM's; our fast backend, then the reference --
     {"cpu", "", ALL, true, UNSUP, NULL, NULL, NOTHING, "EMULATION/Nvfp4QuantizationEmulationTritonExperts", DEV("cpu")},
-    {"cpu", "", THIS_BUILD, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", USING("CPU_REFERENCE", LIST_OURS), NULL, NULL},
+    {"cpu", "", THIS_BUILD, false, OK, "CPU_FAST", "CpuFastExperts", USING("CPU_FAST", LIST_OURS),
+     NULL, NULL},
     {"cpu", "lora", ALL, false, UNSUP, NULL, NULL, NOTHING, "CPU_REFERENCE/CpuReferenceExperts", "kernel does not support LoRA"},
     {"cpu", "ep=2", ALL, false, UNSUP, NULL, NULL, NOTHING, "CPU_REFERENCE/CpuReferenceExperts",
      "kernel does not support " PAR(1, 1, 2, "True", "None", "False")},
-    {"cpu", "scheme=w4a8-mxfp8 bias bi", ALL, false, OK, "CPU_REFERENCE", "CpuReferenceExperts", NULL, NULL, NULL},
+    {"cpu", "scheme=w4a8-mxfp8 bias bi", ALL, false, OK, "CPU_FAST", "CpuFastExperts", NULL, NULL, NULL},
+    {"cpu", "be=cpu_fast", ALL, false, OK, "CPU_FAST", "CpuFastExperts", NULL, NULL, NULL},
+    {"cpu", "lora be=cpu_fast", ALL, false, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("CPU_FAST", "kernel does not support LoRA"),
+     NULL, NULL},
     // -- swiglu_limit: the clamp set, auto and explicit --
     {"sm_100", "limit=7", ALL, true, OK, "FLASHINFER_TRTLLM", "TrtLlmNvFp4ExpertsMonolithic",
      USING("FLASHINFER_TRTLLM", LIST_CLAMP), "FLASHINFER_CUTEDSL_BATCHED/FlashInferCuteDSLBatchedExperts",
@@ -241,7 +245,7 @@ static const oracle_case k_cases[] = {
     {"sm_100", "be=cpu_reference", ALL, true, NOTFOUND, NULL, NULL,
      "moe_backend='cpu_reference' is not supported for NvFP4 MoE. Expected one of [" KEYS_V "].", NULL, NULL},
     {"sm_100", "be=Bogus-Name", ALL, false, NOTFOUND, NULL, NULL,
-     "moe_backend='bogus_name' is not supported for NvFP4 MoE. Expected one of [" KEYS_V ", 'cpu_reference'].", NULL, NULL},
+     "moe_backend='bogus_name' is not supported for NvFP4 MoE. Expected one of [" KEYS_V ", 'cpu_fast', 'cpu_reference'].", NULL, NULL},
     // -- requantization source: EMULATION at once, before the name is even looked at --
     {"sm_100", "requant be=bogus", ALL, true, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", "", NULL, NULL},
     {"cpu", "requant", ALL, false, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", "",
@@ -258,7 +262,7 @@ static const oracle_case k_cases[] = {
 
 /* The number of kernel classes the report must list: every one, vllm_only hiding ours (a new
  * backend in src/oracle.c's table adds its kernels here). */
-static int expected_candidates(bool vllm_only) { return vllm_only ? 14 : 15; }
+static int expected_candidates(bool vllm_only) { return vllm_only ? 14 : 16; }
 
 static const nvfp4moe_candidate *find_cand(const nvfp4moe_report *r, const char *spec) {
     char b[64];
@@ -499,7 +503,7 @@ static void test_cli(void) {
         {"--device sm_100 --installed all --moe-backend b12x --json", 2, NULL, "ValueError"},
         {"--device sm_100 --moe-backend triton --json", 2, NULL, "ValueError"},
         {"--device cpu --vllm-only --json", 3, NULL, "NotImplementedError"},
-        {"--device cpu --json", 0, "CPU_REFERENCE", NULL},
+        {"--device cpu --json", 0, "CPU_FAST", NULL},
         {"--device sm_100 --installed all --swiglu-limit 7 --moe-backend flashinfer_b12x --json", 2, NULL, "ValueError"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
