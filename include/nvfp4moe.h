@@ -346,11 +346,11 @@ const char *nvfp4moe_device_str(const nvfp4moe_device *dev, char *buf, size_t le
 //
 // nvfp4moe_select mirrors vLLM's select_nvfp4_moe_backend (oracle/nvfp4.py): the same backends,
 // kernel classes, support predicates (checked in vLLM's order), auto priority list, SwiGLU clamp
-// set, explicit-request path, log line and exception messages. Our own backends (CPU_REFERENCE,
-// always last) are added to the list unless vllm_only is set. A backend whose implementation lives
-// in a library this build does not contain is rejected with "... is not available in this build";
-// the what-if option `installed` plans as if those libraries were present. docs/select.md has the
-// user's view.
+// set, explicit-request path, log line and exception messages. Our own backends (CPU_FAST, then
+// CPU_REFERENCE, always last) are added to the list unless vllm_only is set. A backend whose
+// implementation lives in a library this build does not contain is rejected with "... is not
+// available in this build"; the what-if option `installed` plans as if those libraries were
+// present. docs/select.md has the user's view.
 
 /* Libraries whose kernels this build does not contain; --installed plans as if they were present. */
 #define NVFP4MOE_LIB_FLASHINFER  (1u << 0)   /* "flashinfer" */
@@ -366,7 +366,7 @@ nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t *mask);
 typedef struct nvfp4moe_oracle_options {
     bool     installed_set;  /* false: availability is what this build contains */
     uint32_t installed;      /* NVFP4MOE_LIB_* mask, used when installed_set; also makes our own
-                                backends (MARLIN, EMULATION, CPU_REFERENCE) count as present */
+                                backends (MARLIN, EMULATION, CPU_*) count as present */
     bool     vllm_only;      /* only vLLM's backends: decisions identical to vLLM */
 } nvfp4moe_oracle_options;
 

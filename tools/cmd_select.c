@@ -22,7 +22,7 @@ static void select_usage(FILE *f) {
             "                            rtx-pro-6000 dgx-spark cpu\n"
             "  --installed LIBS          plan as if these libraries were installed: all | none |\n"
             "                            flashinfer,b12x,humming,cutlass (default: what this build has)\n"
-            "  --vllm-only               only vLLM's backends (no CPU_REFERENCE): decisions identical to vLLM\n"
+            "  --vllm-only               only vLLM's backends (none of ours): decisions identical to vLLM\n"
             "  --json                    print one JSON object instead of text\n"
             "  --model DIR               deployment config from DIR/config.json (+ hf_quant_config.json);\n"
             "                            the other flags override it\n"
