@@ -409,6 +409,66 @@ static void test_shards(void) {
     nvfp4moe_st_model_close(m);
 }
 
+
+/* Random damage to a valid file: every outcome must be OK or a FORMAT error naming the file, and
+ * an OK file's tensors must lie inside it (ASan checks the reads in tests/asan.sh). */
+static void test_mutations(void) {
+    T_CASE("random mutations");
+    const char *src = path_in("rt.safetensors");
+    FILE *fp = fopen(src, "rb");
+    CHECK(fp != NULL, "no round-trip file");
+    if (!fp) return;
+    uint8_t orig[4096];
+    size_t n = fread(orig, 1, sizeof orig, fp);
+    fclose(fp);
+    uint64_t st = 12345;
+    int ok = 0, bad = 0, wrong = 0;
+    const char *mp = path_in("mut.safetensors");
+    for (int iter = 0; iter < 3000; iter++) {
+        uint8_t buf[4096];
+        memcpy(buf, orig, n);
+        size_t len = n;
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        int kind = (int)((st >> 33) % 4);
+        int edits = 1 + (int)((st >> 40) % 4);
+        for (int e = 0; e < edits && len > 24; e++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)((st >> 20) % len);
+            uint8_t v = (uint8_t)(st >> 50);
+            if (kind == 0) buf[at] ^= (uint8_t)(1u << (v & 7));          // bit flip anywhere
+            else if (kind == 1) buf[at % 24] = v;                        // header length / start
+            else if (kind == 2) {                                        // a digit in the JSON
+                size_t j = 8 + at % (len - 8);
+                while (j < len && (buf[j] < '0' || buf[j] > '9')) j++;
+                if (j < len) buf[j] = (uint8_t)('0' + v % 10);
+            } else len = at;                                             // truncation
+        }
+        FILE *out = fopen(mp, "wb");
+        fwrite(buf, 1, len, out);
+        fclose(out);
+        nvfp4moe_st_file *f = NULL;
+        nvfp4moe_status s = nvfp4moe_st_open(mp, &f);
+        if (s == NVFP4MOE_OK) {
+            ok++;
+            unsigned sum = 0;
+            for (size_t i = 0; i < nvfp4moe_st_file_count(f); i++) {
+                const nvfp4moe_st_tensor *t = nvfp4moe_st_file_tensor(f, i);
+                for (uint64_t b = 0; b < t->nbytes; b++) sum += ((const uint8_t *)t->data)[b];
+            }
+            (void)sum;
+            nvfp4moe_st_close(f);
+        } else if (s == NVFP4MOE_ERR_FORMAT && strstr(nvfp4moe_last_error(), mp)) {
+            bad++;
+        } else {
+            wrong++;
+            if (wrong < 5) fprintf(stderr, "  mutation %d: %s: %s\n", iter, nvfp4moe_status_str(s), nvfp4moe_last_error());
+        }
+    }
+    CHECK(wrong == 0, "%d mutations gave an unexpected status", wrong);
+    CHECK(bad > 2000, "only %d of 3000 mutations were rejected", bad);
+    printf("mutations: %d still valid, %d rejected\n", ok, bad);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/nvfp4moe-st-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -418,6 +478,7 @@ int main(void) {
     test_dtypes();
     test_round_trip();
     test_broken();
+    test_mutations();
     test_shards();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
