@@ -463,7 +463,7 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
     {
         const int64_t N1 = nvfp4moe_config_n1(&cfg);
         const double per_tok = (double)K * (double)(N1 + c->I) * (double)H;
-        int64_t R = (int64_t)(1.5e8 / per_tok);
+        int64_t R = (int64_t)(1.5e9 / per_tok);
         R = NVFP4MOE_MAX(R, 8);
         R = NVFP4MOE_MIN(R, M);
         int64_t *rows = malloc(sizeof(int64_t) * (size_t)R);

@@ -248,6 +248,32 @@ static int enqueue_base(void *ctx, cudaStream_t s) {
     return nvfp4moe_gpu_weighted_combine(b->y2, b->pos, b->wts, b->M, b->k, b->H, 1, b->out, s) == cudaSuccess ? 0 : -1;
 }
 
+// ---- MARLIN's own (non-GEMM) stages, timed alone: route+group, activation, combine ----
+
+typedef struct stages_ctx {
+    nvfp4moe_gpu_route_params rp;
+    const void *logits;
+    int32_t *ids, *sorted, *bexp, *nb;
+    float *wts;
+    int M, k, E, H, I, N1, bm, max_blocks;
+    void *c1, *act, *out;
+    nvfp4moe_gpu_act_params ap;
+    int which;   /* 0 route+group, 1 activation, 2 combine */
+} stages_ctx;
+
+static int enqueue_stage(void *ctx, cudaStream_t s) {
+    stages_ctx *c = ctx;
+    cudaError_t e;
+    if (c->which == 0)
+        e = nvfp4moe_gpu_route_and_group(&c->rp, c->logits, c->ids, c->wts, c->M, c->k, c->E, c->bm, c->sorted,
+                                         c->bexp, c->nb, c->max_blocks, s);
+    else if (c->which == 1)
+        e = nvfp4moe_gpu_activation(c->c1, 0, c->act, (int64_t)c->M * c->k, c->I, c->N1, &c->ap, 0.0f, 1, s);
+    else
+        e = nvfp4moe_gpu_combine(c->c1, 0, c->ids, c->M, c->k, c->E, c->H, 1, c->out, NVFP4MOE_DTYPE_BF16, s);
+    return e == cudaSuccess ? 0 : -1;
+}
+
 // ---- results ----
 
 typedef struct result {
@@ -255,6 +281,7 @@ typedef struct result {
     int M, touched;
     double wbytes, flops, floor_us;
     double marlin_us, base_us, rel_diff;
+    double stage_us[3];   /* MARLIN's route+group, activation, combine alone (NAN: not measured) */
     bool marlin_ok, base_ok, marlin_graph, base_graph;
 } result;
 
@@ -468,6 +495,41 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
             r.marlin_ok = time_op(t, enqueue_marlin, &m, &r.marlin_us, &r.marlin_graph) == 0;
             if (!r.marlin_ok) fprintf(stderr, "  MARLIN M=%d failed: %s\n", M, cudaGetErrorString(cudaGetLastError()));
         }
+        /* MARLIN's non-GEMM stages alone: the rest of its time is the two GEMMs */
+        r.stage_us[0] = r.stage_us[1] = r.stage_us[2] = NAN;
+        {
+            /* MARLIN's block_m rule (vLLM's; kernels/moe_gemm.h nvfp4moe_marlin_block_m), restated here so
+             * the CLI does not link the GEMM directly */
+            int bm = 64;
+            const int sizes[] = {8, 16, 32, 48, 64};
+            for (int q = 4; q >= 0; q--)
+                if ((double)P / E / sizes[q] < 0.9) bm = sizes[q];
+            const int64_t gcap = ((int64_t)P + (int64_t)E * (bm - 1) + bm - 1) / bm * bm;
+            void *s_sorted = dalloc((size_t)gcap * 4), *s_bexp = dalloc((size_t)(gcap / bm) * 4);
+            void *s_c1 = dalloc((size_t)P * (N1 > H ? N1 : H) * 2), *s_act = dalloc((size_t)P * I * 2);
+            if (s_sorted && s_bexp && s_c1 && s_act &&
+                nvfp4moe_gpu_fill_random_values(s_c1, (size_t)P * (N1 > H ? N1 : H), NVFP4MOE_DTYPE_BF16, 1.0f, 7,
+                                                t->s) == cudaSuccess) {
+                const nvfp4moe_act_params ap = nvfp4moe_config_act_params(&cfg);
+                stages_ctx sc = {.rp = {.method = cfg.routing, .logits_dtype = cfg.router_logits_dtype,
+                                        .num_experts = E, .top_k = k, .n_group = 1, .topk_group = 1,
+                                        .routed_scaling_factor = 1.0f},
+                                 .logits = logits, .ids = ids, .sorted = s_sorted, .bexp = s_bexp, .nb = nb,
+                                 .wts = wts, .M = M, .k = k, .E = E, .H = H, .I = I, .N1 = N1, .bm = bm,
+                                 .max_blocks = (int)(gcap / bm), .c1 = s_c1, .act = s_act, .out = out_b,
+                                 .ap = {.activation = cfg.activation, .has_limit = ap.has_limit, .limit = ap.limit,
+                                        .alpha = ap.alpha, .beta = ap.beta, .situ_beta = ap.situ_beta,
+                                        .situ_linear_beta = ap.situ_linear_beta}};
+                bool gr;
+                for (int w = 0; w < 3; w++) {
+                    sc.which = w;
+                    if (time_op(t, enqueue_stage, &sc, &r.stage_us[w], &gr)) r.stage_us[w] = NAN;
+                }
+            }
+            void *sb[] = {s_sorted, s_bexp, s_c1, s_act};
+            for (int q = 0; q < 4; q++)
+                if (sb[q]) cudaFree(sb[q]);
+        }
         /* baseline */
         if (baseline) {
             b.cb = cb; b.h = h; b.M = M; b.k = k; b.H = H; b.I = I; b.N1 = N1;
@@ -491,10 +553,11 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
             free(c);
         }
         printf("  M=%-5d experts %3d  floor %9.1f us | MARLIN %9.1f us %5.1f%% %7.0f GB/s %6.1f TF/s | "
-               "cuBLAS %9.1f us %5.1f%% | MARLIN/cuBLAS %.2fx | rel diff %.1e\n",
+               "cuBLAS %9.1f us %5.1f%% | MARLIN/cuBLAS %.2fx | rel diff %.1e | stages route+group %.1f act %.1f "
+               "combine %.1f us\n",
                M, r.touched, r.floor_us, r.marlin_us, 100 * r.floor_us / r.marlin_us, r.wbytes / r.marlin_us / 1e3,
                r.flops / r.marlin_us / 1e6, r.base_us, 100 * r.floor_us / r.base_us, r.base_us / r.marlin_us,
-               r.rel_diff);
+               r.rel_diff, r.stage_us[0], r.stage_us[1], r.stage_us[2]);
         fflush(stdout);
         res[(*nres)++] = r;
     next:
@@ -541,17 +604,19 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
         return -1;
     }
     fprintf(f, "preset,E,H,I,top_k,M,touched_experts,weight_bytes,flops,floor_us,backend,time_us,pct_of_floor,"
-               "weight_GBps,TFLOPs,graph\n");
+               "weight_GBps,TFLOPs,graph,stage_route_group_us,stage_activation_us,stage_combine_us\n");
     for (int i = 0; i < n; i++) {
         const result *r = &res[i];
         for (int b = 0; b < 2; b++) {
             const bool ok = b == 0 ? r->marlin_ok : r->base_ok;
             if (!ok) continue;
             const double us = b == 0 ? r->marlin_us : r->base_us;
-            fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%.0f,%.0f,%.2f,%s,%.2f,%.2f,%.1f,%.2f,%d\n", r->p->name, r->p->E,
+            fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%.0f,%.0f,%.2f,%s,%.2f,%.2f,%.1f,%.2f,%d", r->p->name, r->p->E,
                     r->p->H, r->p->I, r->p->k, r->M, r->touched, r->wbytes, r->flops, r->floor_us,
                     b == 0 ? "MARLIN" : "cublas_bf16", us, 100 * r->floor_us / us, r->wbytes / us / 1e3,
                     r->flops / us / 1e6, (int)(b == 0 ? r->marlin_graph : r->base_graph));
+            if (b == 0) fprintf(f, ",%.2f,%.2f,%.2f\n", r->stage_us[0], r->stage_us[1], r->stage_us[2]);
+            else fprintf(f, ",,,\n");
         }
     }
     fclose(f);
@@ -580,8 +645,9 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
             fprintf(f, "\n## %s (E=%d, H=%d, I=%d, top-%d%s)\n\n", cur->name, cur->E, cur->H, cur->I, cur->k,
                     cur->limit ? ", swigluoai, swiglu_limit 7" : "");
             fprintf(f, "| M | experts | floor (us) | MARLIN (us) | %% of floor | GB/s | TFLOP/s | cuBLAS bf16 (us) | "
-                       "%% of floor | MARLIN speed-up | out rel diff |\n");
-            fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                       "%% of floor | MARLIN speed-up | out rel diff | MARLIN non-GEMM stages alone: route+group / "
+                       "act / combine (us) |\n");
+            fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
         }
         fprintf(f, "| %d | %d | %.1f |", r->M, r->touched, r->floor_us);
         if (r->marlin_ok)
@@ -591,8 +657,9 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
             fprintf(f, " failed | | | |");
         if (r->base_ok) fprintf(f, " %.1f | %.1f |", r->base_us, 100 * r->floor_us / r->base_us);
         else fprintf(f, " - | |");
-        if (r->marlin_ok && r->base_ok) fprintf(f, " %.2fx | %.1e |\n", r->base_us / r->marlin_us, r->rel_diff);
-        else fprintf(f, " | |\n");
+        if (r->marlin_ok && r->base_ok) fprintf(f, " %.2fx | %.1e |", r->base_us / r->marlin_us, r->rel_diff);
+        else fprintf(f, " | |");
+        fprintf(f, " %.1f / %.1f / %.1f |\n", r->stage_us[0], r->stage_us[1], r->stage_us[2]);
     }
     fclose(f);
     printf("\nwrote %s.csv and %s.md\n", prefix, prefix);
