@@ -901,6 +901,56 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(g_out, "truncated"), "rc %d: %s", rc, g_out);
 }
 
+/* Random damage to a checkpoint file: loading must succeed or fail with FORMAT / NOT_FOUND, never
+ * crash or read out of bounds (tests/asan.sh). */
+static void test_checkpoint_mutations(void) {
+    T_CASE("random mutations of a checkpoint");
+    nvfp4moe_config cfg = small_cfg();
+    cfg.num_experts = 2;
+    cfg.top_k = 1;
+    cfg.hidden_size = 32;
+    cfg.intermediate_size = 16;
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 61);
+    if (!q) return;
+    const char *src = dir_in("mut_src"), *dst = dir_in("mut_dst");
+    save_layer(src, NVFP4MOE_CKPT_MODELOPT, q, 0);
+    nvfp4moe_ckpt_layer_free(q);
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", src);
+    FILE *f = fopen(p, "rb");
+    static uint8_t orig[1 << 16], buf[1 << 16];
+    size_t n = f ? fread(orig, 1, sizeof orig, f) : 0;
+    if (f) fclose(f);
+    CHECK(n > 1000 && n < sizeof orig, "fixture size %zu", n);
+    char cmd[1500];
+    snprintf(cmd, sizeof cmd, "cp %s/*.json %s/", src, dst);
+    CHECK(system(cmd) == 0, "copy configs");
+    uint64_t st = 777;
+    int ok = 0, rejected = 0, wrong = 0;
+    snprintf(p, sizeof p, "%s/model.safetensors", dst);
+    for (int iter = 0; iter < 600; iter++) {
+        memcpy(buf, orig, n);
+        size_t len = n;
+        for (int e = 0; e < 3; e++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)((st >> 20) % len);
+            if (((st >> 60) & 3) == 0) len = at > 8 ? at : 8;
+            else buf[at] = (uint8_t)(st >> 40);
+        }
+        f = fopen(p, "wb");
+        fwrite(buf, 1, len, f);
+        fclose(f);
+        nvfp4moe_ckpt_layer *l = NULL;
+        nvfp4moe_status s = nvfp4moe_ckpt_layer_load(dst, 0, &l);
+        if (s == NVFP4MOE_OK) ok++, nvfp4moe_ckpt_layer_free(l);
+        else if (s == NVFP4MOE_ERR_FORMAT || s == NVFP4MOE_ERR_NOT_FOUND) rejected++;
+        else if (wrong++ < 5) fprintf(stderr, "  mutation %d: %s: %s\n", iter, nvfp4moe_status_str(s), nvfp4moe_last_error());
+    }
+    CHECK(wrong == 0, "%d mutations gave an unexpected status", wrong);
+    CHECK(ok > 0 && rejected > 0, "ok %d rejected %d", ok, rejected);
+    printf("checkpoint mutations: %d loaded, %d rejected\n", ok, rejected);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/nvfp4moe-ckpt-XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -913,6 +963,7 @@ int main(void) {
     test_reconcile();
     test_broken_layers();
     test_schemes_and_bias();
+    test_checkpoint_mutations();
     test_cli();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
