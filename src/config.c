@@ -109,27 +109,27 @@ const char *nvfp4moe_routing_name(nvfp4moe_routing r) { return lookup_name(k_rou
 const char *nvfp4moe_scheme_name(nvfp4moe_scheme s) { return lookup_name(k_scheme_names, k_scheme_canonical, s); }
 
 nvfp4moe_status nvfp4moe_dtype_parse(const char *s, nvfp4moe_dtype *out) {
-    int v;
+    int v = 0;
     NVFP4MOE_TRY(parse_name("dtype", k_dtype_names, COUNT(k_dtype_names), k_dtype_canonical, s, &v));
     *out = (nvfp4moe_dtype)v;
     return NVFP4MOE_OK;
 }
 nvfp4moe_status nvfp4moe_activation_parse(const char *s, nvfp4moe_activation *out) {
-    int v;
+    int v = 0;
     NVFP4MOE_TRY(parse_name("activation", k_activation_names, COUNT(k_activation_names),
                             k_activation_canonical, s, &v));
     *out = (nvfp4moe_activation)v;
     return NVFP4MOE_OK;
 }
 nvfp4moe_status nvfp4moe_routing_parse(const char *s, nvfp4moe_routing *out) {
-    int v;
+    int v = 0;
     NVFP4MOE_TRY(parse_name("routing method", k_routing_names, COUNT(k_routing_names),
                             k_routing_canonical, s, &v));
     *out = (nvfp4moe_routing)v;
     return NVFP4MOE_OK;
 }
 nvfp4moe_status nvfp4moe_scheme_parse(const char *s, nvfp4moe_scheme *out) {
-    int v;
+    int v = 0;
     NVFP4MOE_TRY(parse_name("quantization scheme", k_scheme_names, COUNT(k_scheme_names),
                             k_scheme_canonical, s, &v));
     *out = (nvfp4moe_scheme)v;
