@@ -580,7 +580,8 @@ typedef struct nvfp4moe_model_info {
                                     ModelOpt: the tensors tell which) */
     char   model_type[64];     /* config.json model_type */
     char   quant_method[32];   /* "modelopt", "compressed-tensors", "" */
-    char   quant_algo[32];     /* "NVFP4", "W4A16_NVFP4", "nvfp4-pack-quantized" (CT format) */
+    char   quant_algo[32];     /* "NVFP4", "W4A16_NVFP4", "MIXED_PRECISION/<the experts' algo>",
+                                  "nvfp4-pack-quantized" (CT format) */
     char   quant_source[32];   /* "hf_quant_config.json" / "config.json" / "" */
     char   prefix[64];         /* module prefix of the decoder layers: "model.layers" */
     int32_t num_layers;        /* num_hidden_layers */

@@ -317,34 +317,98 @@ typedef struct {
     json_t *excluded;           /* borrowed array of strings, or NULL */
 } quant_desc;
 
-/* ModelOpt's quant_algo -> scheme. */
-static nvfp4moe_status modelopt_algo(const char *algo, const char *src, quant_desc *q) {
+/* A single ModelOpt quant_algo -> scheme; false if it is not an NVFP4 one. */
+static bool nvfp4_algo(const char *algo, nvfp4moe_scheme *scheme) {
+    if (!algo) return false;
+    if (!strcmp(algo, "NVFP4")) *scheme = NVFP4MOE_SCHEME_W4A4;
+    else if (!strcmp(algo, "W4A16_NVFP4") || !strcmp(algo, "NVFP4_W4A16")) *scheme = NVFP4MOE_SCHEME_W4A16;
+    else return false;
+    return true;
+}
+
+/* MIXED_PRECISION: per-module recipes in "quantized_layers" ({module: {"quant_algo": ...}}), or
+ * config_groups whose targets name modules. The experts' recipe is the one that matters here. */
+static nvfp4moe_status mixed_precision(json_t *quant, const char *src, quant_desc *q,
+                                       nvfp4moe_warnings *warn) {
+    json_t *ql = json_object_get(quant, "quantized_layers");
+    const char *key;
+    json_t *v;
+    bool found = false;
+    if (json_is_object(ql)) {
+        json_object_foreach(ql, key, v) {
+            if (!strstr(key, "experts") || strstr(key, "shared_expert")) continue;
+            const char *a = json_string_value(json_object_get(v, "quant_algo"));
+            nvfp4moe_scheme sc;
+            if (!nvfp4_algo(a, &sc)) continue;
+            if (found && sc != q->scheme)
+                nvfp4moe_warn(warn, "%s: MIXED_PRECISION gives experts both %s and %s: using %s",
+                              src, nvfp4moe_scheme_name(q->scheme), nvfp4moe_scheme_name(sc),
+                              nvfp4moe_scheme_name(q->scheme));
+            if (!found) {
+                q->scheme = sc;
+                nvfp4moe_strlcpy(q->algo, a, sizeof q->algo);
+            }
+            found = true;
+        }
+    }
+    json_t *groups = json_object_get(quant, "config_groups");
+    if (!found && json_is_object(groups)) {
+        json_object_foreach(groups, key, v) {
+            json_t *w = json_object_get(v, "weights"), *t = json_object_get(v, "targets");
+            if (json_integer_value(json_object_get(w, "num_bits")) != 4) continue;
+            bool experts = false;
+            for (size_t i = 0; json_is_array(t) && i < json_array_size(t); i++) {
+                const char *tn = json_string_value(json_array_get(t, i));
+                experts |= tn && strstr(tn, "experts") && !strstr(tn, "shared_expert");
+            }
+            if (!experts) continue;
+            json_t *ia = json_object_get(v, "input_activations");
+            q->scheme = ia && !json_is_null(ia) ? NVFP4MOE_SCHEME_W4A4 : NVFP4MOE_SCHEME_W4A16;
+            nvfp4moe_strlcpy(q->algo, q->scheme == NVFP4MOE_SCHEME_W4A4 ? "NVFP4" : "W4A16_NVFP4",
+                             sizeof q->algo);
+            found = true;
+            break;
+        }
+    }
+    NVFP4MOE_RETURN_IF(!found, NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: quant_algo MIXED_PRECISION quantizes no routed experts with NVFP4", src);
+    char expert_algo[32];
+    nvfp4moe_strlcpy(expert_algo, q->algo, sizeof expert_algo);
+    snprintf(q->algo, sizeof q->algo, "MIXED_PRECISION/%.15s", expert_algo);
+    return NVFP4MOE_OK;
+}
+
+/* ModelOpt's quant_algo -> scheme. quant is the object holding it (for MIXED_PRECISION). */
+static nvfp4moe_status modelopt_algo(const char *algo, json_t *quant, const char *src, quant_desc *q,
+                                     nvfp4moe_warnings *warn) {
     if (!algo)
         return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: ModelOpt config has no \"quant_algo\"",
                                   src);
-    if (!strcmp(algo, "NVFP4")) q->scheme = NVFP4MOE_SCHEME_W4A4;
-    else if (!strcmp(algo, "W4A16_NVFP4") || !strcmp(algo, "NVFP4_W4A16"))
-        q->scheme = NVFP4MOE_SCHEME_W4A16;
-    else
+    if (!strcmp(algo, "MIXED_PRECISION")) {
+        NVFP4MOE_TRY(mixed_precision(quant, src, q, warn));
+    } else if (nvfp4_algo(algo, &q->scheme)) {   // NVFP4 / W4A16_NVFP4
+        nvfp4moe_strlcpy(q->algo, algo, sizeof q->algo);
+    } else {
         return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
-                                  "%s: quant_algo \"%s\" is not an NVFP4 scheme (NVFP4 or "
-                                  "W4A16_NVFP4)",
+                                  "%s: quant_algo \"%s\" is not an NVFP4 scheme (NVFP4, W4A16_NVFP4, "
+                                  "or MIXED_PRECISION with NVFP4 experts)",
                                   src, algo);
+    }
     q->found = true;
     q->format = NVFP4MOE_CKPT_MODELOPT;
     nvfp4moe_strlcpy(q->method, "modelopt", sizeof q->method);
-    nvfp4moe_strlcpy(q->algo, algo, sizeof q->algo);
     return NVFP4MOE_OK;
 }
 
 /* hf_quant_config.json: {"producer": ..., "quantization": {"quant_algo", "exclude_modules"}}. */
-static nvfp4moe_status parse_hf_quant(json_t *root, const char *src, quant_desc *q) {
+static nvfp4moe_status parse_hf_quant(json_t *root, const char *src, quant_desc *q,
+                                      nvfp4moe_warnings *warn) {
     json_t *quant = json_object_get(root, "quantization");
     NVFP4MOE_RETURN_IF(!json_is_object(quant), NVFP4MOE_ERR_FORMAT,
                        "%s: missing or non-object \"quantization\"", src);
     const char *algo;
     NVFP4MOE_TRY(get_str(quant, "quant_algo", src, &algo));
-    NVFP4MOE_TRY(modelopt_algo(algo, src, q));
+    NVFP4MOE_TRY(modelopt_algo(algo, quant, src, q, warn));
     q->excluded = json_object_get(quant, "exclude_modules");
     return NVFP4MOE_OK;
 }
@@ -402,7 +466,8 @@ static nvfp4moe_status parse_ct(json_t *qc, const char *src, quant_desc *q) {
 }
 
 /* config.json "quantization_config". */
-static nvfp4moe_status parse_quant_config(json_t *qc, const char *src, quant_desc *q) {
+static nvfp4moe_status parse_quant_config(json_t *qc, const char *src, quant_desc *q,
+                                          nvfp4moe_warnings *warn) {
     const char *method = NULL;
     NVFP4MOE_TRY(get_str(qc, "quant_method", src, &method));
     NVFP4MOE_RETURN_IF(!method, NVFP4MOE_ERR_FORMAT,
@@ -412,8 +477,12 @@ static nvfp4moe_status parse_quant_config(json_t *qc, const char *src, quant_des
         const char *algo = NULL;
         NVFP4MOE_TRY(get_str(qc, "quant_algo", src, &algo));
         json_t *nested = json_object_get(qc, "quantization");
-        if (!algo && json_is_object(nested)) NVFP4MOE_TRY(get_str(nested, "quant_algo", src, &algo));
-        NVFP4MOE_TRY(modelopt_algo(algo, src, q));
+        json_t *holder = qc;
+        if (!algo && json_is_object(nested)) {
+            NVFP4MOE_TRY(get_str(nested, "quant_algo", src, &algo));
+            holder = nested;
+        }
+        NVFP4MOE_TRY(modelopt_algo(algo, holder, src, q, warn));
         q->excluded = json_object_get(qc, "ignore");
         if (!q->excluded) q->excluded = json_object_get(qc, "exclude_modules");
         if (!q->excluded && json_is_object(nested))
@@ -682,11 +751,11 @@ static nvfp4moe_status parse_model(json_t *root, json_t *hfq, const char *name,
     if (qc && !json_is_null(qc)) {
         NVFP4MOE_RETURN_IF(!json_is_object(qc), NVFP4MOE_ERR_FORMAT,
                            "%s: \"quantization_config\" is not an object", src);
-        NVFP4MOE_TRY(parse_quant_config(qc, src, &q));
+        NVFP4MOE_TRY(parse_quant_config(qc, src, &q, &info->warnings));
         nvfp4moe_strlcpy(info->quant_source, "config.json", sizeof info->quant_source);
     }
     if (hfq) {
-        NVFP4MOE_TRY(parse_hf_quant(hfq, hsrc, &qh));
+        NVFP4MOE_TRY(parse_hf_quant(hfq, hsrc, &qh, &info->warnings));
         if (!q.found) {
             q = qh;
             nvfp4moe_strlcpy(info->quant_source, "hf_quant_config.json", sizeof info->quant_source);

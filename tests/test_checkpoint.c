@@ -744,6 +744,37 @@ static void test_model_configs(void) {
               i->num_moe_layers, i->first_moe_layer);
     nvfp4moe_model_info_free(i);
 
+    T_CASE("ModelOpt MIXED_PRECISION: the experts' recipe decides");
+    i = parse("{\"model_type\":\"qwen3_moe\",\"hidden_size\":2048,\"moe_intermediate_size\":512,"
+              "\"num_experts\":64,\"num_experts_per_tok\":8,\"num_hidden_layers\":4}",
+              "{\"producer\":{\"name\":\"modelopt\"},\"quantization\":{\"quant_algo\":\"MIXED_PRECISION\","
+              "\"kv_cache_quant_algo\":\"FP8\",\"exclude_modules\":[\"mtp*\"],\"quantized_layers\":{"
+              "\"model.layers.0.self_attn.q_proj\":{\"quant_algo\":\"FP8\"},"
+              "\"model.layers.0.mlp.shared_expert.gate_proj\":{\"quant_algo\":\"NVFP4\"},"
+              "\"model.layers.0.mlp.experts\":{\"quant_algo\":\"W4A16_NVFP4\",\"group_size\":16}}}}");
+    if (i)
+        CHECK(i->cfg.scheme == NVFP4MOE_SCHEME_W4A16 && !strcmp(i->quant_algo, "MIXED_PRECISION/W4A16_NVFP4") &&
+                  i->format == NVFP4MOE_CKPT_MODELOPT,
+              "mixed: scheme %s algo %s", nvfp4moe_scheme_name(i->cfg.scheme), i->quant_algo);
+    nvfp4moe_model_info_free(i);
+    i = parse("{\"hidden_size\":64,\"num_experts\":4,\"moe_intermediate_size\":32,"
+              "\"num_experts_per_tok\":2,\"num_hidden_layers\":1,\"quantization_config\":{"
+              "\"quant_method\":\"modelopt\",\"quant_algo\":\"MIXED_PRECISION\",\"config_groups\":{"
+              "\"group_0\":{\"weights\":{\"num_bits\":8,\"type\":\"float\"},\"targets\":[\"model.layers.0.self_attn.q_proj\"]},"
+              "\"group_1\":{\"weights\":{\"num_bits\":4,\"type\":\"float\",\"group_size\":16},"
+              "\"input_activations\":{\"num_bits\":4,\"type\":\"float\",\"group_size\":16},"
+              "\"targets\":[\"model.layers.0.mlp.experts\"]}}}}",
+              NULL);
+    CHECK(i && i->cfg.scheme == NVFP4MOE_SCHEME_W4A4 && !strcmp(i->quant_algo, "MIXED_PRECISION/NVFP4"),
+          "mixed via config_groups");
+    nvfp4moe_model_info_free(i);
+    nvfp4moe_model_info *none = NULL;
+    CHECK_ERR(nvfp4moe_model_info_parse("{\"hidden_size\":64,\"num_hidden_layers\":2}",
+                                        "{\"quantization\":{\"quant_algo\":\"MIXED_PRECISION\","
+                                        "\"quantized_layers\":{\"model.layers.0.mlp.experts\":{\"quant_algo\":\"FP8\"}}}}",
+                                        "m", &none),
+              NVFP4MOE_ERR_UNSUPPORTED, "MIXED_PRECISION quantizes no routed experts with NVFP4");
+
     T_CASE("sigmoid routing without groups, softmax without renormalization");
     i = parse("{\"hidden_size\":64,\"num_experts\":4,\"moe_intermediate_size\":32,"
               "\"num_experts_per_tok\":2,\"num_hidden_layers\":1,\"scoring_func\":\"sigmoid\","
