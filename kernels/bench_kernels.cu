@@ -102,7 +102,26 @@ __global__ void weighted_combine_kernel(const T *y, const int32_t *pos, const fl
     }
 }
 
+// Grid-stride 16-byte copy, 4 independent loads in flight per thread.
+__global__ void __launch_bounds__(kThreads) copy_kernel(uint4 *dst, const uint4 *src, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+        dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;
+    }
+    for (; i < n; i += stride) dst[i] = src[i];
+}
+
 }  // namespace
+
+extern "C" cudaError_t nvfp4moe_gpu_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+    int dev = 0, sms = 132;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    copy_kernel<<<(unsigned)sms * 8, kThreads, 0, stream>>>((uint4 *)dst, (const uint4 *)src, bytes / 16);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t nvfp4moe_gpu_fill_random_bytes(uint8_t *out, size_t n, uint64_t seed, cudaStream_t stream) {
     if (!n) return cudaSuccess;

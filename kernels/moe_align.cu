@@ -12,7 +12,7 @@ namespace {
 
 constexpr int kGroupThreads = 1024;
 constexpr int kFusedThreads = 256;     // 8 warps route, then all group
-constexpr int64_t kFusedMaxTokens = 64;
+constexpr int64_t kFusedMaxTokens = 8;
 
 __device__ __forceinline__ unsigned lanemask_lt() {
     unsigned m;
@@ -134,7 +134,7 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
         // as many routing warps as fit next to the grouping arrays in 48 KB
         int route_warps = (int)((48 * 1024 - group_smem) / ((size_t)E * sizeof(double)));
         if (route_warps > kFusedThreads / 32) route_warps = kFusedThreads / 32;
-        if (route_warps >= 1) {
+        if (route_warps >= 1 && M <= route_warps) {  // one round: every token has its own warp
             const size_t smem = group_smem + (size_t)route_warps * E * sizeof(double);
             route_group_kernel<<<1, kFusedThreads, smem, stream>>>(*rp, logits, M, ids, weights,
                                                                    block_m, sorted_ids, block_expert,

@@ -66,9 +66,18 @@ template <> __device__ __forceinline__ void load8_any<float>(const float *p, flo
     v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
-template <typename TI, typename T>
+// 8 floats stored as TO (16-bit, rounded to nearest even, or float as they are).
+template <typename TO> __device__ __forceinline__ void store8_any(TO *p, const float *v) { store8<TO>(p, v); }
+template <> __device__ __forceinline__ void store8_any<float>(float *p, const float *v) {
+    reinterpret_cast<float4 *>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4 *>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// TI: input (16-bit or float), T: the activation dtype (the rounding), TO: output (T, or float to
+// keep a QDQ result exact as the reference does).
+template <typename TI, typename T, typename TO>
 __global__ void __launch_bounds__(kThreads)
-activation_kernel(const TI *in, T *out, int64_t rows, int I, int N1, nvfp4moe_gpu_act_params p,
+activation_kernel(const TI *in, TO *out, int64_t rows, int I, int N1, nvfp4moe_gpu_act_params p,
                   float qdq_gs) {
     const int bpr = I / 16;
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -102,13 +111,13 @@ activation_kernel(const TI *in, T *out, int64_t rows, int I, int N1, nvfp4moe_gp
 #pragma unroll
     for (int j = 0; j < 16; j++) v[j] = round_t<T>(v[j]);
     if (qdq_gs > 0.0f) qdq16(v, qdq_gs);
-    store8<T>(out + r * I + i0, v);
-    store8<T>(out + r * I + i0 + 8, v + 8);
+    store8_any<TO>(out + r * I + i0, v);
+    store8_any<TO>(out + r * I + i0 + 8, v + 8);
 }
 
-template <typename T>
+template <typename T, typename TO>
 __global__ void __launch_bounds__(kThreads)
-scale_qdq_kernel(const T *in, T *out, int64_t rows, int cols, const float *row_scale, float gs) {
+scale_qdq_kernel(const T *in, TO *out, int64_t rows, int cols, const float *row_scale, float gs) {
     const int bpr = cols / 16;
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= rows * bpr) return;
@@ -123,8 +132,8 @@ scale_qdq_kernel(const T *in, T *out, int64_t rows, int cols, const float *row_s
         for (int j = 0; j < 16; j++) v[j] = round_t<T>(v[j] * s);
     }
     if (gs > 0.0f) qdq16(v, gs);
-    store8<T>(out + o, v);
-    store8<T>(out + o + 8, v + 8);
+    store8_any<TO>(out + o, v);
+    store8_any<TO>(out + o + 8, v + 8);
 }
 
 // One thread = 8 consecutive outputs of one token.
@@ -161,9 +170,14 @@ combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, v
 // time: the 16 gathered activation rows and the 64 weight rows (dequantized to e2m1*e4m3 in float,
 // exact) are staged in shared memory, each thread accumulates 1 row x 4 columns in float. This is a
 // correctness-first kernel: the numerics are the point (W4A4 emulation), not the speed.
+__device__ __forceinline__ float to_fa(float x) { return x; }
+__device__ __forceinline__ float to_fa(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_fa(__half x) { return __half2float(x); }
+
 constexpr int kEBM = NVFP4MOE_EMUL_BLOCK_M, kEBN = 64, kEBK = 64;
 
-template <typename T>
+// TA: the type of A (16-bit, or float for exact QDQ'd activations); T: the 16-bit dtype of C.
+template <typename TA, typename T>
 __global__ void __launch_bounds__(256) emul_gemm_kernel(nvfp4moe_emul_args a) {
     const int b = blockIdx.x;
     if (b >= *a.num_blocks) return;
@@ -176,12 +190,12 @@ __global__ void __launch_bounds__(256) emul_gemm_kernel(nvfp4moe_emul_args a) {
     const int N = a.N, K = a.K, n0 = blockIdx.y * kEBN;
     if (tid < kEBM) rows[tid] = a.sorted_ids[(int64_t)b * kEBM + tid];
     __syncthreads();
-    const T *A = (const T *)a.a;
+    const TA *A = (const TA *)a.a;
     const int r = tid >> 4, cl = tid & 15;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int ra = tid >> 4, ca = (tid & 15) * 4;
     const int pa = rows[ra];
-    const T *arow = pa < a.P ? A + (int64_t)(pa / a.a_row_div) * K : nullptr;
+    const TA *arow = pa < a.P ? A + (int64_t)(pa / a.a_row_div) * K : nullptr;
     const int nl = tid >> 2, kc = (tid & 3) * 16;
     const int nw = n0 + nl;
     const uint8_t *wrow = a.w + ((int64_t)e * N + nw) * (K / 2);
@@ -190,7 +204,7 @@ __global__ void __launch_bounds__(256) emul_gemm_kernel(nvfp4moe_emul_args a) {
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int k = k0 + ca + q;
-            As[ra][ca + q] = (arow && k < K) ? to_f<T>(arow[k]) : 0.0f;
+            As[ra][ca + q] = (arow && k < K) ? to_fa(arow[k]) : 0.0f;
         }
         const int kw = k0 + kc;
         if (nw < N && kw < K) {
@@ -230,36 +244,41 @@ __global__ void __launch_bounds__(256) emul_gemm_kernel(nvfp4moe_emul_args a) {
 
 }  // namespace
 
-extern "C" cudaError_t nvfp4moe_gpu_activation(const void *in, int32_t in_f32, void *out, int64_t rows,
-                                               int32_t I, int32_t N1, const nvfp4moe_gpu_act_params *ap,
-                                               float qdq_gs, int32_t is_bf16, cudaStream_t stream) {
+extern "C" cudaError_t nvfp4moe_gpu_activation(const void *in, int32_t in_f32, void *out, int32_t out_f32,
+                                               int64_t rows, int32_t I, int32_t N1,
+                                               const nvfp4moe_gpu_act_params *ap, float qdq_gs, int32_t is_bf16,
+                                               cudaStream_t stream) {
     const int64_t n = rows * (I / 16);
     if (n <= 0) return cudaSuccess;
     const unsigned g = grid_for(n, kThreads);
     typedef __nv_bfloat16 B;
-    if (in_f32 && is_bf16)
-        activation_kernel<float, B><<<g, kThreads, 0, stream>>>((const float *)in, (B *)out, rows, I, N1, *ap, qdq_gs);
-    else if (in_f32)
-        activation_kernel<float, __half><<<g, kThreads, 0, stream>>>((const float *)in, (__half *)out, rows, I, N1, *ap, qdq_gs);
-    else if (is_bf16)
-        activation_kernel<B, B><<<g, kThreads, 0, stream>>>((const B *)in, (B *)out, rows, I, N1, *ap, qdq_gs);
-    else
-        activation_kernel<__half, __half><<<g, kThreads, 0, stream>>>((const __half *)in, (__half *)out, rows, I, N1, *ap, qdq_gs);
+    typedef __half F;
+    const int sel = (in_f32 ? 4 : 0) | (out_f32 ? 2 : 0) | (is_bf16 ? 1 : 0);
+    switch (sel) {
+    case 0: activation_kernel<F, F, F><<<g, kThreads, 0, stream>>>((const F *)in, (F *)out, rows, I, N1, *ap, qdq_gs); break;
+    case 1: activation_kernel<B, B, B><<<g, kThreads, 0, stream>>>((const B *)in, (B *)out, rows, I, N1, *ap, qdq_gs); break;
+    case 2: activation_kernel<F, F, float><<<g, kThreads, 0, stream>>>((const F *)in, (float *)out, rows, I, N1, *ap, qdq_gs); break;
+    case 3: activation_kernel<B, B, float><<<g, kThreads, 0, stream>>>((const B *)in, (float *)out, rows, I, N1, *ap, qdq_gs); break;
+    case 4: activation_kernel<float, F, F><<<g, kThreads, 0, stream>>>((const float *)in, (F *)out, rows, I, N1, *ap, qdq_gs); break;
+    case 5: activation_kernel<float, B, B><<<g, kThreads, 0, stream>>>((const float *)in, (B *)out, rows, I, N1, *ap, qdq_gs); break;
+    case 6: activation_kernel<float, F, float><<<g, kThreads, 0, stream>>>((const float *)in, (float *)out, rows, I, N1, *ap, qdq_gs); break;
+    default: activation_kernel<float, B, float><<<g, kThreads, 0, stream>>>((const float *)in, (float *)out, rows, I, N1, *ap, qdq_gs); break;
+    }
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t nvfp4moe_gpu_scale_qdq_rows(const void *in, void *out, int64_t rows,
-                                                   int32_t cols, const float *row_scale,
-                                                   float qdq_gs, int32_t is_bf16,
-                                                   cudaStream_t stream) {
+extern "C" cudaError_t nvfp4moe_gpu_scale_qdq_rows(const void *in, void *out, int32_t out_f32, int64_t rows,
+                                                   int32_t cols, const float *row_scale, float qdq_gs,
+                                                   int32_t is_bf16, cudaStream_t stream) {
     const int64_t n = rows * (cols / 16);
     if (n <= 0) return cudaSuccess;
-    if (is_bf16)
-        scale_qdq_kernel<__nv_bfloat16><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-            (const __nv_bfloat16 *)in, (__nv_bfloat16 *)out, rows, cols, row_scale, qdq_gs);
-    else
-        scale_qdq_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-            (const __half *)in, (__half *)out, rows, cols, row_scale, qdq_gs);
+    const unsigned g = grid_for(n, kThreads);
+    typedef __nv_bfloat16 B;
+    typedef __half F;
+    if (is_bf16 && out_f32) scale_qdq_kernel<B, float><<<g, kThreads, 0, stream>>>((const B *)in, (float *)out, rows, cols, row_scale, qdq_gs);
+    else if (is_bf16) scale_qdq_kernel<B, B><<<g, kThreads, 0, stream>>>((const B *)in, (B *)out, rows, cols, row_scale, qdq_gs);
+    else if (out_f32) scale_qdq_kernel<F, float><<<g, kThreads, 0, stream>>>((const F *)in, (float *)out, rows, cols, row_scale, qdq_gs);
+    else scale_qdq_kernel<F, F><<<g, kThreads, 0, stream>>>((const F *)in, (F *)out, rows, cols, row_scale, qdq_gs);
     return cudaGetLastError();
 }
 
@@ -282,7 +301,10 @@ extern "C" cudaError_t nvfp4moe_gpu_combine(const void *y, int32_t y_f32, const 
 extern "C" cudaError_t nvfp4moe_emul_gemm(const nvfp4moe_emul_args *args, cudaStream_t stream) {
     if (args->max_blocks <= 0 || args->N <= 0) return cudaSuccess;
     dim3 grid((unsigned)args->max_blocks, (unsigned)((args->N + kEBN - 1) / kEBN));
-    if (args->is_bf16) emul_gemm_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(*args);
-    else emul_gemm_kernel<__half><<<grid, 256, 0, stream>>>(*args);
+    typedef __nv_bfloat16 B;
+    if (args->a_f32 && args->is_bf16) emul_gemm_kernel<float, B><<<grid, 256, 0, stream>>>(*args);
+    else if (args->a_f32) emul_gemm_kernel<float, __half><<<grid, 256, 0, stream>>>(*args);
+    else if (args->is_bf16) emul_gemm_kernel<B, B><<<grid, 256, 0, stream>>>(*args);
+    else emul_gemm_kernel<__half, __half><<<grid, 256, 0, stream>>>(*args);
     return cudaGetLastError();
 }

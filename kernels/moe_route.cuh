@@ -32,21 +32,10 @@ __device__ __forceinline__ bool ranks_before(double v, int i, double bv, int bi)
     return v > bv || (v == bv && i < bi);
 }
 
-// Warp arg-max over s[0..n), ties to the lower index. Returns the index (-1 if all NaN).
-__device__ __forceinline__ int warp_argmax(const double *s, int n, int lane) {
-    double bv = -INFINITY;
-    int bi = -1;
-    for (int i = lane; i < n; i += 32) {
-        const double v = s[i];
-        if (ranks_before(v, i, bv, bi)) { bv = v; bi = i; }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const double ov = __shfl_xor_sync(0xffffffffu, bv, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (oi >= 0 && ranks_before(ov, oi, bv, bi)) { bv = ov; bi = oi; }
-    }
-    return bi;
+// Order-preserving 64-bit key of a double: a > b  <=>  okey(a) > okey(b) (0 is below every number).
+__device__ __forceinline__ unsigned long long okey(double v) {
+    const unsigned long long b = (unsigned long long)__double_as_longlong(v);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
 }
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -93,19 +82,30 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
         return;
     }
 
-    // Selection scores. Where the score is a monotonic function of the logit (softmax, sigmoid,
-    // and the bias-free grouped methods) the logit itself is compared, as the reference does.
+    // Selection scores, as order-preserving keys held in registers (lane l owns experts l, l+32,
+    // ...). Where the score is a monotonic function of the logit (softmax, sigmoid, and the
+    // bias-free grouped methods) the logit itself is compared, as the reference does.
+    constexpr int VPL = NVFP4MOE_GPU_MAX_EXPERTS / 32;
     const bool biased = (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 || m == NVFP4MOE_ROUTING_MINIMAX2) &&
                         rp.correction_bias != nullptr;
-    for (int e = lane; e < E; e += 32) {
-        const double l = (double)load_logit(logits, rp.logits_dtype, row + e);
-        sel[e] = biased ? sigmoid_d(l) + (double)rp.correction_bias[e] : l;
+    unsigned long long key[VPL];
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int e = lane + 32 * i;
+        key[i] = 0;
+        if (e < E) {
+            const double l = (double)load_logit(logits, rp.logits_dtype, row + e);
+            const double v = biased ? sigmoid_d(l) + (double)rp.correction_bias[e] : l;
+            key[i] = okey(v);
+            if (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 && rp.n_group > 1) sel[e] = v;
+        }
     }
-    __syncwarp();
 
     // DeepSeek-V3 group limiting: a group scores the sum of its top-2 biased scores (with a
-    // correction bias) or its max; keep topk_group groups (ties to the lower group).
+    // correction bias) or its max; keep topk_group groups (ties to the lower group); the experts
+    // of the other groups drop to -inf.
     if (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 && rp.n_group > 1) {
+        __syncwarp();
         const int G = rp.n_group, per = E / G;
         double gv = -INFINITY;
         if (lane < G) {
@@ -128,22 +128,51 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
             }
             if (lane == bi) { keep = true; gv = NAN; }
         }
-        __syncwarp();
-        // each group's owner lane masks its group when it was not kept
-        if (lane < G && !keep)
-            for (int i = 0; i < per; i++) sel[lane * per + i] = -INFINITY;
+        const unsigned kept = __ballot_sync(0xffffffffu, keep);
+        const unsigned long long masked = okey(-INFINITY);
+#pragma unroll
+        for (int i = 0; i < VPL; i++) {
+            const int e = lane + 32 * i;
+            if (e < E && !((kept >> (e / per)) & 1u)) key[i] = masked;
+        }
         __syncwarp();
     }
 
-    // Top-k: lane j keeps the j-th selected expert; a taken score becomes NaN (never wins again).
+    // Top-k: k rounds of a warp arg-max over the lanes' current bests, in the order (key
+    // descending, index ascending): max of the high words, then of the low words among the lanes
+    // that tie, then the lowest index among those. Only the winner's lane rescans its keys, for its
+    // next best below the one just taken. Lane j keeps the j-th selected expert.
+    const unsigned kNone = 0xFFFFFFFFu;
+    unsigned long long lk = 0;
+    unsigned li = kNone;
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const unsigned e = (unsigned)(lane + 32 * i);
+        if ((int)e < E && (li == kNone || key[i] > lk)) { lk = key[i]; li = e; }
+    }
     int my_id = -1;
     for (int j = 0; j < k; j++) {
-        const int bi = warp_argmax(sel, E, lane);
-        if (lane == j) my_id = bi;
-        __syncwarp();
-        if (lane == 0 && bi >= 0) sel[bi] = NAN;
-        __syncwarp();
+        const unsigned hi = __reduce_max_sync(0xffffffffu, li == kNone ? 0u : (unsigned)(lk >> 32));
+        const bool m1 = li != kNone && (unsigned)(lk >> 32) == hi;
+        const unsigned lo = __reduce_max_sync(0xffffffffu, m1 ? (unsigned)lk : 0u);
+        const bool m2 = m1 && (unsigned)lk == lo;
+        const unsigned win = __reduce_min_sync(0xffffffffu, m2 ? li : kNone);
+        if (lane == j) my_id = (int)win;
+        if (li == win) {
+            const unsigned long long tk = lk;
+            const unsigned ti = li;
+            lk = 0;
+            li = kNone;
+#pragma unroll
+            for (int i = 0; i < VPL; i++) {
+                const unsigned e = (unsigned)(lane + 32 * i);
+                const unsigned long long kk = key[i];
+                const bool below = kk < tk || (kk == tk && e > ti);
+                if ((int)e < E && below && (li == kNone || kk > lk)) { lk = kk; li = e; }
+            }
+        }
     }
+    if (my_id >= E) my_id = -1;
 
     // Weights of the selected experts, in float64 as the reference.
     const bool mine = lane < k && my_id >= 0;

@@ -58,17 +58,17 @@ typedef struct nvfp4moe_gpu_act_params {
 
 /* out [rows, I] = act(in [rows, N1]) for every row, computed in float from the inputs (16-bit, or
  * float when in_f32) and rounded to the 16-bit dtype; when qdq_gs > 0 the rounded row is then NVFP4
- * quantize-dequantized with global scale qdq_gs (vLLM's reference quantizer) and rounded again.
- * N1 = 2*I for gated activations (gate half first, or interleaved g0,u0,g1,u1.. for swigluoai), I
- * otherwise. */
-cudaError_t nvfp4moe_gpu_activation(const void *in, int32_t in_f32, void *out, int64_t rows, int32_t I,
-                                    int32_t N1, const nvfp4moe_gpu_act_params *ap, float qdq_gs,
-                                    int32_t is_bf16, cudaStream_t stream);
+ * quantize-dequantized with global scale qdq_gs (vLLM's reference quantizer). out is 16-bit, or
+ * float when out_f32 (the QDQ result kept exact, as the reference keeps it). N1 = 2*I for gated
+ * activations (gate half first, or interleaved g0,u0,g1,u1.. for swigluoai), I otherwise. */
+cudaError_t nvfp4moe_gpu_activation(const void *in, int32_t in_f32, void *out, int32_t out_f32,
+                                    int64_t rows, int32_t I, int32_t N1, const nvfp4moe_gpu_act_params *ap,
+                                    float qdq_gs, int32_t is_bf16, cudaStream_t stream);
 
 /* out [rows, cols] = QDQ(round(in * row_scale[r])) : the optional per-row scale (NULL: none) is
  * applied and rounded to the dtype first, then, when qdq_gs > 0, the NVFP4 quantize-dequantize with
- * global scale qdq_gs. cols % 16 == 0. */
-cudaError_t nvfp4moe_gpu_scale_qdq_rows(const void *in, void *out, int64_t rows, int32_t cols,
+ * global scale qdq_gs. out is 16-bit, or float when out_f32. cols % 16 == 0. */
+cudaError_t nvfp4moe_gpu_scale_qdq_rows(const void *in, void *out, int32_t out_f32, int64_t rows, int32_t cols,
                                         const float *row_scale, float qdq_gs, int32_t is_bf16,
                                         cudaStream_t stream);
 
@@ -84,7 +84,8 @@ cudaError_t nvfp4moe_gpu_combine(const void *y, int32_t y_f32, const int32_t *id
  * for every valid pair p of a block of expert e. Sentinel rows are not written. */
 #define NVFP4MOE_EMUL_BLOCK_M 16
 typedef struct nvfp4moe_emul_args {
-    const void *a;            /* activations, bf16 or fp16, rows of K values */
+    const void *a;            /* activations, bf16 or fp16 (float when a_f32), rows of K values */
+    int32_t a_f32;
     int32_t a_row_div;        /* pair p reads A row p / a_row_div */
     const uint8_t *w;         /* [E, N, K/2] packed E2M1 */
     const uint8_t *sf;        /* [E, N, K/16] E4M3, linear */
@@ -116,6 +117,8 @@ cudaError_t nvfp4moe_gpu_dequant_bf16(const uint8_t *w, const uint8_t *sf, const
 cudaError_t nvfp4moe_gpu_gather_rows(const void *src, const int32_t *idx, int32_t div, int64_t rows,
                                      int32_t cols, void *dst, cudaStream_t stream);
 /* out [M, H] (16-bit) = sum_j weights[t*k+j] * y[pos[t*k+j], :], y 16-bit. */
+/* dst = src, bytes % 16 == 0, both 16-byte aligned: the copy whose bandwidth is the floor's. */
+cudaError_t nvfp4moe_gpu_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 cudaError_t nvfp4moe_gpu_weighted_combine(const void *y, const int32_t *pos, const float *weights,
                                           int64_t M, int32_t top_k, int32_t H, int32_t is_bf16,
                                           void *out, cudaStream_t stream);

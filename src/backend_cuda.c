@@ -106,12 +106,14 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
     L.sorted = off; off += align_up((size_t)L.cap * sizeof(int32_t));
     L.bexp = off;   off += align_up((size_t)L.max_blocks * sizeof(int32_t));
     L.nblk = off;   off += align_up(sizeof(int32_t));
-    L.a1 = off;     off += needs_input_pass(st) ? align_up((size_t)M * st->H * e16) : 0;
+    /* EMULATION keeps its quantize-dequantized activations in float, exact as in the reference */
+    const size_t eq = st->marlin ? e16 : 4;
+    L.a1 = off;     off += needs_input_pass(st) ? align_up((size_t)M * st->H * eq) : 0;
     /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then). EMULATION keeps
      * both in float: the reference rounds to the dtype only where a quantizer reads (the activation's
      * output), and a rounding elsewhere would move values across NVFP4 rounding boundaries. */
     L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * (st->marlin ? e16 : 4));
-    L.act = off;    off += align_up((size_t)L.P * st->I * e16);
+    L.act = off;    off += align_up((size_t)L.P * st->I * eq);
     L.gemm_ws = off;
     if (st->marlin) {
         size_t g1 = nvfp4moe_marlin_workspace_bytes((int32_t)L.P, st->N1, st->H, L.max_blocks,
@@ -384,7 +386,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
     const bool on_input = st->cfg.apply_router_weight_on_input;
     if (needs_input_pass(st)) {
         void *a1 = ws + L.a1;
-        CUDA_TRY(st, nvfp4moe_gpu_scale_qdq_rows(io->hidden, a1, M, st->H, on_input ? wts : NULL,
+        CUDA_TRY(st, nvfp4moe_gpu_scale_qdq_rows(io->hidden, a1, !st->marlin, M, st->H, on_input ? wts : NULL,
                                                  st->marlin ? 0.0f : st->a1_gs, st->is_bf16, stream),
                  "input scaling/quantization");
         a_in = a1;
@@ -399,14 +401,14 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         CUDA_TRY(st, nvfp4moe_marlin_gemm(&g, stream), "GEMM1 (Marlin)");
     } else {
         nvfp4moe_emul_args g = {
-            .a = a_in, .a_row_div = st->K, .w = st->w13, .sf = st->w13_sf, .scale_2 = st->w13_s2,
+            .a = a_in, .a_f32 = 1, .a_row_div = st->K, .w = st->w13, .sf = st->w13_sf, .scale_2 = st->w13_s2,
             .bias = st->w13_bias, .row_scale = NULL, .c = c1, .c_f32 = 1, .sorted_ids = sorted, .block_expert = bexp,
             .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H, .E = st->E, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16};
         CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM1 (emulation)");
     }
 
-    CUDA_TRY(st, nvfp4moe_gpu_activation(c1, !st->marlin, act, L.P, st->I, st->N1, &st->act,
+    CUDA_TRY(st, nvfp4moe_gpu_activation(c1, !st->marlin, act, !st->marlin, L.P, st->I, st->N1, &st->act,
                                          st->marlin ? 0.0f : st->a2_gs, st->is_bf16, stream),
              "activation");
 
@@ -420,7 +422,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         CUDA_TRY(st, nvfp4moe_marlin_gemm(&g, stream), "GEMM2 (Marlin)");
     } else {
         nvfp4moe_emul_args g = {
-            .a = act, .a_row_div = 1, .w = st->w2, .sf = st->w2_sf, .scale_2 = st->w2_s2,
+            .a = act, .a_f32 = 1, .a_row_div = 1, .w = st->w2, .sf = st->w2_sf, .scale_2 = st->w2_s2,
             .bias = st->w2_bias, .row_scale = rs, .c = c1, .c_f32 = 1, .sorted_ids = sorted, .block_expert = bexp,
             .num_blocks = nblk, .P = P, .N = st->H, .K = st->I, .E = st->E, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16};

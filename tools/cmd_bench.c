@@ -166,7 +166,7 @@ static int time_op(timer *t, enqueue_fn fn, void *ctx, double *us, bool *graphed
 typedef struct copy_ctx { void *dst, *src; size_t bytes; } copy_ctx;
 static int enqueue_copy(void *ctx, cudaStream_t s) {
     copy_ctx *c = ctx;
-    return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? 0 : -1;
+    return nvfp4moe_gpu_copy(c->dst, c->src, c->bytes, s) == cudaSuccess ? 0 : -1;
 }
 
 typedef struct gemm_ctx { cublas_fns *cb; cublasHandle_t h; void *a, *b, *c; int n; } gemm_ctx;
@@ -242,7 +242,7 @@ static int enqueue_base(void *ctx, cudaStream_t s) {
             }
         }
         if (pass == 0 &&
-            nvfp4moe_gpu_activation(b->y1, 0, b->act, P, b->I, b->N1, &b->ap, 0.0f, 1, s) != cudaSuccess)
+            nvfp4moe_gpu_activation(b->y1, 0, b->act, 0, P, b->I, b->N1, &b->ap, 0.0f, 1, s) != cudaSuccess)
             return -1;
     }
     return nvfp4moe_gpu_weighted_combine(b->y2, b->pos, b->wts, b->M, b->k, b->H, 1, b->out, s) == cudaSuccess ? 0 : -1;
@@ -268,7 +268,7 @@ static int enqueue_stage(void *ctx, cudaStream_t s) {
         e = nvfp4moe_gpu_route_and_group(&c->rp, c->logits, c->ids, c->wts, c->M, c->k, c->E, c->bm, c->sorted,
                                          c->bexp, c->nb, c->max_blocks, s);
     else if (c->which == 1)
-        e = nvfp4moe_gpu_activation(c->c1, 0, c->act, (int64_t)c->M * c->k, c->I, c->N1, &c->ap, 0.0f, 1, s);
+        e = nvfp4moe_gpu_activation(c->c1, 0, c->act, 0, (int64_t)c->M * c->k, c->I, c->N1, &c->ap, 0.0f, 1, s);
     else
         e = nvfp4moe_gpu_combine(c->c1, 0, c->ids, c->M, c->k, c->E, c->H, 1, c->out, NVFP4MOE_DTYPE_BF16, s);
     return e == cudaSuccess ? 0 : -1;
@@ -627,7 +627,7 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
     }
     fprintf(f, "# nvfp4moe bench: MARLIN vs cuBLAS BF16, %s\n\n", card);
     fprintf(f, "- card: %s\n- date: %s\n- commit: %s\n- command: `%s`\n", card, date, commit, command);
-    fprintf(f, "- ceilings measured in this run: copy %.2f TB/s (2 GB device-to-device, read + write), "
+    fprintf(f, "- ceilings measured in this run: copy %.2f TB/s (2 GB device-to-device copy kernel, 16-byte accesses, read + write), "
                "bf16 matmul %.0f TFLOP/s (cublasGemmEx 8192^3, random data)\n", copy_bw / 1e12, peak / 1e12);
     fprintf(f, "- floor = max(touched experts' NVFP4 bytes (0.5625 B/weight) / copy bandwidth, FLOPs / bf16 rate); "
                "%% = floor / time\n");
