@@ -110,7 +110,16 @@ using CfgM32 = Cfg<32, 4, 2, 1, 4, 3>;
 using CfgM48 = Cfg<48, 4, 2, 1, 4, 3>;
 // Compute-bound: 64 x 256 tiles, 8 warps of 64 x 32: per k16 step a warp does 4 ldmatrix.x4 for
 // 16 MMAs, which keeps shared-memory traffic under the tensor-core rate.
+// Tuning builds (-DNVFP4MOE_MARLIN_M64_VARIANT=n) try other block_m = 64 tiles.
+#if NVFP4MOE_MARLIN_M64_VARIANT == 1
+using CfgM64 = Cfg<64, 8, 2, 1, 4, 1>;
+#elif NVFP4MOE_MARLIN_M64_VARIANT == 2
+using CfgM64 = Cfg<64, 8, 1, 1, 4, 2>;
+#elif NVFP4MOE_MARLIN_M64_VARIANT == 3
+using CfgM64 = Cfg<64, 8, 1, 2, 3, 2>;
+#else
 using CfgM64 = Cfg<64, 8, 2, 1, 4, 2>;
+#endif
 
 struct Params {
     const uint16_t *a;
@@ -188,17 +197,22 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // Pair j of word q (nibbles j and j+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16).
-// Sign bit 4j+3 goes to bit 15 (and 4j+19 to 31); magnitude bits 4j..4j+2 go to 6..8 (bf16) or
-// 9..11 (fp16). Compile-time shifts: two shifts, an AND and a LOP3 per pair.
+// The sign (nibble bit 3) must land on bit 15 (31) and the magnitude (bits 0..2) on bits 6..8
+// (bf16) or 9..11 (fp16). At M = 1 the kernel is bound by the integer (ALU) pipe, so the bit moves
+// are chosen to put work on the FMA pipe: for bf16 one IMAD makes both shifted copies of the
+// isolated nibble at once (x * (2^a + 2^b); the copies do not overlap, so the add never carries),
+// leaving 2 ALU ops per pair. Pairs 2 and 3 read q >> 8 (q8, one shift per word) because a
+// multiply cannot shift right. fp16's two copies would overlap by one bit, so it ORs two shifts.
 template <bool BF16, int J>
-__device__ __forceinline__ uint32_t decode_pair(uint32_t q) {
-    constexpr int kSignShift = 12 - 4 * J;
-    constexpr int kMagShift = (BF16 ? 6 : 9) - 4 * J;
-    constexpr uint32_t kMagMask = BF16 ? 0x01C001C0u : 0x0E000E00u;
-    uint32_t s = q << kSignShift;
-    uint32_t m = kMagShift >= 0 ? (q << (kMagShift >= 0 ? kMagShift : 0))
-                                : (q >> (kMagShift < 0 ? -kMagShift : 0));
-    return (s & 0x80008000u) | (m & kMagMask);
+__device__ __forceinline__ uint32_t decode_pair(uint32_t q, uint32_t q8) {
+    constexpr int jj = J & 1;
+    const uint32_t x = (J < 2 ? q : q8) & (0x000F000Fu << (4 * jj));
+    if constexpr (BF16) {
+        constexpr uint32_t kCopies = (1u << (12 - 4 * jj)) + (1u << (6 - 4 * jj));
+        return (x * kCopies) & 0x81C081C0u;
+    } else {
+        return ((x << (9 - 4 * jj)) | (x << (12 - 4 * jj))) & 0x8E008E00u;
+    }
 }
 
 // Scale byte B of word sw -> the same 16-bit float in both halves (sf*2^119 bf16, sf*2^7 fp16).
@@ -299,6 +313,13 @@ struct Kernel {
                                                       uint64_t pol) {
         const int tid = threadIdx.x;
         const bool e_ok = bc.bw != nullptr;
+        // Stage-uniform: first K atom and first N atom of this step; the atoms of one K atom row
+        // of the tile are contiguous, so each chunk is base + a per-thread constant.
+        const int kt0 = cur.kk * C::KA;
+        const int nb0 = cur.nt * C::ATOMS_N;
+        const size_t atom0 = (size_t)kt0 * p.NB + nb0;
+        const uint8_t *b_stage = bc.bw + atom0 * kAtomBytes;
+        const uint8_t *s_stage = bc.bs + atom0 * kAtomScaleBytes;
         // Weights: [ka][atom][lane chunk], contiguous in global for each ka.
         uint8_t *sb = st + C::A_STAGE;
 #pragma unroll
@@ -308,11 +329,10 @@ struct Kernel {
                 const int ka = ci / (C::ATOMS_N * 32);
                 const int an = (ci / 32) % C::ATOMS_N;
                 const int lc = ci % 32;
-                const int kt = cur.kk * C::KA + ka;
-                const int nb = cur.nt * C::ATOMS_N + an;
-                const bool ok = e_ok && kt < p.KT && nb < p.NB;
+                // Loop-invariant per thread: ka, an, lc and their offset from the stage base.
+                const bool ok = e_ok && kt0 + ka < p.KT && nb0 + an < p.NB;
                 const uint8_t *src =
-                    ok ? bc.bw + (size_t)(kt * p.NB + nb) * kAtomBytes + lc * 16 : p.bw;
+                    ok ? b_stage + (ka * p.NB + an) * kAtomBytes + lc * 16 : p.bw;
                 cp_async16_ef(smem_u32(sb + ci * 16), src, ok, pol);
             }
         }
@@ -325,11 +345,9 @@ struct Kernel {
                 const int ka = ci / (C::ATOMS_N * 4);
                 const int an = (ci / 4) % C::ATOMS_N;
                 const int part = ci % 4;
-                const int kt = cur.kk * C::KA + ka;
-                const int nb = cur.nt * C::ATOMS_N + an;
-                const bool ok = e_ok && kt < p.KT && nb < p.NB;
+                const bool ok = e_ok && kt0 + ka < p.KT && nb0 + an < p.NB;
                 const uint8_t *src =
-                    ok ? bc.bs + (size_t)(kt * p.NB + nb) * kAtomScaleBytes + part * 16 : p.bs;
+                    ok ? s_stage + (ka * p.NB + an) * kAtomScaleBytes + part * 16 : p.bs;
                 cp_async16_ef(smem_u32(ss + ci * 16), src, ok, pol);
             }
         }
@@ -399,10 +417,11 @@ struct Kernel {
                         s0 = expand_scale<BF16, 2>(sw);
                         s1 = expand_scale<BF16, 3>(sw);
                     }
-                    const uint32_t b00 = hmul2_u32<BF16>(decode_pair<BF16, 0>(q), s0);
-                    const uint32_t b01 = hmul2_u32<BF16>(decode_pair<BF16, 1>(q), s0);
-                    const uint32_t b10 = hmul2_u32<BF16>(decode_pair<BF16, 2>(q), s1);
-                    const uint32_t b11 = hmul2_u32<BF16>(decode_pair<BF16, 3>(q), s1);
+                    const uint32_t q8 = q >> 8;
+                    const uint32_t b00 = hmul2_u32<BF16>(decode_pair<BF16, 0>(q, q8), s0);
+                    const uint32_t b01 = hmul2_u32<BF16>(decode_pair<BF16, 1>(q, q8), s0);
+                    const uint32_t b10 = hmul2_u32<BF16>(decode_pair<BF16, 2>(q, q8), s1);
+                    const uint32_t b11 = hmul2_u32<BF16>(decode_pair<BF16, 3>(q, q8), s1);
 #pragma unroll
                     for (int mt = 0; mt < C::MT; mt++) {
                         mma16816<BF16>(acc[mt][na * 2 + 0], af[mt], b00, b01);

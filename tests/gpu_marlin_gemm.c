@@ -339,7 +339,7 @@ static void fill_random(void *d, size_t bytes, int scales) {
     free(h);
 }
 
-static int bench(int sm_count) {
+static int bench(int sm_count, int only_m) {
     const int E = 256, H = 7168, I = 2048, topk = 8;
     const int Ms[] = {1, 16, 64, 256, 1024, 4096};
     const int reps = 30;
@@ -388,6 +388,7 @@ static int bench(int sm_count) {
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
         const int M = Ms[mi], P = M * topk;
+        if (only_m > 0 && M != only_m) continue;
         int32_t *ids = malloc(sizeof(int32_t) * P);
         route(M, topk, E, ids);
         const int bm = nvfp4moe_marlin_block_m(P, E);
@@ -492,7 +493,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // keep the lines already printed if a run is cut short
     CUDA_OK(cudaSetDevice(dev));
     CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev));
-    if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(sm_count);
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0)
+        return bench(sm_count, argc > 2 ? atoi(argv[2]) : 0);  // --bench [M]
 
     // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used
     static const test_case cases[] = {
