@@ -1,0 +1,792 @@
+/*
+ * hopper_gemm.cu - the Hopper-native W4A16 fused MoE GEMM (issue 6): NVFP4 weights (E2M1 codes,
+ * one E4M3 scale per 16 K elements, one fp32 scale_2 per expert) times bf16/fp16 activations
+ * gathered through the moe-align grouping, on sm_90a tensor cores with wgmma and fp32
+ * accumulation. Interface: kernels/hopper_gemm.h (same shape as kernels/moe_gemm.h).
+ *
+ * STATUS: compiled and inspected only (ptxas report, SASS shows HGMMA); NOT YET VERIFIED ON A GPU.
+ * Do not wire it into the oracle or the backend before tests/gpu_hopper_gemm passes on an H200.
+ *
+ * Design
+ * ------
+ * Swapped product. For one block of BM sorted rows (tokens) of expert e and a tile of 128 weight
+ * rows (output columns n), the CTA computes D[n, m] = W_e[n, :] . A[m, :]^T: the weights are
+ * wgmma's M side (64 rows per consumer warpgroup, two consumer warpgroups) and come from
+ * REGISTERS after decoding; the tokens are wgmma's N side (N = BM = 8..128) and come from shared
+ * memory. Small M then costs a narrow wgmma (m64n8k16 at decode) instead of a 64-row MMA tile
+ * filled with padding, and the weights are never written back to shared memory.
+ *
+ * Weight layout (nvfp4moe_hopper_repack, once). Per (expert, n tile of 128, k tile of 128) one
+ * contiguous 9216-byte chunk, chunks ordered [E][n_tiles][k_tiles] so a work item streams one
+ * contiguous run:
+ *   codes  8192 B  [warpgroup 2][warp 4][q 2][lane 32][16 B]: lane l (g = l/4, t = l%4) of warp w
+ *                  holds, for k16 step s = 4q + i, the 32-bit word i of its q-th 16-byte vector:
+ *                  exactly its wgmma A fragment of that step (rows 16w+g and 16w+g+8 of the
+ *                  warpgroup's 64, k 2t,2t+1 and 2t+8,2t+9). In the word, pair j sits in nibbles
+ *                  j (lower k) and j+4 (higher k); pair 0 = (row g, k 2t), 1 = (row g+8, k 2t),
+ *                  2 = (row g, k 2t+8), 3 = (row g+8, k 2t+8), i.e. the a0..a3 registers. One
+ *                  LDS.128 per lane per 4 k16 steps, 512 contiguous bytes per warp: no conflicts.
+ *   scales 1024 B  [warpgroup 2][warp 4][g 8][s 8][h 2]: the scale of row 16w+g+8h, k group s.
+ *                  The 4 lanes of a g read the same 16 bytes (broadcast), 8 g's read 128
+ *                  contiguous bytes: one conflict-free LDS.128 per lane per k tile.
+ * N is padded to 128 and K to 128 with zero codes (the activation K tail is zero-filled by
+ * cp.async, so padding never meets garbage).
+ *
+ * Decode (no LUT). An E2M1 code s|e1 e0|m placed as bf16 bits s<<15 | (e1 e0 m)<<6 is exactly
+ * value * 2^-126 (0.5 becomes a bf16 subnormal), as fp16 bits s<<15 | mag<<9 it is value * 2^-14.
+ * The repack re-encodes each E4M3 scale as an unsigned byte u = Eb<<3 | M such that bf16 bits
+ * (u<<4) + (232<<7) are sf * 2^119 and fp16 bits (u<<7) + (8<<10) are sf * 2^7 (E4M3 subnormals
+ * become normal; Eb is 5..22, so neither the exponent nor the sign overflows). One HMUL2 then
+ * gives W * sf * 2^-7 EXACTLY in both types (W*sf has <= 6 significant bits); the 2^7 and the
+ * expert's scale_2 are applied to the fp32 accumulator in the epilogue. Zero scales zero the
+ * codes, negative scales flip the code signs (both exact).
+ *
+ * Activations. Gathered rows (A row = pair / a_row_div; sentinel rows zero-filled) of one k tile
+ * (128 values = 256 B) land in shared memory as two K-major 128-byte-swizzle atoms:
+ * [k half 2][BM rows][128 B], 16-byte chunk c of row r stored at chunk c ^ (r & 7), 8-row groups
+ * 1024 B apart. The wgmma B descriptor: start address >> 4 in bits 0..13 (k16 step s adds
+ * (s/4) * BM*128 + (s%4)*32 bytes, the usual in-atom advance: the hardware applies the XOR to the
+ * generated addresses), leading byte offset 16 B (unused by swizzled K-major), stride byte offset
+ * 1024 B (8-row group pitch) in bits 32..45, layout type 1 (128B swizzle) in bits 62..63, base
+ * offset 0 (every atom is 1024-byte aligned).
+ *
+ * Pipeline. 384 threads, one CTA per SM: warpgroup 0 is the producer (setmaxnreg.dec to 56),
+ * warpgroups 1 and 2 the consumers (setmaxnreg.inc to 224). A ring of STAGES shared-memory stages
+ * (16 at BM=8 down to 5 at BM=128, ~210 KB), each [activations BM*256 B | weights 9216 B], with a
+ * "full" and an "empty" mbarrier per stage.
+ *   producer: wait empty (parity trick: the first pass over the ring does not block), thread 0
+ *     posts expect_tx(9216) and issues ONE cp.async.bulk of the weight chunk completing on the full
+ *     barrier (async proxy, complete_tx); all 128 threads issue 16-byte cp.async.cg (zero-fill
+ *     for sentinel rows and the K tail) for the gathered activations into the swizzled slots and
+ *     then cp.async.mbarrier.arrive.noinc on the full barrier. Full barrier count = 128 + 1.
+ *   consumer warpgroup: wait full; fence.proxy.async (the cp.async writes are generic-proxy,
+ *     wgmma reads through the async proxy); LDS its codes and scales; decode k16 steps 0..3 into
+ *     register set A0, wgmma.fence, 4 x wgmma m64nBMk16 (A0 from registers, B descriptor),
+ *     commit; wait_group 1 (now the previous tile's second group is done, so its stage is
+ *     released: lane 0 of each warp arrives on the empty barrier, count 8); decode steps 4..7
+ *     into A1, 4 wgmmas, commit; before the next tile's A0 decode, wait_group 1 retires the A0
+ *     group of this tile. So the decode of one half overlaps the tensor-core work of the other
+ *     and A registers are never rewritten while a wgmma may still read them.
+ * Scheduler. Persistent: every CTA reads num_blocks on the device and walks work items
+ * item = blockIdx.x + i * gridDim.x over (block, n tile, k split); the producer and consumers walk
+ * the same sequence, so the stage counter (stage, phase) stays in lock step across items. The
+ * K split count is chosen on the device from the real unit count (blocks x n tiles) and the grid:
+ * the smallest split (<= 16, >= 4 k tiles per split) whose last wave is best filled, so decode at
+ * M = 1 (8 blocks) still spreads over all SMs. Split partial sums go to an fp32 workspace [P, N]
+ * with red.add; per (block, n tile, warpgroup) a counter elects the last arriving split, which
+ * applies the epilogue. The launcher clears the workspace with cudaMemsetAsync (graph-capturable).
+ * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
+ * C[p, n]; rows past N (padding) and sentinel pairs are skipped.
+ *
+ * sm_80 builds (the Makefile's second gencode pass) compile the kernel to a trap; the launcher
+ * refuses any device that is not compute capability 9.0 and any binary without sm_90a code.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "hopper_gemm.h"
+
+// The device code uses sm_90a-only instructions (wgmma, setmaxnreg): compiled only where the
+// architecture-specific feature set is available.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NVFP4MOE_HOPPER_DEVICE 1
+#else
+#define NVFP4MOE_HOPPER_DEVICE 0
+#endif
+
+namespace {
+
+constexpr int kTK = 128;                   // K values per stage (8 k16 steps, 8 scale groups)
+constexpr int kTN = 128;                   // weight rows per CTA tile: 2 consumer warpgroups x 64
+constexpr int kCodeBytes = kTN * kTK / 2;  // 8192
+constexpr int kScaleBytes = kTN * kTK / 16;  // 1024
+constexpr int kWChunk = kCodeBytes + kScaleBytes;  // 9216: one cp.async.bulk per stage
+constexpr int kThreads = 384;
+constexpr int kMaxSplits = 16;
+constexpr int kMinTilesPerSplit = 4;
+constexpr uint8_t kScaleDontCare = 5 << 3; // Eb = 5: any valid scale, used where codes are 0
+constexpr int kSmemBudget = 220 * 1024;    // dynamic shared memory for the stages
+constexpr size_t kMaxSplitWsBytes = size_t(64) << 20;
+
+template <int BM>
+struct Cfg {
+    static constexpr int ACT = BM * kTK * 2;            // activation bytes per stage
+    static constexpr int STAGE = ACT + kWChunk;
+    static constexpr int S0 = kSmemBudget / STAGE;
+    static constexpr int STAGES = S0 > 16 ? 16 : S0;
+    static constexpr int SMEM = STAGES * STAGE + 1024;  // + slack to align the base to 1024
+    static constexpr int NACC = BM / 2;                 // fp32 accumulators per thread
+    static constexpr int CPT = BM * (kTK / 8) / 128;    // 16-byte activation chunks per producer thread
+    static_assert(BM % 8 == 0 && BM >= 8 && BM <= 128, "wgmma N = BM");
+    static_assert(NACC * 2 == BM && CPT * 128 == BM * (kTK / 8), "whole chunks per thread");
+    static_assert(STAGE % 1024 == 0, "swizzle atoms need 1024-byte alignment");
+    static_assert(STAGES >= 3, "pipeline depth");
+    static_assert(SMEM <= 227 * 1024, "shared memory per CTA on sm_90");
+};
+
+struct Params {
+    const uint16_t *a;
+    const uint8_t *b;
+    const float *scale_2;
+    const float *bias;
+    const float *row_scale;
+    uint16_t *c;
+    const int32_t *sorted_ids;
+    const int32_t *block_expert;
+    const int32_t *num_blocks;
+    float *ws;             // split-K partial sums [P, N], zeroed by the launcher, or NULL
+    int32_t *counters;     // split-K arrivals per (block, n tile, warpgroup), zeroed, or NULL
+    int a_row_div;
+    int P, N, K;
+    int n_tiles, k_tiles;
+    int max_splits;        // 1 when there is no workspace
+};
+
+#if NVFP4MOE_HOPPER_DEVICE
+constexpr int kProducerRegs = 56;
+constexpr int kConsumerRegs = 224;         // 128*56 + 256*224 = 64512 <= 65536
+constexpr float kAccUnscale = 128.0f;      // 2^7: the decoded product is W*sf*2^-7
+
+// ---- wgmma wrappers (generated) -----------------------------------------------------------
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
+#include "hopper_wgmma.cuh"
+
+// ---- PTX helpers ----------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// Blocks until the phase with the given parity has completed (acquire, CTA scope).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// One bulk copy global -> shared through the copy engine, completing bytes on the mbarrier.
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
+                                         uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+            "r"(dst),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+}
+// 16-byte async copy; src_bytes = 0 zero-fills the destination without reading src.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, uint32_t src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+// The mbarrier receives one arrival when all of this thread's earlier cp.async have landed
+// (.noinc: the arrival is counted in the barrier's init count, not added to it).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+// Barrier among the 128 threads of one consumer warpgroup (ids 1, 2; 0 is __syncthreads).
+__device__ __forceinline__ void wg_barrier(int id) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+// Pins the accumulators in place: no read or write of them may move across this point (used
+// after zeroing and after the final wgmma.wait_group, where only asm ordering protects them).
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&acc)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(acc[i])::"memory");
+}
+__device__ __forceinline__ void producer_barrier() {
+    asm volatile("bar.sync 3, 128;\n" ::: "memory");
+}
+__device__ __forceinline__ void red_add_f32(float *p, float v) {
+    asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr));
+    return v;
+}
+
+// wgmma shared-memory descriptor of a K-major, 128-byte-swizzled operand (see the top comment).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(16 >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+// Pair J of word q (nibbles J and J+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16).
+template <bool BF16, int J>
+__device__ __forceinline__ uint32_t decode_pair(uint32_t q) {
+    constexpr int kSignShift = 12 - 4 * J;             // nibble sign bit 4J+3 -> bit 15 (and 31)
+    constexpr int kMagShift = (BF16 ? 6 : 9) - 4 * J;  // magnitude bits 4J..4J+2 -> 6..8 / 9..11
+    constexpr uint32_t kMagMask = BF16 ? 0x01C001C0u : 0x0E000E00u;
+    const uint32_t s = q << kSignShift;
+    const uint32_t m = kMagShift >= 0 ? (q << (kMagShift >= 0 ? kMagShift : 0))
+                                      : (q >> (kMagShift < 0 ? -kMagShift : 0));
+    return (s & 0x80008000u) | (m & kMagMask);
+}
+
+// Scale byte B of word w -> the same 16-bit float in both halves (sf*2^119 bf16, sf*2^7 fp16).
+template <bool BF16, int B>
+__device__ __forceinline__ uint32_t expand_scale(uint32_t w) {
+    constexpr uint32_t kSel = B | (4 << 4) | (B << 8) | (4 << 12);  // bytes [b, 0, b, 0]
+    const uint32_t x = __byte_perm(w, 0u, kSel);
+    return BF16 ? (x << 4) + ((232u << 7) | (232u << 23)) : (x << 7) + ((8u << 10) | (8u << 26));
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
+    uint32_t r;
+    if constexpr (BF16) {
+        __nv_bfloat162 z = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&a),
+                                   *reinterpret_cast<__nv_bfloat162 *>(&b));
+        r = *reinterpret_cast<uint32_t *>(&z);
+    } else {
+        __half2 z = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
+        r = *reinterpret_cast<uint32_t *>(&z);
+    }
+    return r;
+}
+
+template <bool BF16>
+__device__ __forceinline__ uint16_t to_half_bits(float x) {
+    if constexpr (BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    else return __half_as_ushort(__float2half_rn(x));
+}
+
+// One k16 step's A fragment: word q of codes, scale bytes 2s (row g) and 2s+1 (row g+8) of sw.
+template <bool BF16, int SB>
+__device__ __forceinline__ void decode_step(uint32_t q, uint32_t sw, uint32_t (&a)[4]) {
+    const uint32_t s_lo = expand_scale<BF16, SB>(sw);      // row g
+    const uint32_t s_hi = expand_scale<BF16, SB + 1>(sw);  // row g + 8
+    a[0] = hmul2_u32<BF16>(decode_pair<BF16, 0>(q), s_lo);
+    a[1] = hmul2_u32<BF16>(decode_pair<BF16, 1>(q), s_hi);
+    a[2] = hmul2_u32<BF16>(decode_pair<BF16, 2>(q), s_lo);
+    a[3] = hmul2_u32<BF16>(decode_pair<BF16, 3>(q), s_hi);
+}
+
+// The K split count, the same in every thread of the grid: the smallest s whose last wave of
+// units*s items over the grid is best filled (a later s must beat it by 2 points).
+__device__ __forceinline__ int choose_splits(int units, int grid, int k_tiles, int max_splits) {
+    int best = 1;
+    float best_eff = 0.f;
+    for (int s = 1; s <= max_splits; s++) {
+        if (s > 1 && k_tiles / s < kMinTilesPerSplit) break;
+        const long long items = (long long)units * s;
+        const long long waves = (items + grid - 1) / grid;
+        const float eff = (float)items / (float)(waves * grid);
+        if (eff > best_eff + 0.02f) {
+            best_eff = eff;
+            best = s;
+        }
+    }
+    return best;
+}
+
+struct Item {
+    int blk, nt, kt0, kt1;
+};
+__device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
+    Item it;
+    const int s = item % splits;
+    const int unit = item / splits;
+    it.nt = unit % p.n_tiles;
+    it.blk = unit / p.n_tiles;
+    it.kt0 = (int)((long long)s * p.k_tiles / splits);
+    it.kt1 = (int)((long long)(s + 1) * p.k_tiles / splits);
+    return it;
+}
+
+template <int BM, bool BF16>
+struct Kernel {
+    using C = Cfg<BM>;
+
+    // ---- producer warpgroup ----
+    static __device__ void produce(const Params &p, uint8_t *smem, uint32_t bars, int items,
+                                   int splits, int *s_rows) {
+        const int tid = threadIdx.x;  // 0..127
+        const int cc = tid % 16;      // 16-byte chunk of the 256-byte row slice (constant)
+        const int r0 = tid / 16;      // first row; rows r0 + 8j
+        // Destination of chunk cc of row r: K half cc/8, swizzled chunk (cc%8) ^ (r & 7); r & 7
+        // is r0 & 7 for every j since rows step by 8.
+        const uint32_t dst0 = (uint32_t)((cc / 8) * BM * 128 + r0 * 128 + (((cc % 8) ^ (r0 & 7)) * 16));
+        uint32_t it = 0;
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            const Item w = item_of(item, splits, p);
+            const int e = p.block_expert[w.blk];
+            const uint8_t *wsrc =
+                p.b + ((size_t)(e * p.n_tiles + w.nt) * p.k_tiles) * kWChunk;
+            // The block's A rows (-1 for sentinels) in shared memory rather than CPT registers
+            // per thread (the producer runs on 56 registers). Barrier 3 = the producer warpgroup:
+            // the previous item's readers are done before the table is rewritten.
+            producer_barrier();
+            if (tid < BM) {
+                const int pid = p.sorted_ids[w.blk * BM + tid];
+                s_rows[tid] = pid < p.P ? pid / p.a_row_div : -1;
+            }
+            producer_barrier();
+            for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
+                const uint32_t st = it % C::STAGES;
+                const uint32_t ph = (it / C::STAGES) & 1;
+                const uint32_t full = bars + 8 * st, empty = bars + 8 * (C::STAGES + st);
+                mbar_wait(empty, ph ^ 1);  // the first pass finds the previous parity complete
+                uint8_t *stage = smem + st * C::STAGE;
+                if (tid == 0) {
+                    mbar_arrive_expect_tx(full, kWChunk);
+                    bulk_g2s(smem_u32(stage + C::ACT), wsrc + (size_t)kt * kWChunk, kWChunk, full);
+                }
+                const int k = kt * kTK + cc * 8;
+                const uint32_t sdst = smem_u32(stage) + dst0;
+#pragma unroll
+                for (int j = 0; j < C::CPT; j++) {
+                    const int arow = s_rows[r0 + 8 * j];
+                    const bool ok = arow >= 0 && k < p.K;
+                    const uint16_t *src = ok ? p.a + (size_t)arow * p.K + k : p.a;
+                    cp_async16(sdst + j * 8 * 128, src, ok ? 16u : 0u);
+                }
+                cp_async_arrive_noinc(full);
+            }
+        }
+        // Leave only after this thread's copies have landed (the consumers may still wait).
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+
+    // ---- consumer warpgroup ----
+    static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
+                                   int splits, int *s_flag) {
+        const int wg = threadIdx.x / 128 - 1;  // 0 or 1: weight rows 64*wg .. 64*wg+63
+        const int warp = (threadIdx.x / 32) % 4;
+        const int lane = threadIdx.x % 32;
+        const int g = lane / 4, t = lane % 4;
+        const uint32_t code_off = (uint32_t)(C::ACT + wg * 4096 + warp * 1024 + lane * 16);
+        const uint32_t scale_off = (uint32_t)(C::ACT + kCodeBytes + wg * 512 + warp * 128 + g * 16);
+        const uint32_t smem0 = smem_u32(smem);
+        uint32_t it = 0;
+        float acc[C::NACC];
+
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            const Item w = item_of(item, splits, p);
+#pragma unroll
+            for (int i = 0; i < C::NACC; i++) acc[i] = 0.f;
+            fence_operands(acc);
+            int prev_stage = -1;
+            for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
+                const uint32_t st = it % C::STAGES;
+                const uint32_t ph = (it / C::STAGES) & 1;
+                mbar_wait(bars + 8 * st, ph);
+                fence_proxy_async();
+                const uint32_t sbase = smem0 + st * C::STAGE;
+                const uint4 q0 = lds128(sbase + code_off);
+                const uint4 q1 = lds128(sbase + code_off + 512);
+                const uint4 sc = lds128(sbase + scale_off);
+                uint32_t a0[4][4], a1[4][4];
+
+                // First half: k16 steps 0..3 (scale words sc.x: steps 0,1; sc.y: steps 2,3).
+                wgmma_wait<1>();  // the previous tile's A0 group is done: A0 may be rewritten
+                decode_step<BF16, 0>(q0.x, sc.x, a0[0]);
+                decode_step<BF16, 2>(q0.y, sc.x, a0[1]);
+                decode_step<BF16, 0>(q0.z, sc.y, a0[2]);
+                decode_step<BF16, 2>(q0.w, sc.y, a0[3]);
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+                    wgmma_rs<BM, BF16>(acc, a0[s], desc_sw128(sbase + s * 32));
+                wgmma_commit();
+
+                // The previous tile's A1 group is done: release its stage, rewrite A1.
+                wgmma_wait<1>();
+                if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
+                decode_step<BF16, 0>(q1.x, sc.z, a1[0]);
+                decode_step<BF16, 2>(q1.y, sc.z, a1[1]);
+                decode_step<BF16, 0>(q1.z, sc.w, a1[2]);
+                decode_step<BF16, 2>(q1.w, sc.w, a1[3]);
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 4; s++)
+                    wgmma_rs<BM, BF16>(acc, a1[s], desc_sw128(sbase + BM * 128 + s * 32));
+                wgmma_commit();
+                prev_stage = (int)st;
+            }
+            wgmma_wait<0>();
+            fence_operands(acc);
+            if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
+            epilogue(p, acc, w, splits, wg, warp, g, t, s_flag);
+        }
+    }
+
+    // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the warpgroup][token 8i + 2t + b].
+    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w,
+                                    int splits, int wg, int warp, int g, int t, int *s_flag) {
+        const int e = p.block_expert[w.blk];
+        const float s2 = p.scale_2[e] * kAccUnscale;
+        const int n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
+        const int32_t *ids = p.sorted_ids + w.blk * BM;
+        if (splits > 1) {
+            // Partial sums of this split into the workspace, then elect the last split.
+#pragma unroll
+            for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    const int pid = ids[8 * i + 2 * t + b];
+                    if (pid >= p.P) continue;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int n = n_base + 8 * h;
+                        if (n < p.N) red_add_f32(p.ws + (size_t)pid * p.N + n, acc[4 * i + 2 * h + b]);
+                    }
+                }
+            __threadfence();
+            wg_barrier(1 + wg);
+            if (threadIdx.x % 128 == 0) {
+                int32_t *cnt = p.counters + ((size_t)w.blk * p.n_tiles + w.nt) * 2 + wg;
+                const int old = atomicAdd(cnt, 1);
+                s_flag[wg] = old == splits - 1;
+            }
+            wg_barrier(1 + wg);
+            const int last = s_flag[wg];
+            wg_barrier(1 + wg);  // s_flag[wg] is rewritten by the next item's election
+            if (!last) return;
+            __threadfence();
+#pragma unroll
+            for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    const int pid = ids[8 * i + 2 * t + b];
+                    if (pid >= p.P) continue;
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int n = n_base + 8 * h;
+                        if (n < p.N) acc[4 * i + 2 * h + b] = __ldcg(p.ws + (size_t)pid * p.N + n);
+                    }
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int pid = ids[8 * i + 2 * t + b];
+                if (pid >= p.P) continue;
+                const float rs = p.row_scale ? p.row_scale[pid] : 1.0f;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int n = n_base + 8 * h;
+                    if (n >= p.N) continue;
+                    float v = acc[4 * i + 2 * h + b] * s2;
+                    if (p.bias) v += p.bias[(size_t)e * p.N + n];
+                    p.c[(size_t)pid * p.N + n] = to_half_bits<BF16>(v * rs);
+                }
+            }
+    }
+
+    static __device__ void run(const Params &p) {
+        extern __shared__ uint8_t smem_raw[];
+        __shared__ __align__(8) uint64_t bars_mem[2 * C::STAGES];
+        __shared__ int s_flag[2];
+        __shared__ int s_rows[BM];
+        // Swizzle atoms need 1024-byte-aligned shared addresses; the dynamic base is only
+        // guaranteed 16 (SMEM has 1024 bytes of slack for this).
+        uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+        const uint32_t bars = smem_u32(bars_mem);  // full[0..S), then empty[0..S)
+        if (threadIdx.x == 0) {
+            for (int s = 0; s < C::STAGES; s++) {
+                mbar_init(bars + 8 * s, 128 + 1);           // 128 cp.async arrivals + expect_tx
+                mbar_init(bars + 8 * (C::STAGES + s), 8);   // lane 0 of the 8 consumer warps
+            }
+            // Make the initialized barriers visible to the async proxy (the bulk copies).
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncthreads();
+
+        const int nb = *p.num_blocks;
+        const int units = nb * p.n_tiles;
+        const int splits = choose_splits(units, gridDim.x, p.k_tiles, p.max_splits);
+        const int items = units * splits;
+
+        if (threadIdx.x < 128) {
+            setmaxnreg_dec<kProducerRegs>();
+            produce(p, smem, bars, items, splits, s_rows);
+        } else {
+            setmaxnreg_inc<kConsumerRegs>();
+            consume(p, smem, bars, items, splits, s_flag);
+        }
+    }
+};
+#endif  // NVFP4MOE_HOPPER_DEVICE
+
+template <int BM, bool BF16>
+__global__ void __launch_bounds__(kThreads, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
+#if NVFP4MOE_HOPPER_DEVICE
+    Kernel<BM, BF16>::run(p);
+#elif defined(__CUDA_ARCH__)
+    __trap();  // no sm_90a code in this image: the launcher refuses before getting here
+#endif
+}
+
+// ---- repack -------------------------------------------------------------------------------
+
+// E4M3 magnitude (non-zero) -> the kernel's scale byte Eb<<3 | M (see the top comment).
+__device__ __forceinline__ uint8_t scale_code(uint32_t mag) {
+    const int ex = int(mag >> 3);
+    int m = int(mag & 7), eb;
+    if (ex > 0) {
+        eb = ex + 7;                       // bf16 exponent ex + 239 = Eb + 232
+    } else {                               // subnormal m * 2^-9: normalize
+        const int msb = 31 - __clz(m);
+        eb = msb + 5;                      // bf16 exponent msb + 237
+        m = (m << (3 - msb)) & 7;
+    }
+    return uint8_t((eb << 3) | m);
+}
+
+// One thread per (expert, n tile, k tile, 16-row group gw = 4*warpgroup + warp, lane): its two
+// 16-byte code vectors and, for lanes < 8 (g = lane), the 16 scale bytes of rows g and g+8.
+__global__ void hopper_repack_kernel(const uint8_t *__restrict__ w, const uint8_t *__restrict__ sf,
+                                     int E, int N, int K, int n_tiles, int k_tiles,
+                                     uint8_t *__restrict__ out) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long total = (long long)E * n_tiles * k_tiles * 8 * 32;
+    if (idx >= total) return;
+    const int lane = int(idx % 32);
+    const int gw = int((idx / 32) % 8);
+    const long long chunk = idx / 256;  // (e * n_tiles + nt) * k_tiles + kt
+    const int kt = int(chunk % k_tiles);
+    const int nt = int((chunk / k_tiles) % n_tiles);
+    const int e = int(chunk / ((long long)k_tiles * n_tiles));
+    const int g = lane / 4, t = lane % 4;
+    const int KB = K / 2, KG = K / 16;
+    const int row0 = nt * kTN + gw * 16;
+    const uint8_t *we = w + (size_t)e * N * KB;
+    const uint8_t *se = sf + (size_t)e * N * KG;
+    uint8_t *dst = out + chunk * kWChunk;
+
+    uint32_t words[8];
+#pragma unroll
+    for (int s = 0; s < 8; s++) {
+        const int kg = kt * 8 + s;
+        uint32_t q = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int row = row0 + g + 8 * (j & 1);
+            const int kb = kg * 8 + t + 4 * (j >> 1);  // byte of k = 16*kg + 2t + 8*(j>>1)
+            uint32_t byte = 0;
+            if (row < N && kg < KG) {
+                byte = we[(size_t)row * KB + kb];
+                const uint32_t sc = se[(size_t)row * KG + kg];
+                if ((sc & 0x7F) == 0) byte = 0;        // zero scale: exact zeros
+                else if (sc & 0x80) byte ^= 0x88;      // negative scale: flip both codes' signs
+            }
+            q |= (byte & 0xF) << (4 * j);
+            q |= (byte >> 4) << (16 + 4 * j);
+        }
+        words[s] = q;
+    }
+    uint4 *cw = reinterpret_cast<uint4 *>(dst + gw * 1024);
+    cw[lane] = make_uint4(words[0], words[1], words[2], words[3]);
+    cw[32 + lane] = make_uint4(words[4], words[5], words[6], words[7]);
+
+    if (lane < 8) {
+        uint32_t sw[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            uint32_t v = 0;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int s = (4 * i + b) / 2, h = b % 2;
+                const int row = row0 + lane + 8 * h;
+                const int kg = kt * 8 + s;
+                uint32_t code = kScaleDontCare;
+                if (row < N && kg < KG) {
+                    const uint32_t mag = se[(size_t)row * KG + kg] & 0x7F;
+                    if (mag) code = scale_code(mag);
+                }
+                v |= code << (8 * b);
+            }
+            sw[i] = v;
+        }
+        reinterpret_cast<uint4 *>(dst + kCodeBytes + gw * 128)[lane] =
+            make_uint4(sw[0], sw[1], sw[2], sw[3]);
+    }
+}
+
+int n_tiles_of(int N) { return (N + kTN - 1) / kTN; }
+int k_tiles_of(int K) { return (K + kTK - 1) / kTK; }
+
+bool split_allowed(int P, int N, int K) {
+    return (size_t)P * N * 4 <= kMaxSplitWsBytes && k_tiles_of(K) >= 2 * kMinTilesPerSplit;
+}
+size_t counters_count(int N, int max_blocks) { return (size_t)max_blocks * n_tiles_of(N) * 2; }
+
+// The image of the kernel must be sm_90a code and the device compute capability 9.0.
+template <int BM, bool BF16>
+cudaError_t prepare() {
+    static int state = 0;  // 0 unknown, 1 ready, 2 no image
+    if (state == 1) return cudaSuccess;
+    if (state == 2) return cudaErrorNoKernelImageForDevice;
+    int dev = 0, major = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (err != cudaSuccess) return err;
+    auto *fn = hopper_moe_gemm_kernel<BM, BF16>;
+    cudaFuncAttributes attr;
+    if (major != 9) {
+        state = 2;
+        return cudaErrorNoKernelImageForDevice;
+    }
+    err = cudaFuncGetAttributes(&attr, fn);
+    if (err != cudaSuccess) return err;
+    if (attr.binaryVersion != 90) {
+        state = 2;
+        return cudaErrorNoKernelImageForDevice;
+    }
+    err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BM>::SMEM);
+    if (err != cudaSuccess) return err;
+    state = 1;
+    return cudaSuccess;
+}
+
+template <int BM, bool BF16>
+cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
+    cudaError_t err = prepare<BM, BF16>();
+    if (err != cudaSuccess) return err;
+    Params p;
+    p.a = static_cast<const uint16_t *>(args->a);
+    p.b = static_cast<const uint8_t *>(args->b);
+    p.scale_2 = args->scale_2;
+    p.bias = args->bias;
+    p.row_scale = args->row_scale;
+    p.c = static_cast<uint16_t *>(args->c);
+    p.sorted_ids = args->sorted_ids;
+    p.block_expert = args->block_expert;
+    p.num_blocks = args->num_blocks;
+    p.a_row_div = args->a_row_div;
+    p.P = args->P;
+    p.N = args->N;
+    p.K = args->K;
+    p.n_tiles = n_tiles_of(args->N);
+    p.k_tiles = k_tiles_of(args->K);
+    p.ws = nullptr;
+    p.counters = nullptr;
+    p.max_splits = 1;
+    if (args->workspace && split_allowed(args->P, args->N, args->K)) {
+        p.ws = static_cast<float *>(args->workspace);
+        p.counters = reinterpret_cast<int32_t *>(p.ws + (size_t)args->P * args->N);
+        p.max_splits = kMaxSplits;
+        err = cudaMemsetAsync(args->workspace, 0,
+                              (size_t)args->P * args->N * 4 +
+                                  counters_count(args->N, args->max_blocks) * sizeof(int32_t),
+                              stream);
+        if (err != cudaSuccess) return err;
+    }
+    // Persistent grid from upper bounds only (graph capture): one CTA per SM, fewer when even
+    // the largest possible item count is smaller.
+    long long most = (long long)args->max_blocks * p.n_tiles * p.max_splits;
+    int grid = args->sm_count > 0 ? args->sm_count : 1;
+    if (most < grid) grid = (int)most;
+    hopper_moe_gemm_kernel<BM, BF16><<<grid, kThreads, Cfg<BM>::SMEM, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <int BM>
+cudaError_t launch_dtype(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
+    return args->is_bf16 ? launch<BM, true>(args, stream) : launch<BM, false>(args, stream);
+}
+
+}  // namespace
+
+extern "C" size_t nvfp4moe_hopper_packed_bytes(int32_t E, int32_t N, int32_t K) {
+    if (E <= 0 || N <= 0 || K <= 0) return 0;
+    return (size_t)E * n_tiles_of(N) * k_tiles_of(K) * kWChunk;
+}
+
+extern "C" cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t E,
+                                              int32_t N, int32_t K, void *out,
+                                              cudaStream_t stream) {
+    if (!w || !sf || !out || E <= 0 || N <= 0 || K <= 0 || N % 16 || K % 16)
+        return cudaErrorInvalidValue;
+    const int nt = n_tiles_of(N), kt = k_tiles_of(K);
+    const long long threads = (long long)E * nt * kt * 256;
+    const int block = 256;
+    const long long grid = (threads + block - 1) / block;
+    if (grid > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
+    hopper_repack_kernel<<<(unsigned)grid, block, 0, stream>>>(w, sf, E, N, K, nt, kt,
+                                                               static_cast<uint8_t *>(out));
+    return cudaGetLastError();
+}
+
+extern "C" size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K,
+                                                  int32_t max_blocks, int32_t block_m,
+                                                  int32_t sm_count) {
+    (void)block_m;
+    (void)sm_count;
+    if (P <= 0 || N <= 0 || K <= 0 || max_blocks <= 0 || !split_allowed(P, N, K)) return 0;
+    return (size_t)P * N * 4 + counters_count(N, max_blocks) * sizeof(int32_t);
+}
+
+extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
+                                            cudaStream_t stream) {
+    if (!args || !args->a || !args->b || !args->scale_2 || !args->c || !args->sorted_ids ||
+        !args->block_expert || !args->num_blocks)
+        return cudaErrorInvalidValue;
+    if (args->N <= 0 || args->K <= 0 || args->N % 16 || args->K % 16 || args->E <= 0 ||
+        args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0)
+        return cudaErrorInvalidValue;
+    if (args->P == 0 || args->max_blocks == 0) return cudaSuccess;  // nothing to compute
+    switch (args->block_m) {
+    case 8: return launch_dtype<8>(args, stream);
+    case 16: return launch_dtype<16>(args, stream);
+    case 32: return launch_dtype<32>(args, stream);
+    case 64: return launch_dtype<64>(args, stream);
+    case 128: return launch_dtype<128>(args, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E) {
+    static const int32_t kSizes[] = {8, 16, 32, 64};
+    if (E <= 0) return 128;
+    for (int i = 0; i < 4; i++)
+        if ((double)P / E / kSizes[i] < 0.9) return kSizes[i];
+    return 128;
+}

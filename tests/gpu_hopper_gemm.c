@@ -1,0 +1,584 @@
+/*
+ * gpu_hopper_gemm.c - correctness test and microbenchmark of the Hopper-native (sm_90a, wgmma)
+ * W4A16 MoE GEMM (kernels/hopper_gemm.cu, interface kernels/hopper_gemm.h). CUDA builds only;
+ * needs a GPU. On a device other than compute capability 9.0 it only checks that the GEMM
+ * refuses to run (cudaErrorNoKernelImageForDevice) and says so.
+ *
+ *   gpu_hopper_gemm            correctness grid against a CPU float64 reference
+ *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer)
+ *   gpu_hopper_gemm --bench    DeepSeek-V3 GEMM1 + GEMM2 shapes at M in {1,16,64,256,1024,4096},
+ *                              cold L2 by rotating 4 copies of the weights, median of 24
+ *
+ * Each case: random top-k routing (distinct experts per token, some experts left empty), the
+ * moe-align grouping built on the host, random E2M1 codes, realistic random E4M3 block scales
+ * (plus zeros, subnormals and a few negatives), per-expert scale_2 != 1, random activations;
+ * C is poisoned (NaN) including guard rows past P; the result is compared with
+ *   ref[p, n] = rs[p] * (s2[e] * sum_k A[p / div, k] * e2m1(w) * e4m3(sf) + bias[e, n])
+ * in double, by the norm-wise relative error (<= 1e-2) and per element (|d| <= 1e-2 * max|ref|
+ * + 2^-7 * |ref|, the bf16 output rounding).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../kernels/hopper_gemm.h"
+
+static int n_passed, n_failed;
+
+#define CUDA_OK(expr)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,      \
+                    __LINE__, #expr);                                                              \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+// ---- host numerics (independent of the library's codec) ----
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_next(void) {
+    uint64_t x = rng_state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return rng_state = x;
+}
+static double rng_unif(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
+static double rng_normal(void) {
+    double u1 = rng_unif(), u2 = rng_unif();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static double e2m1_val(uint8_t c) {
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    double v = mag[c & 7];
+    return (c & 8) ? -v : v;
+}
+static double e4m3_val(uint8_t c) {
+    int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    double v = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+    return s ? -v : v;
+}
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFF + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t f2h(float f) {  // round to nearest even, finite inputs in fp16 range
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t s = (u >> 16) & 0x8000;
+    int e = (int)((u >> 23) & 0xFF) - 127 + 15;
+    uint32_t m = u & 0x7FFFFF;
+    if (((u >> 23) & 0xFF) == 0xFF) return (uint16_t)(s | 0x7C00 | (m ? 0x200 : 0));
+    if (e >= 31) return (uint16_t)(s | 0x7C00);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)s;
+        m |= 0x800000;
+        int sh = 14 - e;
+        uint32_t r = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(s | r);
+    }
+    uint32_t r = m >> 13, rem = m & 0x1FFF;
+    uint32_t out = s | ((uint32_t)e << 10) | r;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) out++;
+    return (uint16_t)out;
+}
+static float h2f(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    float v;
+    if (e == 31) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexpf((float)m, -24);
+    else v = ldexpf((float)(m | 1024), e - 25);
+    return s ? -v : v;
+}
+
+// ---- the moe-align grouping, on the host ----
+typedef struct {
+    int32_t *sorted_ids, *block_expert, num_blocks, cap, max_blocks;
+} grouping;
+
+static grouping make_grouping(const int32_t *topk_ids, int P, int E, int block_m) {
+    grouping g;
+    g.cap = (int)nvfp4moe_group_capacity(P, E, block_m);
+    g.max_blocks = g.cap / block_m;
+    g.sorted_ids = malloc(sizeof(int32_t) * (size_t)(g.cap > 0 ? g.cap : 1));
+    g.block_expert = malloc(sizeof(int32_t) * (size_t)(g.max_blocks > 0 ? g.max_blocks : 1));
+    for (int i = 0; i < g.cap; i++) g.sorted_ids[i] = P;
+    for (int i = 0; i < g.max_blocks; i++) g.block_expert[i] = -1;
+    int pos = 0;
+    for (int e = 0; e < E; e++) {
+        int start = pos;
+        for (int p = 0; p < P; p++)
+            if (topk_ids[p] == e) g.sorted_ids[pos++] = p;
+        if (pos == start) continue;
+        pos = (pos + block_m - 1) / block_m * block_m;
+        for (int b = start / block_m; b < pos / block_m; b++) g.block_expert[b] = e;
+    }
+    g.num_blocks = pos / block_m;
+    return g;
+}
+
+// Random top-k experts per token, avoiding experts >= e_used so some experts get no tokens.
+static void route(int M, int topk, int e_used, int32_t *ids) {
+    if (topk > e_used) {
+        fprintf(stderr, "route: top-%d needs >= %d experts, got %d\n", topk, topk, e_used);
+        exit(2);
+    }
+    for (int t = 0; t < M; t++)
+        for (int j = 0; j < topk; j++) {
+            int e, dup;
+            do {
+                e = (int)(rng_next() % (uint64_t)e_used);
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= ids[t * topk + i] == e;
+            } while (dup);
+            ids[t * topk + j] = e;
+        }
+}
+
+// Realistic E4M3 block scale: what the quantizer produces for blocks of a tensor scaled so the
+// largest block hits 448 (mostly 0x50..0x7E), with a sprinkle of subnormals, zeros, negatives.
+static uint8_t rand_scale(int allow_neg) {
+    uint64_t r = rng_next() % 1000;
+    if (r < 10) return 0x00;                                 // all-zero block
+    if (r < 25) return (uint8_t)(1 + rng_next() % 7);        // subnormal
+    if (allow_neg && r < 35) return (uint8_t)(0x80 | (0x40 + rng_next() % 0x3E));
+    return (uint8_t)(0x40 + rng_next() % 0x3F);              // 2^1 .. 448 (never 0x7F NaN)
+}
+
+typedef struct {
+    const char *name;
+    int E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used;
+    int no_ws;  // 1: pass no workspace (the GEMM must not split K)
+    int graph;  // 1: capture the GEMM in a CUDA graph and run the graph instead
+} test_case;
+
+static void run_case(const test_case *tc, int sm_count) {
+    const int E = tc->E, N = tc->N, K = tc->K, M = tc->M, topk = tc->topk, bm = tc->block_m;
+    const int P = M * topk;
+    const int div = tc->gather ? topk : 1;
+    const int a_rows = tc->gather ? M : P;
+    const int guard = 3;  // poisoned rows after the P rows of C: must stay untouched
+
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
+    route(M, topk, tc->e_used, ids);
+    grouping g = make_grouping(ids, P, E, bm);
+
+    size_t wbytes = (size_t)E * N * (K / 2), sbytes = (size_t)E * N * (K / 16);
+    uint8_t *w = malloc(wbytes), *sf = malloc(sbytes);
+    for (size_t i = 0; i < wbytes; i++) w[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < sbytes; i++) sf[i] = rand_scale(1);
+    float *s2 = malloc(sizeof(float) * (size_t)E);
+    for (int e = 0; e < E; e++) s2[e] = (float)(ldexp(1.0, -9) * (0.5 + rng_unif()));  // ~amax/2688
+    float *bias = malloc(sizeof(float) * (size_t)E * N);
+    for (size_t i = 0; i < (size_t)E * N; i++) bias[i] = (float)rng_normal() * 0.5f;
+    float *rs = malloc(sizeof(float) * (size_t)P);
+    for (int p = 0; p < P; p++) rs[p] = (float)(0.05 + rng_unif());
+    uint16_t *a = malloc(sizeof(uint16_t) * (size_t)a_rows * K);
+    double *ad = malloc(sizeof(double) * (size_t)a_rows * K);
+    for (size_t i = 0; i < (size_t)a_rows * K; i++) {
+        float v = (float)rng_normal();
+        a[i] = tc->bf16 ? f2bf(v) : f2h(v);
+        ad[i] = tc->bf16 ? bf2f(a[i]) : h2f(a[i]);
+    }
+
+    // Device buffers.
+    uint8_t *d_w, *d_sf;
+    void *d_b, *d_a, *d_c, *d_ws = NULL;
+    float *d_s2, *d_bias, *d_rs;
+    int32_t *d_sorted, *d_bexp, *d_nb;
+    size_t packed = nvfp4moe_hopper_packed_bytes(E, N, K);
+    CUDA_OK(cudaMalloc((void **)&d_w, wbytes));
+    CUDA_OK(cudaMalloc((void **)&d_sf, sbytes));
+    CUDA_OK(cudaMalloc(&d_b, packed));
+    CUDA_OK(cudaMalloc(&d_a, sizeof(uint16_t) * (size_t)a_rows * K));
+    CUDA_OK(cudaMalloc(&d_c, sizeof(uint16_t) * (size_t)(P + guard) * N));
+    CUDA_OK(cudaMalloc((void **)&d_s2, sizeof(float) * (size_t)E));
+    CUDA_OK(cudaMalloc((void **)&d_bias, sizeof(float) * (size_t)E * N));
+    CUDA_OK(cudaMalloc((void **)&d_rs, sizeof(float) * (size_t)P));
+    CUDA_OK(cudaMalloc((void **)&d_sorted, sizeof(int32_t) * (size_t)g.cap));
+    CUDA_OK(cudaMalloc((void **)&d_bexp, sizeof(int32_t) * (size_t)g.max_blocks));
+    CUDA_OK(cudaMalloc((void **)&d_nb, sizeof(int32_t)));
+    size_t wsb = nvfp4moe_hopper_workspace_bytes(P, N, K, g.max_blocks, bm, sm_count);
+    if (wsb && !tc->no_ws) CUDA_OK(cudaMalloc(&d_ws, wsb));
+    CUDA_OK(cudaMemcpy(d_w, w, wbytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_sf, sf, sbytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_a, a, sizeof(uint16_t) * (size_t)a_rows * K, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_s2, s2, sizeof(float) * (size_t)E, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_bias, bias, sizeof(float) * (size_t)E * N, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_rs, rs, sizeof(float) * (size_t)P, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_sorted, g.sorted_ids, sizeof(int32_t) * (size_t)g.cap,
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_bexp, g.block_expert, sizeof(int32_t) * (size_t)g.max_blocks,
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_nb, &g.num_blocks, sizeof(int32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_c, 0xFF, sizeof(uint16_t) * (size_t)(P + guard) * N));  // NaN poison
+    CUDA_OK(cudaMemset(d_b, 0xA5, packed));  // the repack must write every byte it owns
+
+    CUDA_OK(nvfp4moe_hopper_repack(d_w, d_sf, E, N, K, d_b, 0));
+    nvfp4moe_hopper_args args;
+    memset(&args, 0, sizeof args);
+    args.a = d_a;
+    args.a_row_div = div;
+    args.b = d_b;
+    args.scale_2 = d_s2;
+    args.bias = tc->bias ? d_bias : NULL;
+    args.row_scale = tc->row_scale ? d_rs : NULL;
+    args.c = d_c;
+    args.sorted_ids = d_sorted;
+    args.block_expert = d_bexp;
+    args.num_blocks = d_nb;
+    args.P = P;
+    args.N = N;
+    args.K = K;
+    args.E = E;
+    args.block_m = bm;
+    args.max_blocks = g.max_blocks;
+    args.is_bf16 = tc->bf16;
+    args.workspace = d_ws;
+    args.sm_count = sm_count;
+    if (tc->graph) {
+        // Graph capture: no host synchronization or allocation may happen inside the GEMM call.
+        cudaStream_t st;
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        CUDA_OK(nvfp4moe_hopper_gemm(&args, st));
+        CUDA_OK(cudaStreamEndCapture(st, &graph));
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_OK(cudaGraphLaunch(exec, st));  // twice: a replay must give the same result
+        CUDA_OK(cudaGraphLaunch(exec, st));
+        CUDA_OK(cudaStreamSynchronize(st));
+        CUDA_OK(cudaGraphExecDestroy(exec));
+        CUDA_OK(cudaGraphDestroy(graph));
+        CUDA_OK(cudaStreamDestroy(st));
+    } else {
+        CUDA_OK(nvfp4moe_hopper_gemm(&args, 0));
+    }
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+
+    uint16_t *c = malloc(sizeof(uint16_t) * (size_t)(P + guard) * N);
+    CUDA_OK(cudaMemcpy(c, d_c, sizeof(uint16_t) * (size_t)(P + guard) * N, cudaMemcpyDeviceToHost));
+
+    // Reference in double: dequantize one (expert, column) row at a time.
+    double *wrow = malloc(sizeof(double) * (size_t)K);
+    double *ref = malloc(sizeof(double) * (size_t)P * N);
+    int *expert_of = malloc(sizeof(int) * (size_t)P);
+    for (int p = 0; p < P; p++) expert_of[p] = ids[p];
+    for (int e = 0; e < E; e++) {
+        int any = 0;
+        for (int p = 0; p < P; p++) any |= expert_of[p] == e;
+        if (!any) continue;
+        for (int n = 0; n < N; n++) {
+            const uint8_t *wr = w + ((size_t)e * N + n) * (K / 2);
+            const uint8_t *sr = sf + ((size_t)e * N + n) * (K / 16);
+            for (int k = 0; k < K; k++) {
+                uint8_t byte = wr[k / 2];
+                wrow[k] = e2m1_val((k & 1) ? (byte >> 4) : (byte & 15)) * e4m3_val(sr[k / 16]);
+            }
+            for (int p = 0; p < P; p++) {
+                if (expert_of[p] != e) continue;
+                const double *ar = ad + (size_t)(p / div) * K;
+                double s = 0;
+                for (int k = 0; k < K; k++) s += ar[k] * wrow[k];
+                double v = s * s2[e] + (tc->bias ? bias[(size_t)e * N + n] : 0.0);
+                ref[(size_t)p * N + n] = v * (tc->row_scale ? rs[p] : 1.0);
+            }
+        }
+    }
+    double num = 0, den = 0, maxref = 0;
+    for (size_t i = 0; i < (size_t)P * N; i++) maxref = fmax(maxref, fabs(ref[i]));
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)P * N; i++) {
+        double got = tc->bf16 ? bf2f(c[i]) : h2f(c[i]);
+        double d = got - ref[i];
+        if (isnan(got)) d = INFINITY;
+        num += d * d;
+        den += ref[i] * ref[i];
+        if (!(fabs(d) <= 1e-2 * maxref + ldexp(fabs(ref[i]), -7))) {
+            if (bad < 5)
+                fprintf(stderr, "  [%s] C[%zu, %zu] got %.6g want %.6g\n", tc->name, i / N, i % N,
+                        got, ref[i]);
+            bad++;
+        }
+    }
+    int guard_bad = 0;
+    for (size_t i = (size_t)P * N; i < (size_t)(P + guard) * N; i++) guard_bad += c[i] != 0xFFFF;
+    double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+    int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
+    if (ok) n_passed++;
+    else n_failed++;
+    printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-3d div=%d rs=%d bias=%d %s ws=%d "
+           "graph=%d blocks=%d rel=%.2e bad=%d guard=%d\n",
+           ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
+           tc->bf16 ? "bf16" : "fp16", d_ws != NULL, tc->graph, g.num_blocks, rel, bad, guard_bad);
+
+    free(ids); free(g.sorted_ids); free(g.block_expert); free(w); free(sf); free(s2); free(bias);
+    free(rs); free(a); free(ad); free(c); free(wrow); free(ref); free(expert_of);
+    cudaFree(d_w); cudaFree(d_sf); cudaFree(d_b); cudaFree(d_a); cudaFree(d_c); cudaFree(d_s2);
+    cudaFree(d_bias); cudaFree(d_rs); cudaFree(d_sorted); cudaFree(d_bexp); cudaFree(d_nb);
+    if (d_ws) cudaFree(d_ws);
+}
+
+// ---- microbenchmark: DeepSeek-V3 GEMM1 ([2I, H]) + GEMM2 ([H, I]) ----
+static int cmp_float(const void *x, const void *y) {
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a > b) - (a < b);
+}
+
+// Fills a device buffer with random bytes (a 16 MB random block replicated) so nothing is zero.
+static void fill_random(void *d, size_t bytes, int scales) {
+    size_t blk = (size_t)16 << 20;
+    if (blk > bytes) blk = bytes;
+    uint8_t *h = malloc(blk);
+    for (size_t i = 0; i < blk; i++) h[i] = scales ? rand_scale(0) : (uint8_t)rng_next();
+    CUDA_OK(cudaMemcpy(d, h, blk, cudaMemcpyHostToDevice));
+    for (size_t off = blk; off < bytes;) {
+        size_t n = off < bytes - off ? off : bytes - off;
+        CUDA_OK(cudaMemcpy((uint8_t *)d + off, d, n, cudaMemcpyDeviceToDevice));
+        off += n;
+    }
+    free(h);
+}
+
+#define BENCH_SETS 4   // weight copies rotated so every launch reads cold (4 x 6.4 GB >> 60 MB L2)
+#define BENCH_REPS 24  // timed launches per GEMM and M; the median is reported
+
+static int bench(int sm_count) {
+    const int E = 256, H = 7168, I = 2048, topk = 8;
+    const int Ms[] = {1, 16, 64, 256, 1024, 4096};
+    const double bw_floor = 4.27e12, tf_floor = 788e12;  // measured on this H200 (perf_anchors)
+    const int N1 = 2 * I, K1 = H, N2 = H, K2 = I;
+
+    // One random canonical tensor (sized for GEMM1, the larger), repacked BENCH_SETS times per
+    // GEMM shape into separate buffers.
+    void *b1[BENCH_SETS], *b2[BENCH_SETS];
+    size_t p1 = nvfp4moe_hopper_packed_bytes(E, N1, K1), p2 = nvfp4moe_hopper_packed_bytes(E, N2, K2);
+    {
+        uint8_t *w, *sf;
+        size_t wb = (size_t)E * N1 * K1 / 2, sb = (size_t)E * N1 * K1 / 16;
+        CUDA_OK(cudaMalloc((void **)&w, wb));
+        CUDA_OK(cudaMalloc((void **)&sf, sb));
+        fill_random(w, wb, 0);
+        fill_random(sf, sb, 1);
+        cudaEvent_t r0, r1;
+        CUDA_OK(cudaEventCreate(&r0));
+        CUDA_OK(cudaEventCreate(&r1));
+        for (int s = 0; s < BENCH_SETS; s++) {
+            CUDA_OK(cudaMalloc(&b1[s], p1));
+            CUDA_OK(cudaMalloc(&b2[s], p2));
+            CUDA_OK(cudaEventRecord(r0, 0));
+            CUDA_OK(nvfp4moe_hopper_repack(w, sf, E, N1, K1, b1[s], 0));
+            CUDA_OK(cudaEventRecord(r1, 0));
+            CUDA_OK(nvfp4moe_hopper_repack(w, sf, E, N2, K2, b2[s], 0));
+            CUDA_OK(cudaDeviceSynchronize());
+            if (s == 0) {
+                float ms;
+                CUDA_OK(cudaEventElapsedTime(&ms, r0, r1));
+                printf("repack GEMM1 weights (%.2f GB canonical -> %.2f GB): %.2f ms\n",
+                       (wb + sb) / 1e9, p1 / 1e9, ms);
+            }
+        }
+        cudaEventDestroy(r0);
+        cudaEventDestroy(r1);
+        cudaFree(w);
+        cudaFree(sf);
+    }
+    float *s2;
+    CUDA_OK(cudaMalloc((void **)&s2, sizeof(float) * E));
+    {
+        float hs[256];
+        for (int e = 0; e < E; e++) hs[e] = 1.0f / 2688.0f;
+        CUDA_OK(cudaMemcpy(s2, hs, sizeof hs, cudaMemcpyHostToDevice));
+    }
+
+    printf("\nDeepSeek-V3 routed experts (E=256, H=7168, I=2048, top-8), bf16, cold L2 (%d weight "
+           "copies rotated), median of %d, CUDA events per launch\n",
+           BENCH_SETS, BENCH_REPS);
+    printf("floors: weight bytes touched / 4.27 TB/s and FLOPs / 788 TFLOP/s (measured on this H200)\n\n");
+    printf("| M | P | block_m | experts | GEMM1 us | GEMM2 us | total us | weight GB/s | %% of 4.27 TB/s "
+           "| TFLOP/s | %% of 788 TF | floor us | %% of floor |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+        const int M = Ms[mi], P = M * topk;
+        int32_t *ids = malloc(sizeof(int32_t) * P);
+        route(M, topk, E, ids);
+        const int bm = nvfp4moe_hopper_block_m(P, E);
+        grouping g = make_grouping(ids, P, E, bm);
+        int touched = 0;
+        for (int e = 0; e < E; e++) {
+            int any = 0;
+            for (int p = 0; p < P; p++) any |= ids[p] == e;
+            touched += any;
+        }
+        void *a1, *a2, *c1, *c2, *ws1 = NULL, *ws2 = NULL;
+        float *rs;
+        int32_t *sorted, *bexp, *nb;
+        CUDA_OK(cudaMalloc(&a1, (size_t)M * K1 * 2));
+        CUDA_OK(cudaMalloc(&a2, (size_t)P * K2 * 2));
+        CUDA_OK(cudaMalloc(&c1, (size_t)P * N1 * 2));
+        CUDA_OK(cudaMalloc(&c2, (size_t)P * N2 * 2));
+        CUDA_OK(cudaMalloc((void **)&rs, sizeof(float) * P));
+        CUDA_OK(cudaMalloc((void **)&sorted, sizeof(int32_t) * g.cap));
+        CUDA_OK(cudaMalloc((void **)&bexp, sizeof(int32_t) * g.max_blocks));
+        CUDA_OK(cudaMalloc((void **)&nb, sizeof(int32_t)));
+        {
+            uint16_t *h = malloc((size_t)P * K2 * 2 > (size_t)M * K1 * 2 ? (size_t)P * K2 * 2
+                                                                            : (size_t)M * K1 * 2);
+            for (size_t i = 0; i < (size_t)M * K1; i++) h[i] = f2bf((float)rng_normal());
+            CUDA_OK(cudaMemcpy(a1, h, (size_t)M * K1 * 2, cudaMemcpyHostToDevice));
+            // GEMM2's activations: what the SiLU-and-mul stage would produce, magnitude ~1.
+            for (size_t i = 0; i < (size_t)P * K2; i++) h[i] = f2bf((float)rng_normal());
+            CUDA_OK(cudaMemcpy(a2, h, (size_t)P * K2 * 2, cudaMemcpyHostToDevice));
+            free(h);
+            float *hr = malloc(sizeof(float) * P);
+            for (int p = 0; p < P; p++) hr[p] = 1.0f / topk;
+            CUDA_OK(cudaMemcpy(rs, hr, sizeof(float) * P, cudaMemcpyHostToDevice));
+            free(hr);
+        }
+        CUDA_OK(cudaMemcpy(sorted, g.sorted_ids, sizeof(int32_t) * g.cap, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(bexp, g.block_expert, sizeof(int32_t) * g.max_blocks,
+                           cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(nb, &g.num_blocks, sizeof(int32_t), cudaMemcpyHostToDevice));
+        size_t w1 = nvfp4moe_hopper_workspace_bytes(P, N1, K1, g.max_blocks, bm, sm_count);
+        size_t w2 = nvfp4moe_hopper_workspace_bytes(P, N2, K2, g.max_blocks, bm, sm_count);
+        if (w1) CUDA_OK(cudaMalloc(&ws1, w1));
+        if (w2) CUDA_OK(cudaMalloc(&ws2, w2));
+
+        nvfp4moe_hopper_args g1, g2;
+        memset(&g1, 0, sizeof g1);
+        g1.a = a1; g1.a_row_div = topk; g1.b = b1[0]; g1.scale_2 = s2; g1.c = c1;
+        g1.sorted_ids = sorted; g1.block_expert = bexp; g1.num_blocks = nb;
+        g1.P = P; g1.N = N1; g1.K = K1; g1.E = E; g1.block_m = bm; g1.max_blocks = g.max_blocks;
+        g1.is_bf16 = 1; g1.workspace = ws1; g1.sm_count = sm_count;
+        g2 = g1;
+        g2.a = a2; g2.a_row_div = 1; g2.b = b2[0]; g2.c = c2; g2.N = N2; g2.K = K2;
+        g2.row_scale = rs; g2.workspace = ws2;
+
+        cudaEvent_t ev[4];
+        for (int i = 0; i < 4; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+        float t1[BENCH_REPS], t2[BENCH_REPS];
+        for (int r = -BENCH_SETS; r < BENCH_REPS; r++) {  // the first BENCH_SETS are warm-up
+            const int set = (r + BENCH_SETS) % BENCH_SETS;
+            g1.b = b1[set];
+            g2.b = b2[set];
+            CUDA_OK(cudaEventRecord(ev[0], 0));
+            CUDA_OK(nvfp4moe_hopper_gemm(&g1, 0));
+            CUDA_OK(cudaEventRecord(ev[1], 0));
+            CUDA_OK(cudaEventRecord(ev[2], 0));
+            CUDA_OK(nvfp4moe_hopper_gemm(&g2, 0));
+            CUDA_OK(cudaEventRecord(ev[3], 0));
+            CUDA_OK(cudaEventSynchronize(ev[3]));
+            CUDA_OK(cudaGetLastError());
+            if (r >= 0) {
+                CUDA_OK(cudaEventElapsedTime(&t1[r], ev[0], ev[1]));
+                CUDA_OK(cudaEventElapsedTime(&t2[r], ev[2], ev[3]));
+            }
+        }
+        qsort(t1, BENCH_REPS, sizeof(float), cmp_float);
+        qsort(t2, BENCH_REPS, sizeof(float), cmp_float);
+        double us1 = t1[BENCH_REPS / 2] * 1e3, us2 = t2[BENCH_REPS / 2] * 1e3, us = us1 + us2;
+        double bytes = (double)touched * ((double)N1 * K1 + (double)N2 * K2) * 0.5625;
+        double flops = 2.0 * P * ((double)N1 * K1 + (double)N2 * K2);
+        double floor_us = fmax(bytes / bw_floor, flops / tf_floor) * 1e6;
+        printf("| %d | %d | %d | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+               M, P, bm, touched, us1, us2, us, bytes / (us * 1e-6) / 1e9,
+               100.0 * bytes / (us * 1e-6) / bw_floor, flops / (us * 1e-6) / 1e12,
+               100.0 * flops / (us * 1e-6) / tf_floor, floor_us, 100.0 * floor_us / us);
+        fflush(stdout);
+        for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
+        cudaFree(a1); cudaFree(a2); cudaFree(c1); cudaFree(c2); cudaFree(rs); cudaFree(sorted);
+        cudaFree(bexp); cudaFree(nb);
+        if (ws1) cudaFree(ws1);
+        if (ws2) cudaFree(ws2);
+        free(ids); free(g.sorted_ids); free(g.block_expert);
+    }
+    for (int s = 0; s < BENCH_SETS; s++) {
+        cudaFree(b1[s]);
+        cudaFree(b2[s]);
+    }
+    cudaFree(s2);
+    return 0;
+}
+
+// On a device that is not compute capability 9.0 the GEMM must refuse without launching.
+static void check_refusal(int major, int minor) {
+    void *buf;
+    CUDA_OK(cudaMalloc(&buf, 4096));
+    CUDA_OK(cudaMemset(buf, 0, 4096));
+    nvfp4moe_hopper_args args;
+    memset(&args, 0, sizeof args);
+    args.a = buf; args.a_row_div = 1; args.b = buf; args.scale_2 = buf; args.c = buf;
+    args.sorted_ids = buf; args.block_expert = buf; args.num_blocks = buf;
+    args.P = 1; args.N = 16; args.K = 16; args.E = 1; args.block_m = 8; args.max_blocks = 1;
+    args.is_bf16 = 1; args.sm_count = 1;
+    cudaError_t err = nvfp4moe_hopper_gemm(&args, 0);
+    int ok = err == cudaErrorNoKernelImageForDevice;
+    if (ok) n_passed++;
+    else n_failed++;
+    printf("%-4s compute capability %d.%d: the Hopper GEMM refuses (%s)\n", ok ? "ok" : "FAIL",
+           major, minor, cudaGetErrorString(err));
+    cudaFree(buf);
+}
+
+int main(int argc, char **argv) {
+    int dev = 0, sm_count = 0, major = 0, minor = 0;
+    setvbuf(stdout, NULL, _IOLBF, 0);  // keep the lines already printed if a run is cut short
+    CUDA_OK(cudaSetDevice(dev));
+    CUDA_OK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major != 9) {
+        printf("gpu_hopper_gemm: not a compute capability 9.x device: the correctness grid and "
+               "the benchmark are skipped\n");
+        check_refusal(major, minor);
+        printf("gpu_hopper_gemm: %d passed, %d failed\n", n_passed, n_failed);
+        return n_failed ? 1 : 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(sm_count);
+
+    // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used, no_ws, graph
+    static const test_case cases[] = {
+        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0},
+        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0},
+        {"gpt-oss-like 2880 bm16 split", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0},
+        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0, 0},
+        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0, 0},
+        {"bm64 n=2880 k=144", 4, 2880, 144, 64, 2, 64, 0, 1, 1, 1, 3, 0, 0},
+        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0, 0},
+        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0, 0},
+        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0},
+        {"deepseek-ish no workspace bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 1, 0},
+        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0, 0},
+        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0, 0},
+        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0},
+        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0, 0},
+        {"bm128 prefill bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0},
+        {"bm128 fp16 n=2880 k=2880", 3, 2880, 2880, 200, 2, 128, 0, 0, 0, 0, 3, 0, 0},
+        {"graph decode split bm8", 16, 1024, 4096, 1, 8, 8, 1, 0, 0, 1, 16, 0, 1},
+        {"graph bm32 fp16 rs bias", 8, 512, 512, 40, 2, 32, 1, 1, 1, 0, 6, 0, 1},
+    };
+    int only = -1;  // --case I runs case I alone (for compute-sanitizer)
+    if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (only < 0 || (size_t)only == i) run_case(&cases[i], sm_count);
+    printf("gpu_hopper_gemm: %d passed, %d failed\n", n_passed, n_failed);
+    return n_failed ? 1 : 0;
+}
