@@ -47,6 +47,14 @@
  * summed in an fp32 workspace with red.add, and the CTA that completes its k count (a per-unit
  * counter) applies the epilogue. When the workspace would be too large (large P) the ranges are
  * rounded to whole units instead and no workspace is used.
+ *
+ * Graph capture: a launch is a cudaMemsetAsync of the workspace (stream-K only) and one kernel; the
+ * first call of each (block_m, dtype) also sets the kernel's shared-memory limit and reads its
+ * occupancy (cached), so make one call before capturing.
+ *
+ * Numerics: the product W*sf is exact in bf16/fp16, the MMA accumulates in fp32, scale_2 * 2^7,
+ * bias and row_scale are applied in fp32, and the output is rounded once (RNE) to bf16/fp16. NaN
+ * block scales (0x7F/0xFF) are not supported (they decode as 480).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -101,16 +109,24 @@ struct Cfg {
     static_assert(STAGES >= 2, "pipeline");
 };
 
-// Decode-bound small batches (block_m 8/16): narrow N tiles and a long K tile so that many CTAs
-// per SM each keep STAGES x 4.5 KB of weights in flight.
+// The tile is chosen by block_m (the grouping fixes it; nvfp4moe_marlin_block_m picks it from
+// P / E as vLLM does). Measured on the H200, 2026-12-02, DeepSeek-V3 GEMM1 + GEMM2, cold L2
+// (bench/results/2026-12-02-h200-marlin-gemm.md):
+//
+// Decode-bound small batches (block_m 8/16): narrow N tiles (64) and a long K tile (128) so that
+// 4-5 CTAs per SM each keep 5 x 4.6 KB of weights in flight. M = 1: 118 us (1.68 TB/s);
+// M = 16..256: 2.0-2.1 TB/s, where the integer pipe (FP4 decode) is the suspected cap.
 using CfgM8 = Cfg<8, 4, 1, 2, 6, 4>;
 using CfgM16 = Cfg<16, 4, 1, 2, 6, 4>;
-// Mid batches: 128-column tiles, 2 atoms per warp (each A fragment feeds 4 MMAs).
+// Mid batches: 128-column tiles, 2 atoms per warp (each A fragment feeds 4 MMAs). M = 1024
+// (block_m 48): 4.80 ms, 150 TFLOP/s.
 using CfgM32 = Cfg<32, 4, 2, 1, 4, 3>;
 using CfgM48 = Cfg<48, 4, 2, 1, 4, 3>;
 // Compute-bound: 64 x 256 tiles, 8 warps of 64 x 32: per k16 step a warp does 4 ldmatrix.x4 for
-// 16 MMAs, which keeps shared-memory traffic under the tensor-core rate.
-// Tuning builds (-DNVFP4MOE_MARLIN_M64_VARIANT=n) try other block_m = 64 tiles.
+// 16 MMAs, which keeps shared-memory traffic under the tensor-core rate. M = 4096: 183 TFLOP/s.
+// Tuning builds (-DNVFP4MOE_MARLIN_M64_VARIANT=n) try other block_m = 64 tiles; measured at
+// M = 4096 in the same session: 1 -> 178, 2 -> 176, 3 -> 195 TFLOP/s (3 is not yet through the
+// correctness test, so it is not the default).
 #if NVFP4MOE_MARLIN_M64_VARIANT == 1
 using CfgM64 = Cfg<64, 8, 2, 1, 4, 1>;
 #elif NVFP4MOE_MARLIN_M64_VARIANT == 2
@@ -740,10 +756,13 @@ cudaError_t launch(const nvfp4moe_marlin_args *args, cudaStream_t stream) {
     p.max_blocks = args->max_blocks;
 
     const int grid = (args->sm_count > 0 ? args->sm_count : 1) * occ;
-    // Heuristic: whole units when there are enough of them for every CTA to get >= 8 (imbalance
-    // <= 1/8) or when the partial-sum buffer would be big; stream-K otherwise (decode: at M = 1 on
-    // DeepSeek-V3 only 8 blocks x 64 N tiles exist for ~528 CTAs). The unit count is estimated
-    // from P: each touched expert adds at most one partly filled block.
+    // Heuristic by (P, E, N, K): whole units when there are enough of them for every CTA to get
+    // >= 8 (imbalance <= 1/8) or when the partial-sum buffer would be big; stream-K otherwise.
+    // The unit count is estimated from P: each touched expert adds at most one partly filled
+    // block. DeepSeek-V3 on the H200 (660 CTAs for block_m 8): M = 1 has 9 x 64 = 576 estimated
+    // GEMM1 units -> stream-K, 43 k steps per CTA, 1.68 TB/s (whole units would give 512 of 660
+    // CTAs one 56-step unit each and leave the rest idle). M = 16 has 144 x 64 = 9216 -> whole
+    // units, 2.09 TB/s. The crossover itself is not measured.
     const long long est_blocks = (long long)args->P / C::BM + (args->P < args->E ? args->P : args->E);
     const long long est_units = est_blocks * p.n_tiles;
     p.streamk = args->workspace != nullptr && streamk_allowed(args->P, args->N) &&
