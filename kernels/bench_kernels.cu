@@ -115,11 +115,13 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(uint4 *dst, const uint4 
 
 }  // namespace
 
-extern "C" cudaError_t nvfp4moe_gpu_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+extern "C" cudaError_t nvfp4moe_gpu_copy(void *dst, const void *src, size_t bytes, int32_t blocks_per_sm,
+                                         cudaStream_t stream) {
     int dev = 0, sms = 132;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    copy_kernel<<<(unsigned)sms * 8, kThreads, 0, stream>>>((uint4 *)dst, (const uint4 *)src, bytes / 16);
+    const unsigned blocks = (unsigned)sms * (unsigned)(blocks_per_sm > 0 ? blocks_per_sm : 8);
+    copy_kernel<<<blocks, kThreads, 0, stream>>>((uint4 *)dst, (const uint4 *)src, bytes / 16);
     return cudaGetLastError();
 }
 

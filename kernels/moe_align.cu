@@ -43,11 +43,18 @@ __device__ void group_pairs(const int32_t *ids, int64_t P64, int E, int bm, int3
 
     for (int e = tid; e < E; e += nt) cnt[e] = 0;
     __syncthreads();
-    for (int p0 = 0; p0 < P; p0 += nt) {
-        const int p = p0 + tid;
-        int e = p < P ? ids[p] : -1;
-        if (e >= E) e = -1;
-        warp_aggregated_add(cnt, e);
+    // kU independent loads in flight per thread: one block walks all P pairs, so the loop is bound
+    // by load latency, not bandwidth.
+    constexpr int kU = 8;
+    for (int p0 = 0; p0 < P; p0 += nt * kU) {
+        int ev[kU];
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const int p = p0 + u * nt + tid;
+            ev[u] = p < P ? ids[p] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < kU; u++) warp_aggregated_add(cnt, ev[u] < E ? ev[u] : -1);
     }
     __syncthreads();
 
@@ -86,12 +93,19 @@ __device__ void group_pairs(const int32_t *ids, int64_t P64, int E, int bm, int3
 
     for (int e = tid; e < E; e += nt) cnt[e] = off[e];
     __syncthreads();
-    for (int p0 = 0; p0 < P; p0 += nt) {
-        const int p = p0 + tid;
-        int e = p < P ? ids[p] : -1;
-        if (e >= E) e = -1;
-        const int pos = warp_aggregated_add(cnt, e);
-        if (e >= 0) sorted_ids[pos] = p;
+    for (int p0 = 0; p0 < P; p0 += nt * kU) {
+        int ev[kU];
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const int p = p0 + u * nt + tid;
+            ev[u] = p < P ? ids[p] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const int e = ev[u] < E ? ev[u] : -1;
+            const int pos = warp_aggregated_add(cnt, e);
+            if (e >= 0) sorted_ids[pos] = p0 + u * nt + tid;
+        }
     }
 }
 

@@ -117,8 +117,10 @@ cudaError_t nvfp4moe_gpu_dequant_bf16(const uint8_t *w, const uint8_t *sf, const
 cudaError_t nvfp4moe_gpu_gather_rows(const void *src, const int32_t *idx, int32_t div, int64_t rows,
                                      int32_t cols, void *dst, cudaStream_t stream);
 /* out [M, H] (16-bit) = sum_j weights[t*k+j] * y[pos[t*k+j], :], y 16-bit. */
-/* dst = src, bytes % 16 == 0, both 16-byte aligned: the copy whose bandwidth is the floor's. */
-cudaError_t nvfp4moe_gpu_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream);
+/* dst = src, bytes % 16 == 0, both 16-byte aligned: the copy whose bandwidth is the floor's.
+ * blocks_per_sm: grid size per multiprocessor (0: 8). */
+cudaError_t nvfp4moe_gpu_copy(void *dst, const void *src, size_t bytes, int32_t blocks_per_sm,
+                              cudaStream_t stream);
 cudaError_t nvfp4moe_gpu_weighted_combine(const void *y, const int32_t *pos, const float *weights,
                                           int64_t M, int32_t top_k, int32_t H, int32_t is_bf16,
                                           void *out, cudaStream_t stream);

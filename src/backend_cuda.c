@@ -27,25 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Until the Marlin GEMM (kernels/marlin_*.cu) is in the tree, its entry points are weak: MARLIN then
- * reports "not available" instead of breaking every link. Remove once the kernel has landed: a weak
- * reference does not pull an object out of a static archive. */
-#ifndef NVFP4MOE_MARLIN_WEAK
-#define NVFP4MOE_MARLIN_WEAK 1
-#endif
-#if NVFP4MOE_MARLIN_WEAK
-#pragma weak nvfp4moe_marlin_packed_bytes
-#pragma weak nvfp4moe_marlin_repack
-#pragma weak nvfp4moe_marlin_workspace_bytes
-#pragma weak nvfp4moe_marlin_gemm
-#pragma weak nvfp4moe_marlin_block_m
-static bool marlin_linked(void) {
-    return &nvfp4moe_marlin_packed_bytes && &nvfp4moe_marlin_repack && &nvfp4moe_marlin_workspace_bytes &&
-           &nvfp4moe_marlin_gemm && &nvfp4moe_marlin_block_m;
-}
-#else
-static bool marlin_linked(void) { return true; }
-#endif
 
 typedef struct cuda_state {
     const char *name;             /* "MARLIN" / "EMULATION" */
@@ -197,8 +178,6 @@ done:
 static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                    bool on_device, const nvfp4moe_device *dev, void **state) {
     const char *name = marlin ? "MARLIN" : "EMULATION";
-    NVFP4MOE_RETURN_IF(marlin && !marlin_linked(), NVFP4MOE_ERR_UNSUPPORTED,
-                       "MARLIN: not available: this build does not contain the Marlin GEMM kernel");
     NVFP4MOE_RETURN_IF(!cfg || !w || !state, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: create: %s is NULL", name,
                        !cfg ? "cfg" : !w ? "weights" : "state");
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));

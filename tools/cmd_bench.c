@@ -163,10 +163,12 @@ static int time_op(timer *t, enqueue_fn fn, void *ctx, double *us, bool *graphed
 
 // ---- the ceilings ----
 
-typedef struct copy_ctx { void *dst, *src; size_t bytes; } copy_ctx;
+typedef struct copy_ctx { void *dst, *src; size_t bytes; int blocks_per_sm; } copy_ctx;
 static int enqueue_copy(void *ctx, cudaStream_t s) {
     copy_ctx *c = ctx;
-    return nvfp4moe_gpu_copy(c->dst, c->src, c->bytes, s) == cudaSuccess ? 0 : -1;
+    if (c->blocks_per_sm < 0)
+        return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? 0 : -1;
+    return nvfp4moe_gpu_copy(c->dst, c->src, c->bytes, c->blocks_per_sm, s) == cudaSuccess ? 0 : -1;
 }
 
 typedef struct gemm_ctx { cublas_fns *cb; cublasHandle_t h; void *a, *b, *c; int n; } gemm_ctx;
@@ -258,7 +260,7 @@ typedef struct stages_ctx {
     int M, k, E, H, I, N1, bm, max_blocks;
     void *c1, *act, *out;
     nvfp4moe_gpu_act_params ap;
-    int which;   /* 0 route+group, 1 activation, 2 combine */
+    int which;   /* 0 route+group, 1 activation, 2 combine, 3 group alone (ids given) */
 } stages_ctx;
 
 static int enqueue_stage(void *ctx, cudaStream_t s) {
@@ -269,10 +271,15 @@ static int enqueue_stage(void *ctx, cudaStream_t s) {
                                          c->bexp, c->nb, c->max_blocks, s);
     else if (c->which == 1)
         e = nvfp4moe_gpu_activation(c->c1, 0, c->act, 0, (int64_t)c->M * c->k, c->I, c->N1, &c->ap, 0.0f, 1, s);
-    else
+    else if (c->which == 2)
         e = nvfp4moe_gpu_combine(c->c1, 0, c->ids, c->M, c->k, c->E, c->H, 1, c->out, NVFP4MOE_DTYPE_BF16, s);
+    else
+        e = nvfp4moe_gpu_route_and_group(NULL, NULL, c->ids, c->wts, c->M, c->k, c->E, c->bm, c->sorted, c->bexp,
+                                         c->nb, c->max_blocks, s);
     return e == cudaSuccess ? 0 : -1;
 }
+
+static double g_launch_us = NAN;  /* median time of a one-kernel graph that does nothing (16-byte copy) */
 
 // ---- results ----
 
@@ -281,7 +288,7 @@ typedef struct result {
     int M, touched;
     double wbytes, flops, floor_us;
     double marlin_us, base_us, rel_diff;
-    double stage_us[3];   /* MARLIN's route+group, activation, combine alone (NAN: not measured) */
+    double stage_us[4];   /* MARLIN's route+group, activation, combine, group alone (NAN: not measured) */
     bool marlin_ok, base_ok, marlin_graph, base_graph;
 } result;
 
@@ -496,7 +503,7 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
             if (!r.marlin_ok) fprintf(stderr, "  MARLIN M=%d failed: %s\n", M, cudaGetErrorString(cudaGetLastError()));
         }
         /* MARLIN's non-GEMM stages alone: the rest of its time is the two GEMMs */
-        r.stage_us[0] = r.stage_us[1] = r.stage_us[2] = NAN;
+        r.stage_us[0] = r.stage_us[1] = r.stage_us[2] = r.stage_us[3] = NAN;
         {
             /* MARLIN's block_m rule (vLLM's; kernels/moe_gemm.h nvfp4moe_marlin_block_m), restated here so
              * the CLI does not link the GEMM directly */
@@ -521,7 +528,7 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
                                         .alpha = ap.alpha, .beta = ap.beta, .situ_beta = ap.situ_beta,
                                         .situ_linear_beta = ap.situ_linear_beta}};
                 bool gr;
-                for (int w = 0; w < 3; w++) {
+                for (int w = 0; w < 4; w++) {
                     sc.which = w;
                     if (time_op(t, enqueue_stage, &sc, &r.stage_us[w], &gr)) r.stage_us[w] = NAN;
                 }
@@ -554,10 +561,10 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
         }
         printf("  M=%-5d experts %3d  floor %9.1f us | MARLIN %9.1f us %5.1f%% %7.0f GB/s %6.1f TF/s | "
                "cuBLAS %9.1f us %5.1f%% | MARLIN/cuBLAS %.2fx | rel diff %.1e | stages route+group %.1f act %.1f "
-               "combine %.1f us\n",
+               "combine %.1f us (group alone %.1f)\n",
                M, r.touched, r.floor_us, r.marlin_us, 100 * r.floor_us / r.marlin_us, r.wbytes / r.marlin_us / 1e3,
                r.flops / r.marlin_us / 1e6, r.base_us, 100 * r.floor_us / r.base_us, r.base_us / r.marlin_us,
-               r.rel_diff, r.stage_us[0], r.stage_us[1], r.stage_us[2]);
+               r.rel_diff, r.stage_us[0], r.stage_us[1], r.stage_us[2], r.stage_us[3]);
         fflush(stdout);
         res[(*nres)++] = r;
     next:
@@ -604,7 +611,7 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
         return -1;
     }
     fprintf(f, "preset,E,H,I,top_k,M,touched_experts,weight_bytes,flops,floor_us,backend,time_us,pct_of_floor,"
-               "weight_GBps,TFLOPs,graph,stage_route_group_us,stage_activation_us,stage_combine_us\n");
+               "weight_GBps,TFLOPs,graph,stage_route_group_us,stage_activation_us,stage_combine_us,stage_group_only_us\n");
     for (int i = 0; i < n; i++) {
         const result *r = &res[i];
         for (int b = 0; b < 2; b++) {
@@ -615,8 +622,9 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
                     r->p->H, r->p->I, r->p->k, r->M, r->touched, r->wbytes, r->flops, r->floor_us,
                     b == 0 ? "MARLIN" : "cublas_bf16", us, 100 * r->floor_us / us, r->wbytes / us / 1e3,
                     r->flops / us / 1e6, (int)(b == 0 ? r->marlin_graph : r->base_graph));
-            if (b == 0) fprintf(f, ",%.2f,%.2f,%.2f\n", r->stage_us[0], r->stage_us[1], r->stage_us[2]);
-            else fprintf(f, ",,,\n");
+            if (b == 0)
+                fprintf(f, ",%.2f,%.2f,%.2f,%.2f\n", r->stage_us[0], r->stage_us[1], r->stage_us[2], r->stage_us[3]);
+            else fprintf(f, ",,,,\n");
         }
     }
     fclose(f);
@@ -629,6 +637,9 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
     fprintf(f, "- card: %s\n- date: %s\n- commit: %s\n- command: `%s`\n", card, date, commit, command);
     fprintf(f, "- ceilings measured in this run: copy %.2f TB/s (2 GB device-to-device copy kernel, 16-byte accesses, read + write), "
                "bf16 matmul %.0f TFLOP/s (cublasGemmEx 8192^3, random data)\n", copy_bw / 1e12, peak / 1e12);
+    fprintf(f, "- a one-kernel graph that does nothing times at %.1f us here (events + launch): the stage columns "
+               "below, each stage timed alone, include it; inside the forward's graph the stages run back to back\n",
+            g_launch_us);
     fprintf(f, "- floor = max(touched experts' NVFP4 bytes (0.5625 B/weight) / copy bandwidth, FLOPs / bf16 rate); "
                "%% = floor / time\n");
     fprintf(f, "- timing: one CUDA-graph replay per run, L2 flushed (512 MB memset) before each, 3 warm-ups, "
@@ -645,8 +656,8 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
             fprintf(f, "\n## %s (E=%d, H=%d, I=%d, top-%d%s)\n\n", cur->name, cur->E, cur->H, cur->I, cur->k,
                     cur->limit ? ", swigluoai, swiglu_limit 7" : "");
             fprintf(f, "| M | experts | floor (us) | MARLIN (us) | %% of floor | GB/s | TFLOP/s | cuBLAS bf16 (us) | "
-                       "%% of floor | MARLIN speed-up | out rel diff | MARLIN non-GEMM stages alone: route+group / "
-                       "act / combine (us) |\n");
+                       "%% of floor | MARLIN speed-up | out rel diff | MARLIN non-GEMM stages, each timed alone: "
+                       "route+group / act / combine (us) |\n");
             fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
         }
         fprintf(f, "| %d | %d | %.1f |", r->M, r->touched, r->floor_us);
@@ -659,7 +670,8 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
         else fprintf(f, " - | |");
         if (r->marlin_ok && r->base_ok) fprintf(f, " %.2fx | %.1e |", r->base_us / r->marlin_us, r->rel_diff);
         else fprintf(f, " | |");
-        fprintf(f, " %.1f / %.1f / %.1f |\n", r->stage_us[0], r->stage_us[1], r->stage_us[2]);
+        fprintf(f, " %.1f / %.1f / %.1f (group alone %.1f) |\n", r->stage_us[0], r->stage_us[1], r->stage_us[2],
+                r->stage_us[3]);
     }
     fclose(f);
     printf("\nwrote %s.csv and %s.md\n", prefix, prefix);
@@ -782,10 +794,17 @@ int cmd_bench(int argc, char **argv) {
         const size_t bytes = (size_t)2 << 30;
         if (!(buf_a = dalloc(bytes)) || !(buf_b = dalloc(bytes))) goto fail;
         CK(nvfp4moe_gpu_fill_random_bytes(buf_a, bytes, 1, t.s));
-        copy_ctx c = {buf_b, buf_a, bytes};
+        /* the best of cudaMemcpyAsync and our copy kernel at a few grid sizes: the ceiling is the
+         * fastest copy we can make, not the first one tried */
         double us;
-        if (time_op(&t, enqueue_copy, &c, &us, &graphed)) goto fail;
-        copy_bw = 2.0 * (double)bytes / (us * 1e-6);
+        const int variants[] = {-1, 2, 4, 8, 16, 32};
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+            copy_ctx c = {buf_b, buf_a, bytes, variants[v]};
+            if (time_op(&t, enqueue_copy, &c, &us, &graphed)) goto fail;
+            const double bw = 2.0 * (double)bytes / (us * 1e-6);
+            printf("copy %s: %.2f TB/s\n", variants[v] < 0 ? "cudaMemcpyAsync" : "kernel", bw / 1e12);
+            if (bw > copy_bw) copy_bw = bw;
+        }
         cudaFree(buf_b);
         buf_b = NULL;
         if (have_cublas) {
@@ -803,10 +822,16 @@ int cmd_bench(int argc, char **argv) {
         } else {
             peak = 790e12; /* the workplace's measured figure, used only when cuBLAS is missing */
         }
+        /* what timing one tiny graph costs: the floor under every "stage alone" figure */
+        {
+            copy_ctx c = {buf_c ? buf_c : buf_a, buf_a, 16, 1};
+            if (time_op(&t, enqueue_copy, &c, &g_launch_us, &graphed)) g_launch_us = NAN;
+        }
         cudaFree(buf_a); cudaFree(buf_b); cudaFree(buf_c);
         buf_a = buf_b = buf_c = NULL;
     }
     printf("nvfp4moe bench on %s (sm_%d, %d SMs), commit %s\n", dev.name, dev.sm, dev.sm_count, commit);
+    printf("a one-kernel graph that does nothing times at %.1f us (events + launch)\n", g_launch_us);
     printf("ceilings: copy %.2f TB/s, bf16 matmul %.0f TFLOP/s%s; cuBLAS %s (%s)\n", copy_bw / 1e12, peak / 1e12,
            have_cublas ? "" : " (assumed)", have_cublas ? cb.path : "missing",
            have_cublas ? (cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert") : "-");
