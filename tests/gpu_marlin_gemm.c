@@ -160,6 +160,7 @@ static uint8_t rand_scale(int allow_neg) {
 typedef struct {
     const char *name;
     int E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used;
+    int no_ws;  // 1: pass no workspace, which forces the whole-unit partition (no stream-K)
 } test_case;
 
 static void run_case(const test_case *tc, int sm_count) {
@@ -209,7 +210,7 @@ static void run_case(const test_case *tc, int sm_count) {
     CUDA_OK(cudaMalloc((void **)&d_bexp, sizeof(int32_t) * (size_t)g.max_blocks));
     CUDA_OK(cudaMalloc((void **)&d_nb, sizeof(int32_t)));
     size_t wsb = nvfp4moe_marlin_workspace_bytes(P, N, K, g.max_blocks, bm, sm_count);
-    if (wsb) CUDA_OK(cudaMalloc(&d_ws, wsb));
+    if (wsb && !tc->no_ws) CUDA_OK(cudaMalloc(&d_ws, wsb));
     CUDA_OK(cudaMemcpy(d_w, w, wbytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_sf, sf, sbytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_a, a, sizeof(uint16_t) * (size_t)a_rows * K, cudaMemcpyHostToDevice));
@@ -300,7 +301,7 @@ static void run_case(const test_case *tc, int sm_count) {
     int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
     if (ok) n_passed++;
     else n_failed++;
-    printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-2d div=%d rs=%d bias=%d %s "
+    printf("%-4s %-38s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-2d div=%d rs=%d bias=%d %s "
            "blocks=%d rel=%.2e bad=%d guard=%d\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
            tc->bf16 ? "bf16" : "fp16", g.num_blocks, rel, bad, guard_bad);
@@ -496,21 +497,25 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--bench") == 0)
         return bench(sm_count, argc > 2 ? atoi(argv[2]) : 0);  // --bench [M]
 
-    // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used
+    // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used, no_ws
     static const test_case cases[] = {
-        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4},
-        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6},
-        {"gpt-oss-like 2880 bm16", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5},
-        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5},
-        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4},
-        {"bm48 n=2880 k=144", 4, 2880, 144, 64, 2, 48, 0, 1, 1, 1, 3},
-        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4},
-        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3},
-        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16},
-        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16},
-        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1},
-        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2},
-        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64},
+        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0},
+        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0},
+        {"gpt-oss-like 2880 bm16", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0},
+        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0},
+        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0},
+        {"bm48 n=2880 k=144", 4, 2880, 144, 64, 2, 48, 0, 1, 1, 1, 3, 0},
+        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0},
+        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0},
+        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0},
+        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0},
+        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0},
+        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0},
+        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0},
+        {"whole units bm8 fp16 gather", 16, 272, 2880, 9, 4, 8, 1, 1, 1, 0, 12, 1},
+        {"whole units bm16 bf16", 8, 2880, 272, 20, 2, 16, 0, 0, 1, 1, 8, 1},
+        {"whole units bm48 bf16 rs", 4, 144, 1040, 80, 2, 48, 1, 1, 0, 1, 3, 1},
+        {"whole units bm64 fp16", 4, 1024, 512, 150, 2, 64, 0, 1, 1, 0, 4, 1},
     };
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
