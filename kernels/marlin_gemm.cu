@@ -122,19 +122,21 @@ using CfgM16 = Cfg<16, 4, 1, 2, 6, 4>;
 // (block_m 48): 4.80 ms, 150 TFLOP/s.
 using CfgM32 = Cfg<32, 4, 2, 1, 4, 3>;
 using CfgM48 = Cfg<48, 4, 2, 1, 4, 3>;
-// Compute-bound: 64 x 256 tiles, 8 warps of 64 x 32: per k16 step a warp does 4 ldmatrix.x4 for
-// 16 MMAs, which keeps shared-memory traffic under the tensor-core rate. M = 4096: 183 TFLOP/s.
-// Tuning builds (-DNVFP4MOE_MARLIN_M64_VARIANT=n) try other block_m = 64 tiles; measured at
-// M = 4096 in the same session: 1 -> 178, 2 -> 176, 3 -> 195 TFLOP/s (3 is not yet through the
-// correctness test, so it is not the default).
+// Compute-bound (block_m 64): 64 x 128 tiles, 8 warps of 64 x 16, K tile 128, 3 stages (75 KB,
+// 2 CTAs per SM). Measured at M = 4096 against the other candidates (tuning builds,
+// -DNVFP4MOE_MARLIN_M64_VARIANT=n), same session (the default and 3 pass gpu_marlin_gemm; 1 and 2
+// were only timed):
+//   default 8,1,2,3,2: 195 TFLOP/s     3: 8,2,1,4,2 (64 x 256, TK 64, 4 stages, small spill): 183
+//   1: 8,2,1,4,1 (190 regs, 1 CTA/SM): 178     2: 8,1,1,4,2 (64 x 128, TK 64): 176
+// The spread is small: the tile shape is not what limits large M (see the bench results).
 #if NVFP4MOE_MARLIN_M64_VARIANT == 1
 using CfgM64 = Cfg<64, 8, 2, 1, 4, 1>;
 #elif NVFP4MOE_MARLIN_M64_VARIANT == 2
 using CfgM64 = Cfg<64, 8, 1, 1, 4, 2>;
 #elif NVFP4MOE_MARLIN_M64_VARIANT == 3
-using CfgM64 = Cfg<64, 8, 1, 2, 3, 2>;
-#else
 using CfgM64 = Cfg<64, 8, 2, 1, 4, 2>;
+#else
+using CfgM64 = Cfg<64, 8, 1, 2, 3, 2>;
 #endif
 
 struct Params {
