@@ -116,7 +116,8 @@ group_kernel(const int32_t *ids, int64_t P, int E, int bm, int32_t *sorted_ids,
     group_pairs(ids, P, E, bm, sorted_ids, block_expert, num_blocks, max_blocks, sm);
 }
 
-// Small M: route (8 warps, one token each per round) and group in one launch.
+// Small M: route (one warp per token) and group in one launch.
+template <int VPL>
 __global__ void __launch_bounds__(kFusedThreads)
 route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, int32_t *ids,
                    float *weights, int bm, int32_t *sorted_ids, int32_t *block_expert,
@@ -128,7 +129,7 @@ route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, 
     double *sel = (double *)(sm + ints) + (size_t)warp * rp.num_experts;
     if (warp < route_warps)
         for (int64_t t = warp; t < M; t += route_warps)
-            nvfp4moe_rt::route_token(rp, logits, t, sel, ids, weights, lane);
+            nvfp4moe_rt::route_token<VPL>(rp, logits, t, sel, ids, weights, lane);
     __syncthreads();  // the ids written above (global memory) are visible to the whole block
     group_pairs(ids, M * rp.top_k, rp.num_experts, bm, sorted_ids, block_expert, num_blocks,
                 max_blocks, sm);
@@ -150,9 +151,18 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
         if (route_warps > kFusedThreads / 32) route_warps = kFusedThreads / 32;
         if (route_warps >= 1 && M <= route_warps) {  // one round: every token has its own warp
             const size_t smem = group_smem + (size_t)route_warps * E * sizeof(double);
-            route_group_kernel<<<1, kFusedThreads, smem, stream>>>(*rp, logits, M, ids, weights,
-                                                                   block_m, sorted_ids, block_expert,
-                                                                   num_blocks, max_blocks, route_warps);
+#define NVFP4MOE_LAUNCH_FUSED(V)                                                                   \
+    route_group_kernel<V><<<1, kFusedThreads, smem, stream>>>(*rp, logits, M, ids, weights, block_m,   \
+                                                              sorted_ids, block_expert, num_blocks,    \
+                                                              max_blocks, route_warps)
+            switch (nvfp4moe_rt::vpl_for(E)) {
+            case 2: NVFP4MOE_LAUNCH_FUSED(2); break;
+            case 4: NVFP4MOE_LAUNCH_FUSED(4); break;
+            case 8: NVFP4MOE_LAUNCH_FUSED(8); break;
+            case 16: NVFP4MOE_LAUNCH_FUSED(16); break;
+            default: NVFP4MOE_LAUNCH_FUSED(32); break;
+            }
+#undef NVFP4MOE_LAUNCH_FUSED
             return cudaGetLastError();
         }
     }

@@ -6,6 +6,7 @@ namespace {
 
 constexpr int kRouteWarps = 4;  // tokens per block; keeps the per-warp score arrays in 32 KB at E=1024
 
+template <int VPL>
 __global__ void __launch_bounds__(kRouteWarps * 32)
 route_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, int32_t *ids,
              float *weights) {
@@ -14,7 +15,7 @@ route_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, int32_
     double *sel = smem + (size_t)warp * rp.num_experts;
     const int64_t t = (int64_t)blockIdx.x * kRouteWarps + warp;
     if (t >= M) return;  // whole warp leaves together
-    nvfp4moe_rt::route_token(rp, logits, t, sel, ids, weights, lane);
+    nvfp4moe_rt::route_token<VPL>(rp, logits, t, sel, ids, weights, lane);
 }
 
 }  // namespace
@@ -24,6 +25,12 @@ cudaError_t nvfp4moe_gpu_route_grid(const nvfp4moe_gpu_route_params *rp, const v
     if (M <= 0) return cudaSuccess;
     const int64_t blocks = (M + kRouteWarps - 1) / kRouteWarps;
     const size_t smem = (size_t)kRouteWarps * rp->num_experts * sizeof(double);
-    route_kernel<<<(unsigned)blocks, kRouteWarps * 32, smem, stream>>>(*rp, logits, M, ids, weights);
+    switch (nvfp4moe_rt::vpl_for(rp->num_experts)) {
+    case 2: route_kernel<2><<<(unsigned)blocks, kRouteWarps * 32, smem, stream>>>(*rp, logits, M, ids, weights); break;
+    case 4: route_kernel<4><<<(unsigned)blocks, kRouteWarps * 32, smem, stream>>>(*rp, logits, M, ids, weights); break;
+    case 8: route_kernel<8><<<(unsigned)blocks, kRouteWarps * 32, smem, stream>>>(*rp, logits, M, ids, weights); break;
+    case 16: route_kernel<16><<<(unsigned)blocks, kRouteWarps * 32, smem, stream>>>(*rp, logits, M, ids, weights); break;
+    default: route_kernel<32><<<(unsigned)blocks, kRouteWarps * 32, smem, stream>>>(*rp, logits, M, ids, weights); break;
+    }
     return cudaGetLastError();
 }

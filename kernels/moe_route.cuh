@@ -54,7 +54,10 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t *s) {
 
 // Routes token t exactly as src/route.c does (selection and weights in float64, the same
 // comparisons): the top-k ids are bit-identical on tie-free data and follow the same tie rule.
+// VPL: experts per lane held in registers (E <= 32 * VPL); the launchers pick the smallest that
+// fits, which keeps the unrolled loops (and the code a cold instruction cache must fetch) short.
 // sel: this warp's shared scratch of E doubles. Writes ids/weights [t*k, t*k+k).
+template <int VPL>
 static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const void *logits, int64_t t,
                             double *sel, int32_t *ids, float *weights, int lane) {
     const int E = rp.num_experts, k = rp.top_k;
@@ -85,7 +88,6 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
     // Selection scores, as order-preserving keys held in registers (lane l owns experts l, l+32,
     // ...). Where the score is a monotonic function of the logit (softmax, sigmoid, and the
     // bias-free grouped methods) the logit itself is compared, as the reference does.
-    constexpr int VPL = NVFP4MOE_GPU_MAX_EXPERTS / 32;
     const bool biased = (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 || m == NVFP4MOE_ROUTING_MINIMAX2) &&
                         rp.correction_bias != nullptr;
     unsigned long long key[VPL];
@@ -218,6 +220,9 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
         weights[t * k + lane] = (float)w;
     }
 }
+
+// The smallest VPL for E experts (E <= NVFP4MOE_GPU_MAX_EXPERTS).
+inline int vpl_for(int E) { return E <= 64 ? 2 : E <= 128 ? 4 : E <= 256 ? 8 : E <= 512 ? 16 : 32; }
 
 }  // namespace nvfp4moe_rt
 

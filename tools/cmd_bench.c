@@ -686,11 +686,9 @@ int cmd_bench(int argc, char **argv) {
     bool baseline = true;
     const char *out = NULL, *commit = getenv("NVFP4MOE_COMMIT");
     char command[1024] = "nvfp4moe";
-    for (int i = 0; i < argc; i++) {
-        if (i) {
-            size_t l = strlen(command);
-            snprintf(command + l, sizeof command - l, " %s", argv[i]);
-        }
+    for (int i = 0; i < argc; i++) {  /* argv[0] is "bench" */
+        size_t l = strlen(command);
+        snprintf(command + l, sizeof command - l, " %s", argv[i]);
     }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
