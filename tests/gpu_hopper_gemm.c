@@ -6,8 +6,9 @@
  *
  *   gpu_hopper_gemm            correctness grid against a CPU float64 reference
  *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer)
- *   gpu_hopper_gemm --bench    DeepSeek-V3 GEMM1 + GEMM2 shapes at M in {1,16,64,256,1024,4096},
- *                              cold L2 by rotating 4 copies of the weights, median of 24
+ *   gpu_hopper_gemm --bench [M]  DeepSeek-V3 GEMM1 + GEMM2 shapes at M in {1,16,64,256,1024,4096}
+ *                              (or M alone), cold L2 by rotating 4 copies of the weights, median
+ *                              of 24
  *
  * Each case: random top-k routing (distinct experts per token, some experts left empty), the
  * moe-align grouping built on the host, random E2M1 codes, realistic random E4M3 block scales
@@ -361,7 +362,7 @@ static void fill_random(void *d, size_t bytes, int scales) {
 #define BENCH_SETS 4   // weight copies rotated so every launch reads cold (4 x 6.4 GB >> 60 MB L2)
 #define BENCH_REPS 24  // timed launches per GEMM and M; the median is reported
 
-static int bench(int sm_count) {
+static int bench(int sm_count, int only_m) {
     const int E = 256, H = 7168, I = 2048, topk = 8;
     const int Ms[] = {1, 16, 64, 256, 1024, 4096};
     const double bw_floor = 4.27e12, tf_floor = 788e12;  // measured on this H200 (perf_anchors)
@@ -418,6 +419,7 @@ static int bench(int sm_count) {
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
         const int M = Ms[mi], P = M * topk;
+        if (only_m > 0 && M != only_m) continue;
         int32_t *ids = malloc(sizeof(int32_t) * P);
         route(M, topk, E, ids);
         const int bm = nvfp4moe_hopper_block_m(P, E);
@@ -552,7 +554,7 @@ int main(int argc, char **argv) {
         printf("gpu_hopper_gemm: %d passed, %d failed\n", n_passed, n_failed);
         return n_failed ? 1 : 0;
     }
-    if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(sm_count);
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(sm_count, argc > 2 ? atoi(argv[2]) : 0);
 
     // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used, no_ws, graph
     static const test_case cases[] = {
