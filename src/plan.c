@@ -13,8 +13,12 @@
 // internal.h, add it below, and give the oracle table (src/oracle.c) its row.
 
 static const nvfp4moe_backend_impl *const k_impls[] = {
-    &nvfp4moe_impl_cpu_reference,
+#ifdef NVFP4MOE_HAVE_CUDA
+    &nvfp4moe_impl_marlin,      /* src/backend_cuda.c */
+    &nvfp4moe_impl_emulation,
+#endif
     &nvfp4moe_impl_cpu_fast,
+    &nvfp4moe_impl_cpu_reference,
 };
 
 const nvfp4moe_backend_impl *nvfp4moe_impl_find(const char *backend_name) {
