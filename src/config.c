@@ -3,7 +3,6 @@
  */
 #include "internal.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,22 +73,12 @@ static const char *lookup_name(const name_entry *t, int canonical, int v) {
     return "?";
 }
 
-/* Case-insensitive, '-' and '_' equivalent. */
-static bool name_eq(const char *a, const char *b) {
-    for (; *a && *b; a++, b++) {
-        char x = (char)tolower((unsigned char)*a), y = (char)tolower((unsigned char)*b);
-        if (x == '-') x = '_';
-        if (y == '-') y = '_';
-        if (x != y) return false;
-    }
-    return *a == *b;
-}
 
 static nvfp4moe_status parse_name(const char *what, const name_entry *t, int n, int canonical,
                                   const char *s, int *out) {
     NVFP4MOE_RETURN_IF(!s, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s name is NULL", what);
     for (int i = 0; i < n; i++) {
-        if (name_eq(s, t[i].name)) {
+        if (nvfp4moe_name_eq(s, t[i].name)) {
             *out = t[i].value;
             return NVFP4MOE_OK;
         }

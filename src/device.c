@@ -62,16 +62,6 @@ static const struct {
     {"rtx-pro-6000", 120},           {"dgx-spark", 121},   {"cpu", 0},
 };
 
-/* Case-insensitive, '-' and '_' equivalent (as every name in the library). */
-static bool name_eq(const char *a, const char *b) {
-    for (; *a && *b; a++, b++) {
-        char x = (char)tolower((unsigned char)*a), y = (char)tolower((unsigned char)*b);
-        if (x == '-') x = '_';
-        if (y == '-') y = '_';
-        if (x != y) return false;
-    }
-    return *a == *b;
-}
 
 /* "sm_90", "sm90", "SM_100", "sm_90a" (the arch-specific suffixes a/f name the same device):
  * two or three digits, the first non-zero. Returns the capability or -1. */
@@ -102,7 +92,7 @@ nvfp4moe_status nvfp4moe_device_parse(const char *s, nvfp4moe_device *dev) {
         canonical = sm_name;
     } else {
         for (size_t i = 0; i < sizeof k_device_names / sizeof k_device_names[0]; i++) {
-            if (name_eq(s, k_device_names[i].name)) {
+            if (nvfp4moe_name_eq(s, k_device_names[i].name)) {
                 sm = k_device_names[i].sm;
                 canonical = k_device_names[i].name;
                 break;

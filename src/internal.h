@@ -40,6 +40,9 @@ void nvfp4moe_error_prefix(const char *fmt, ...)
 #define NVFP4MOE_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define NVFP4MOE_CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
+/* Names as the library compares them: case-insensitive, '-' and '_' equivalent. */
+bool nvfp4moe_name_eq(const char *a, const char *b);
+
 /* snprintf into a fixed buffer, never overflowing, always terminated. */
 void nvfp4moe_strlcpy(char *dst, const char *src, size_t len);
 

@@ -3,6 +3,7 @@
  */
 #include "internal.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +72,16 @@ void nvfp4moe_error_prefix(const char *fmt, ...) {
     memcpy(old, g_last_error, sizeof old);
     /* Truncation is fine here: the message stays terminated. */
     if (snprintf(g_last_error, sizeof g_last_error, "%s: %s", prefix, old) < 0) g_last_error[0] = '\0';
+}
+
+bool nvfp4moe_name_eq(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        char x = (char)tolower((unsigned char)*a), y = (char)tolower((unsigned char)*b);
+        if (x == '-') x = '_';
+        if (y == '-') y = '_';
+        if (x != y) return false;
+    }
+    return *a == *b;
 }
 
 void nvfp4moe_strlcpy(char *dst, const char *src, size_t len) {
