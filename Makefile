@@ -6,6 +6,8 @@
 #   make gpu-test   (CUDA builds, on a GPU machine) the GPU correctness test
 #   make install PREFIX=/usr/local
 #   make CUDA=0     force a CPU-only build;  make CC=clang  build host code with clang
+#   make DEPS=0 JANSSON_PREFIX=DIR   no package installs; jansson unpacked under DIR (the GPU
+#                   machine has no package registry: see bench/device.sh)
 #
 # Source lists are globs: a new src/*.c, kernels/*.cu, tools/*.c or tests/test_*.c is picked up
 # without editing this file. Debian packages the build needs are installed by `make deps`, which
@@ -28,6 +30,8 @@ ifeq ($(CUDA),auto)
 endif
 
 DEB_PKGS := libjansson-dev pkg-config
+# Parallel sub-builds: the CUDA files take most of a build's time and compile independently.
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 
 CSTD     := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
@@ -36,6 +40,12 @@ OPT      ?= -O2 -g
 CFLAGS   += -ffp-contract=off
 CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread -Iinclude -Isrc
 LDLIBS   += -ljansson -lm -pthread
+ifneq ($(JANSSON_PREFIX),)
+  JANSSON_LIB := $(JANSSON_PREFIX)/usr/lib/x86_64-linux-gnu
+  CFLAGS += -I$(JANSSON_PREFIX)/usr/include
+  LDLIBS := -L$(JANSSON_LIB) -Wl,-rpath,$(abspath $(JANSSON_LIB)) $(LDLIBS)
+endif
+DEPS ?= 1
 
 # Hopper (sm_90a: wgmma/setmaxnreg) plus Ampere (sm_80: mma.sync, cp.async; runs on sm_80+).
 CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
@@ -64,14 +74,14 @@ GPU_TESTS := $(GPU_TEST_C:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps run test gpu-test install clean cuda-objs
 all: deps
-	@$(MAKE) --no-print-directory build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 
 .PHONY: build-all
 build-all: $(LIB_A) $(LIB_SO) $(CLI) $(TESTS) $(if $(filter 1,$(CUDA)),$(GPU_TESTS))
 
 # Installs the Debian packages the build needs, once. Does nothing when they are present.
 deps:
-	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@[ "$(DEPS)" = 0 ] && exit 0; missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing Debian packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -105,16 +115,16 @@ $(BUILD)/tests/%: tests/%.c $(LIB_A) $(wildcard tests/*.h)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
 run: deps
-	@$(MAKE) --no-print-directory $(CLI)
+	@$(MAKE) --no-print-directory -j$(JOBS) $(CLI)
 	./$(CLI) run
 
 # Runs every CPU test; each prints "N passed, N failed"; the last line sums them.
 test: deps
-	@$(MAKE) --no-print-directory build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 	@NVFP4MOE_CLI=$(CLI) tests/run_all.sh $(TESTS)
 
 gpu-test: deps
-	@$(MAKE) --no-print-directory build-all
+	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 	@for t in $(GPU_TESTS); do echo "== $$t"; $$t || exit 1; done
 
 install: all

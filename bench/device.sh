@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# device.sh - build and run the GPU programs on the lent H200 machine (the `run` tool of the
+# development environment), which has nvcc and a GPU but no package registry and no libjansson-dev.
+#
+# Here, once per checkout (the .debs go to .deb/, which git ignores):
+#     bench/device.sh fetch
+# Then, as the device command (name .deb in carry):
+#     bench/device.sh test            # build, then every GPU test; logs under $OUT
+#     bench/device.sh bench [ARGS]    # build, then nvfp4moe bench ARGS (default: all presets)
+#     bench/device.sh all [ARGS]      # both
+# Everything printed also lands in $OUT/device.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+case "${1:-}" in
+fetch)
+    mkdir -p .deb
+    grep -qx '/.deb/' .git/info/exclude 2>/dev/null || echo '/.deb/' >>.git/info/exclude
+    (cd .deb && apt-get download libjansson-dev libjansson4)
+    ls -l .deb
+    exit 0
+    ;;
+test | bench | all) ;;
+*)
+    sed -n '2,13p' "$0"
+    exit 1
+    ;;
+esac
+what=$1
+shift
+
+out=${OUT:-/tmp/nvfp4moe-out}
+mkdir -p "$out"
+exec > >(tee -a "$out/device.log") 2>&1
+
+make_flags=(BUILD=build-device)
+if ! [ -f /usr/include/jansson.h ]; then
+    ls .deb/libjansson*.deb >/dev/null 2>&1 || { echo "no jansson here: run 'bench/device.sh fetch' first and carry .deb"; exit 1; }
+    prefix=/tmp/jansson
+    for d in .deb/libjansson*.deb; do dpkg -x "$d" "$prefix"; done
+    make_flags+=(DEPS=0 JANSSON_PREFIX="$prefix")
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+echo "commit $commit, $(date -u '+%Y-%m-%d %H:%M UTC')"
+
+make "${make_flags[@]}" -j"$(nproc)" build-all >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+
+if [ "$what" = test ] || [ "$what" = all ]; then
+    rc=0
+    for t in build-device/tests/gpu_*; do
+        echo "== $t"
+        "$t" >"$out/$(basename "$t").txt" 2>&1 || rc=1
+        tail -n 1 "$out/$(basename "$t").txt"
+    done
+    NVFP4MOE_CLI=build-device/nvfp4moe tests/run_all.sh build-device/tests/test_* | tail -n 1
+    build-device/nvfp4moe run | tee "$out/run.txt"
+    [ "$rc" = 0 ] || echo "a GPU test failed: see $out"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+    build-device/nvfp4moe bench --commit "$commit" --out "$out/bench" "$@"
+fi
