@@ -434,7 +434,10 @@ typedef struct nvfp4moe_plan_options {
 } nvfp4moe_plan_options;
 
 /* Selects a backend (as nvfp4moe_select) and prepares it for these weights: converts the weights
- * into the backend's layout once (the plan keeps its own copy; w may be freed afterwards). */
+ * into the backend's layout once (the plan keeps its own copy; w may be freed afterwards).
+ * Host weights are validated (nvfp4moe_weights_validate); device weights are not read on the
+ * host. A plan is one layer on one device: cfg->lora and cfg->parallel.ep_size > 1 are
+ * UNSUPPORTED here (the oracle still plans such deployments). */
 nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                      const nvfp4moe_plan_options *opt, nvfp4moe_plan **out);
 /* The backend and kernel that run ("CPU_REFERENCE", "MARLIN", ...). */

@@ -76,6 +76,14 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
     NVFP4MOE_RETURN_IF(!cfg || !w, NVFP4MOE_ERR_INVALID_ARGUMENT, "nvfp4moe_plan_create: %s is NULL",
                        !cfg ? "cfg" : "w");
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
+    /* The oracle answers for a deployment; a plan computes one layer on one device. Two deployment
+     * features have no meaning there and must not be ignored silently. */
+    NVFP4MOE_RETURN_IF(cfg->lora, NVFP4MOE_ERR_UNSUPPORTED,
+                       "lora is set, but nvfp4moe's layer API has no LoRA adapters to apply "
+                       "(nvfp4moe select plans LoRA deployments)");
+    NVFP4MOE_RETURN_IF(cfg->parallel.ep_size > 1, NVFP4MOE_ERR_UNSUPPORTED,
+                       "parallel.ep_size=%d: a plan runs every expert of the layer on one device; plan "
+                       "each rank's local experts with ep_size=1", cfg->parallel.ep_size);
     nvfp4moe_plan_options o = {0};
     if (opt) o = *opt;
     NVFP4MOE_RETURN_IF(o.backend && strlen(o.backend) >= sizeof cfg->moe_backend, NVFP4MOE_ERR_INVALID_ARGUMENT,

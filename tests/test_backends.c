@@ -117,8 +117,31 @@ static void test_batch_invariance(void) {
     nvfp4moe_layer_free(l);
 }
 
+/* A plan is one layer on one device: deployment features it cannot honour are refused, by name. */
+static void test_plan_refusals(void) {
+    T_CASE("plan refusals");
+    nvfp4moe_config c = cfg_of(8, 2, 32, 32);
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, 3, &l));
+    if (!l) return;
+    nvfp4moe_device dev = cpu();
+    nvfp4moe_plan_options po = {.device = &dev};
+    nvfp4moe_plan *plan = NULL;
+    c.lora = true;
+    CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_UNSUPPORTED, "lora is set");
+    c.lora = false;
+    c.parallel.ep_size = 2;
+    CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_UNSUPPORTED, "parallel.ep_size=2");
+    c.parallel.ep_size = 1;
+    po.backend = "marlin";   /* a GPU backend on the CPU: the oracle's reason comes back */
+    CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_UNSUPPORTED, "MARLIN");
+    CHECK(plan == NULL, "no plan on failure");
+    nvfp4moe_layer_free(l);
+}
+
 int main(void) {
     uint64_t seed = 1000;
+    test_plan_refusals();
     /* vLLM-like shapes, scaled down to stay fast on two cores; H and I not multiples of 128 too. */
     const int shapes[][5] = {{8, 2, 128, 64, 7},   {40, 6, 256, 128, 5}, {64, 1, 144, 80, 33},
                              {256, 8, 64, 32, 9},   {8, 8, 48, 208, 4},   {40, 2, 256, 96, 64}};
