@@ -693,6 +693,187 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
                                             nvfp4moe_ckpt_format fmt,
                                             const char *base_config_json);
 
+// ---- expert parallelism ----
+//
+// Expert parallelism (EP) shards a layer's experts over ep_size ranks (one process per GPU, or
+// threads in one process for the loopback simulation). Rank r owns the contiguous experts
+// [r*E/ep, (r+1)*E/ep) (vLLM's default expert map). A forward on rank r takes that rank's own tokens
+// and runs three steps:
+//   dispatch  route the tokens (global router), and send each (token, slot) pair's hidden row to the
+//             rank owning its expert, together with the expert's local index there;
+//   experts   every rank runs the rows it received through an ordinary single-rank plan over its
+//             E/ep local experts (top_k 1, weight 1: the expert's plain output);
+//   combine   the outputs go back to their source rank, which sums each token's slots in slot order
+//             with the top-k weights (float32 accumulation, then cfg.out_dtype).
+// The top-k weights are applied exactly once: on the input at dispatch when
+// cfg.apply_router_weight_on_input (as vLLM's prepare step does), otherwise in the combine.
+// With the CPU backends this gives the single-rank CPU_FAST output bit for bit (the same dot
+// products, the same slot-order sum). W4A4's activation global scale is the layer's (1 / max over
+// ALL experts' input scales), as on one rank: each rank's local layer carries the global maxima.
+//
+// Activation formats (vLLM's, /work/shared/reference: standard vs BatchedExperts), chosen from the
+// parallel config exactly as the oracle derives it: batched iff ep_size > 1, dp_size > 1 and
+// all2all is "deepep_low_latency" or "nixl_ep"; standard otherwise.
+//   standard  variable counts: each rank first exchanges how many rows it sends to every peer,
+//             then the rows (all-to-all-v), token order, one row per (token, slot) pair;
+//   batched   fixed shapes for CUDA graphs: every rank receives [E_local, ep*max_tokens, H], source
+//             s's rows for local expert e at rows [s*max_tokens, s*max_tokens + n) of block e, zero
+//             padding after; per-expert counts travel first. max_tokens is a per (source rank, local
+//             expert) capacity fixed at plan creation; exceeding it is ERR_BUFFER_TOO_SMALL naming
+//             the expert (never silent truncation). The experts step runs the whole padded block
+//             (fixed shape; padding rows are zeros and their outputs are never read).
+// Every step that can fail on one rank (routing, overflow, the local experts) is followed by a
+// status exchange, so all ranks fail together instead of deadlocking.
+
+typedef enum nvfp4moe_ep_format {
+    NVFP4MOE_EP_STANDARD = 0,    /* "standard" */
+    NVFP4MOE_EP_BATCHED  = 1,    /* "batched" */
+} nvfp4moe_ep_format;
+const char *nvfp4moe_ep_format_name(nvfp4moe_ep_format f);   /* "?" out of range */
+/* The format the oracle's parallel config implies (see above). cfg is not validated. */
+nvfp4moe_ep_format nvfp4moe_ep_format_of(const nvfp4moe_config *cfg);
+
+/* Which experts a rank owns. */
+typedef struct nvfp4moe_ep_partition {
+    int32_t ep_size, ep_rank;
+    int32_t num_experts;      /* E (global) */
+    int32_t local_experts;    /* E / ep_size */
+    int32_t first_expert;     /* ep_rank * local_experts */
+} nvfp4moe_ep_partition;
+
+/* From cfg->parallel (ep_size, ep_rank) and cfg->num_experts. INVALID_ARGUMENT naming the field
+ * when ep_size < 1, ep_rank is out of [0, ep_size) or ep_size does not divide num_experts. */
+nvfp4moe_status nvfp4moe_ep_partition_of(const nvfp4moe_config *cfg, nvfp4moe_ep_partition *out);
+/* The rank owning global expert e (0 <= e < num_experts). */
+static inline int32_t nvfp4moe_ep_owner(const nvfp4moe_ep_partition *p, int32_t e) {
+    return e / p->local_experts;
+}
+
+/* The dispatch plan of one rank's tokens: where each (token, slot) pair p = t*top_k + j goes.
+ * Pure host computation from topk_ids (no communication). Owned by the caller: free with
+ * nvfp4moe_ep_dispatch_free. */
+typedef struct nvfp4moe_ep_dispatch {
+    nvfp4moe_ep_format format;
+    int32_t ep_size, local_experts, top_k;
+    int64_t num_tokens;
+    int64_t max_tokens;        /* batched: capacity per (rank, local expert); 0 for standard */
+    int64_t *send_counts;      /* [ep_size] rows sent to each rank (batched: local_experts*max_tokens) */
+    int64_t *send_offsets;     /* [ep_size + 1] first row of each rank's block in the send buffer */
+    int64_t *pair_row;         /* [M*top_k] the send-buffer row of pair p (standard: destination
+                                  rank's block, token order; batched: rank block, expert block
+                                  (max_tokens rows each), then arrival order) */
+    int32_t *row_expert;       /* [send_offsets[ep_size]] the destination's local expert of each
+                                  send row (batched: -1 for padding rows) */
+    int64_t *row_pair;         /* [send_offsets[ep_size]] the pair a send row carries (-1: padding) */
+    int64_t *expert_counts;    /* [ep_size * local_experts] pairs sent to (rank, local expert) */
+} nvfp4moe_ep_dispatch;
+
+/* Builds the dispatch plan. topk_ids [num_tokens, top_k] global expert ids (checked: in range).
+ * format BATCHED needs max_tokens >= 1; a (rank, local expert) receiving more than max_tokens
+ * pairs is ERR_BUFFER_TOO_SMALL: "batched dispatch: expert 5 (local expert 1 of rank 2) gets 9
+ * tokens, max_tokens=8". */
+nvfp4moe_status nvfp4moe_ep_dispatch_build(const nvfp4moe_ep_partition *part, nvfp4moe_ep_format format,
+                                           int64_t max_tokens, const int32_t *topk_ids,
+                                           int64_t num_tokens, int32_t top_k,
+                                           nvfp4moe_ep_dispatch **out);
+void nvfp4moe_ep_dispatch_free(nvfp4moe_ep_dispatch *d);   /* NULL is fine */
+
+/* The combine: out[t] = sum over slots j in order of coef(t, j) * rows[pair_row[t*top_k + j]],
+ * accumulated in float32, coef = topk_weights[t*top_k + j] (or 1 when weights is NULL: they were
+ * applied on the input). rows: [*, H] float32 returned expert outputs; out: [M, H] in out_dtype. */
+void nvfp4moe_ep_combine(const nvfp4moe_ep_dispatch *d, const float *rows, int64_t hidden,
+                         const float *topk_weights, nvfp4moe_dtype out_dtype, void *out);
+
+/* One point-to-point transfer of a transport exchange. */
+typedef struct nvfp4moe_ep_xfer {
+    int32_t peer;      /* the other rank (may be this rank) */
+    void   *buf;       /* send: read; receive: written */
+    size_t  bytes;
+} nvfp4moe_ep_xfer;
+
+/* How ranks move bytes: a small table of functions (loopback below; NCCL in NCCL builds).
+ * exchange() is collective: every rank of the group calls it the same number of times; it posts all
+ * of this rank's sends and receives as one group and returns when the receives have landed and the
+ * send buffers may be reused. The k-th send from rank a to rank b matches the k-th receive on b
+ * from a; their byte counts must agree. Buffers are host memory. The transport is owned by its
+ * creator: destroy(ctx) releases it (may be NULL when there is nothing to release). */
+typedef struct nvfp4moe_ep_transport {
+    int32_t size, rank;
+    void   *ctx;
+    const char *name;  /* "loopback", "nccl" */
+    nvfp4moe_status (*exchange)(void *ctx, const nvfp4moe_ep_xfer *sends, int32_t nsend,
+                                const nvfp4moe_ep_xfer *recvs, int32_t nrecv);
+    void (*destroy)(void *ctx);
+} nvfp4moe_ep_transport;
+
+/* The in-process loopback: `size` ranks simulated by threads of one process (each rank's thread
+ * calls exchange() through its own transport). Free with nvfp4moe_ep_loopback_free once every
+ * rank's thread is done. */
+typedef struct nvfp4moe_ep_loopback nvfp4moe_ep_loopback;
+nvfp4moe_status nvfp4moe_ep_loopback_create(int32_t size, nvfp4moe_ep_loopback **out);
+/* Rank `rank`'s transport (borrowing the loopback: destroy is NULL). */
+nvfp4moe_ep_transport nvfp4moe_ep_loopback_transport(nvfp4moe_ep_loopback *lb, int32_t rank);
+void nvfp4moe_ep_loopback_free(nvfp4moe_ep_loopback *lb);   /* NULL is fine */
+/* Runs fn(rank, transport, ctx) for every rank on its own thread and waits for all; returns the
+ * first failing rank's status (its message prefixed "rank R: "). */
+nvfp4moe_status nvfp4moe_ep_loopback_run(nvfp4moe_ep_loopback *lb,
+                                         nvfp4moe_status (*fn)(int32_t rank, const nvfp4moe_ep_transport *t,
+                                                               void *ctx),
+                                         void *ctx);
+
+/* True when this build contains the NCCL transport (CUDA builds where nccl.h was found). */
+bool nvfp4moe_built_with_nccl(void);
+/* The NCCL transport of rank `rank` of `size`, on CUDA device `device`: rank 0 writes the NCCL
+ * unique id to id_file (through id_file.tmp + rename), the others wait for it (up to 120 s).
+ * Host buffers are staged through device memory; libnccl.so.2 is loaded at run time (dlopen), so
+ * nothing else in the library needs NCCL. UNSUPPORTED in builds without NCCL or when libnccl
+ * cannot be loaded; ERR_CUDA for NCCL/CUDA failures (the message has NCCL's text). Release with
+ * t->destroy(t->ctx). */
+nvfp4moe_status nvfp4moe_ep_nccl_create(int32_t size, int32_t rank, int32_t device, const char *id_file,
+                                        nvfp4moe_ep_transport *out);
+
+/* An EP plan: one rank's share of a layer. */
+typedef struct nvfp4moe_ep_plan nvfp4moe_ep_plan;
+
+typedef struct nvfp4moe_ep_options {
+    const nvfp4moe_plan_options *plan; /* device, oracle options for the local plan (NULL: defaults;
+                                          plan->backend is ignored: see local_backend) */
+    const char *local_backend;  /* NULL: run the backend the oracle picks for the global config with
+                                   its parallel config (ep size/rank, all2all, format); a name
+                                   ("cpu_fast", "marlin"): force it for the local experts, e.g. the
+                                   CPU loopback simulation, where the oracle (as vLLM) has no EP
+                                   backend for the CPU */
+    int64_t max_tokens;         /* batched format: capacity per (source rank, local expert); must be
+                                   >= 1 for a batched config */
+} nvfp4moe_ep_options;
+
+/* Creates rank t->rank's plan: checks cfg (its parallel.ep_size must equal t->size and
+ * parallel.ep_rank t->rank), asks the oracle with the global config, slices w (host memory, the
+ * whole layer) to the local experts and creates their single-rank plan. Weights are copied. */
+nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                        const nvfp4moe_ep_transport *t, const nvfp4moe_ep_options *opt,
+                                        nvfp4moe_ep_plan **out);
+nvfp4moe_ep_format nvfp4moe_ep_plan_format(const nvfp4moe_ep_plan *p);
+const nvfp4moe_ep_partition *nvfp4moe_ep_plan_partition(const nvfp4moe_ep_plan *p);
+/* The oracle's report for the global config with its parallel config: the EP verdict (for the CPU
+ * with ep > 1 it holds no backend; the local plan then ran a forced local_backend). */
+const nvfp4moe_report *nvfp4moe_ep_plan_report(const nvfp4moe_ep_plan *p);
+/* The single-rank plan of the local experts (owned by the EP plan). */
+const nvfp4moe_plan *nvfp4moe_ep_plan_local(const nvfp4moe_ep_plan *p);
+
+/* Where a forward's time went on this rank (seconds) and what it moved. */
+typedef struct nvfp4moe_ep_stats {
+    double dispatch_s, experts_s, combine_s;
+    int64_t rows_sent, rows_received;    /* hidden rows (batched: padding included) */
+    size_t bytes_sent, bytes_received;   /* every exchange, counts and statuses included */
+} nvfp4moe_ep_stats;
+
+/* One EP forward of this rank's tokens; collective (every rank calls it). io: host memory, as for
+ * a single-rank host plan (hidden [M, H], router_logits [M, E] or topk_ids/topk_weights, output
+ * [M, H]; workspace unused); M may differ between ranks and be 0. stats may be NULL. */
+nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, nvfp4moe_ep_stats *stats);
+void nvfp4moe_ep_plan_destroy(nvfp4moe_ep_plan *p);   /* NULL is fine */
+
 #ifdef __cplusplus
 }
 #endif
