@@ -63,6 +63,11 @@ ifeq ($(CUDA),1)
   CFLAGS += -DNVFP4MOE_HAVE_CUDA -I$(CUDA_HOME)/include
   OBJ    += $(SRC_CU:%.cu=$(BUILD)/obj/%.o)
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+  # Expert parallelism's NCCL transport (src/ep_nccl.c): compiled when nccl.h is there; libnccl
+  # is loaded at run time (dlopen), so nothing links -lnccl and CPU runs never need it.
+  ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
+    CFLAGS += -DNVFP4MOE_HAVE_NCCL
+  endif
 endif
 TOOL_OBJ := $(TOOL_C:%.c=$(BUILD)/obj/%.o)
 

@@ -4,6 +4,7 @@
  * the oracle picks (or --moe-backend), and prints the backend, shapes, time and an output checksum.
  */
 #include "cli.h"
+#include "cli_ep.h"
 #include "cli_model.h"
 
 #include <math.h>
@@ -25,7 +26,10 @@ static void run_usage(FILE *f) {
                "                            flags then override its config.json\n"
                "  --layer N                 with --model: decoder layer (default: the first MoE layer)\n"
                "  --input FILE              hidden states [M, H]: .safetensors or raw float32 (sets M)\n"
-               "  --device NAME             plan for this device (default: detect; see nvfp4moe select --help)\n\n");
+               "  --device NAME             plan for this device (default: detect; see nvfp4moe select --help)\n\n"
+               "With --ep N (N > 1): expert parallelism over N ranks, --tokens per rank. On a GPU machine one\n"
+               "process per GPU over NCCL (needs N GPUs and an NCCL build); without a GPU (or with --device)\n"
+               "N ranks simulated by threads of this process (loopback), local experts on CPU_FAST.\n\n");
     cli_config_flags_help(f);
 }
 
@@ -172,6 +176,14 @@ int cmd_run(int argc, char **argv) {
                mb, now_s() - t0);
     }
 
+    if (cfg.parallel.ep_size > 1) {   /* --ep N: expert parallelism (tools/cmd_run_ep.c) */
+        if (xin) fprintf(stderr, "nvfp4moe run: --input is not used with --ep (each rank makes its own tokens)\n");
+        int erc = cli_run_ep(&cfg, weights, tokens, &dev, device_name != NULL, argc, argv);
+        nvfp4moe_layer_free(layer);
+        nvfp4moe_ckpt_layer_free(ck);
+        free(xin);
+        return erc;
+    }
     nvfp4moe_plan *plan = NULL;
     nvfp4moe_plan_options po = {.device = &dev};
     if ((st = nvfp4moe_plan_create(&cfg, weights, &po, &plan)) != NVFP4MOE_OK) {
