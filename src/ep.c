@@ -420,17 +420,21 @@ nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4m
     nvfp4moe_status sel = st == NVFP4MOE_OK ? nvfp4moe_select(cfg, &dev, po.oracle, &p->report) : st;
     char backend[40] = "";
     if (o.local_backend) {
-        NVFP4MOE_RETURN_IF(strlen(o.local_backend) >= sizeof backend, NVFP4MOE_ERR_INVALID_ARGUMENT,
-                           "ep options local_backend '%s' is too long", o.local_backend);
+        if (strlen(o.local_backend) >= sizeof backend) {
+            nvfp4moe_ep_plan_destroy(p);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "ep options local_backend '%s' is too long",
+                                      o.local_backend);
+        }
         nvfp4moe_strlcpy(backend, o.local_backend, sizeof backend);
     } else if (sel == NVFP4MOE_OK) {
         nvfp4moe_strlcpy(backend, p->report.backend, sizeof backend);
     } else {
+        if (st == NVFP4MOE_OK)   /* the message reads the report: set it before the plan goes */
+            st = nvfp4moe_set_error(sel, "ep plan: the oracle has no backend for %s format, ep_size=%d on %s: %s: %s",
+                                    nvfp4moe_ep_format_name(format), part.ep_size, p->report.device,
+                                    p->report.error_kind, p->report.error);
         nvfp4moe_ep_plan_destroy(p);
-        if (st != NVFP4MOE_OK) return st;
-        return nvfp4moe_set_error(sel, "ep plan: the oracle has no backend for %s format, ep_size=%d on %s: %s: %s",
-                                  nvfp4moe_ep_format_name(format), part.ep_size, p->report.device,
-                                  p->report.error_kind, p->report.error);
+        return st;
     }
 
     /* The local layer: a view of the rank's experts (no copy: the local plan copies). W4A4's input

@@ -58,9 +58,14 @@ typedef struct {
 
 static nvfp4moe_status load_api(nccl_api *a) {
     memset(a, 0, sizeof *a);
-    a->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    if (!a->lib) a->lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
-    NVFP4MOE_RETURN_IF(!a->lib, NVFP4MOE_ERR_UNSUPPORTED, "NCCL transport: cannot load libnccl.so.2: %s", dlerror());
+    /* NVFP4MOE_NCCL_LIB first (a path), then the loader's search path, then CUDA's own lib64,
+     * where the CUDA images keep NCCL without always registering it with the loader. */
+    const char *env = getenv("NVFP4MOE_NCCL_LIB");
+    const char *names[] = {env, "libnccl.so.2", "libnccl.so", "/usr/local/cuda/lib64/libnccl.so.2"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !a->lib; i++)
+        if (names[i] && names[i][0]) a->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    NVFP4MOE_RETURN_IF(!a->lib, NVFP4MOE_ERR_UNSUPPORTED,
+                       "NCCL transport: cannot load libnccl.so.2 (set NVFP4MOE_NCCL_LIB to its path): %s", dlerror());
     /* dlsym returns void *; the cast through a union keeps -Wpedantic quiet without changing bits. */
 #define NCCL_SYM(field, name)                                                                      \
     do {                                                                                           \
@@ -252,6 +257,10 @@ bool nvfp4moe_built_with_nccl(void) { return false; }
 
 nvfp4moe_status nvfp4moe_ep_nccl_create(int32_t size, int32_t rank, int32_t device, const char *id_file,
                                         nvfp4moe_ep_transport *out) {
+    NVFP4MOE_RETURN_IF(!out || !id_file, NVFP4MOE_ERR_INVALID_ARGUMENT, "nvfp4moe_ep_nccl_create: %s is NULL",
+                       !out ? "out" : "id_file");
+    NVFP4MOE_RETURN_IF(size < 1 || rank < 0 || rank >= size, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "NCCL transport: rank=%d must be in [0, size=%d)", rank, size);
     return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
                               "this build has no NCCL transport (%s): expert parallelism across processes needs a "
                               "CUDA build where nccl.h was found; the loopback transport runs in one process",

@@ -439,7 +439,21 @@ static void test_overflow(void) {
     free(w);
 }
 
+/* The NCCL transport's argument checks (no NCCL is loaded: they come first), and the plain
+ * refusal of a build without it. */
+static void test_nccl_entry(void) {
+    T_CASE("nccl transport arguments");
+    nvfp4moe_ep_transport t;
+    CHECK_ERR(nvfp4moe_ep_nccl_create(2, 2, 0, "/nonexistent/id", &t), NVFP4MOE_ERR_INVALID_ARGUMENT,
+              "rank=2 must be in [0, size=2)");
+    CHECK_ERR(nvfp4moe_ep_nccl_create(2, 0, 0, NULL, &t), NVFP4MOE_ERR_INVALID_ARGUMENT, "id_file is NULL");
+    if (!nvfp4moe_built_with_nccl())
+        CHECK_ERR(nvfp4moe_ep_nccl_create(2, 0, 0, "/nonexistent/id", &t), NVFP4MOE_ERR_UNSUPPORTED,
+                  "this build has no NCCL transport");
+}
+
 int main(void) {
+    test_nccl_entry();
     test_partition_and_dispatch();
     test_formats_and_oracle();
     test_plan_errors();
