@@ -849,7 +849,10 @@ typedef struct nvfp4moe_ep_options {
 
 /* Creates rank t->rank's plan: checks cfg (its parallel.ep_size must equal t->size and
  * parallel.ep_rank t->rank), asks the oracle with the global config, slices w (host memory, the
- * whole layer) to the local experts and creates their single-rank plan. Weights are copied. */
+ * whole layer) to the local experts and creates their single-rank plan. Weights are copied.
+ * Collective once cfg and t agree on the rank: every rank calls it, and a failure on one rank
+ * (say, a backend its device lacks) fails every rank ("ep plan creation: rank 2 failed"). A rank
+ * whose cfg and transport disagree returns at once without taking part. */
 nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                         const nvfp4moe_ep_transport *t, const nvfp4moe_ep_options *opt,
                                         nvfp4moe_ep_plan **out);

@@ -380,7 +380,45 @@ static void local_config(const nvfp4moe_config *cfg, const nvfp4moe_ep_partition
     lc->parallel.eplb = false;
 }
 
-nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+/* A status every rank learns: each rank sends its own (0 = fine) to every peer; returns this
+ * rank's status if it failed, else the first failed peer's as an error naming it. */
+static nvfp4moe_status agree_on(const nvfp4moe_ep_transport *t, nvfp4moe_status mine, const char *step,
+                                nvfp4moe_ep_stats *stats) {
+    const int32_t R = t->size;
+    int32_t *buf = calloc((size_t)(R + 1), sizeof(int32_t));
+    nvfp4moe_ep_xfer *x = calloc((size_t)(2 * R), sizeof *x);
+    if (!buf || !x) {
+        free(buf);
+        free(x);
+        /* Cannot take part in the exchange: the others will hang. Out of memory on 2 small arrays. */
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "ep %s: out of memory", step);
+    }
+    buf[R] = (int32_t)mine;
+    for (int32_t r = 0; r < R; r++) {
+        x[r] = (nvfp4moe_ep_xfer){r, &buf[R], sizeof(int32_t)};
+        x[R + r] = (nvfp4moe_ep_xfer){r, &buf[r], sizeof(int32_t)};
+    }
+    nvfp4moe_status st = t->exchange(t->ctx, x, R, x + R, R);
+    if (stats) {
+        stats->bytes_sent += sizeof(int32_t) * (size_t)R;
+        stats->bytes_received += sizeof(int32_t) * (size_t)R;
+    }
+    if (st == NVFP4MOE_OK && mine != NVFP4MOE_OK) st = mine;   /* this rank's own message stands */
+    for (int32_t r = 0; st == NVFP4MOE_OK && r < R; r++)
+        if (buf[r] != NVFP4MOE_OK)
+            st = nvfp4moe_set_error((nvfp4moe_status)buf[r], "ep %s: rank %d failed (%s); see its message", step, r,
+                                    nvfp4moe_status_str((nvfp4moe_status)buf[r]));
+    free(buf);
+    free(x);
+    return st;
+}
+
+static nvfp4moe_status agree(nvfp4moe_ep_plan *p, nvfp4moe_status mine, const char *step, nvfp4moe_ep_stats *stats) {
+    return agree_on(&p->t, mine, step, stats);
+}
+
+/* Rank t->rank's share, without the agreement (nvfp4moe_ep_plan_create below adds it). */
+static nvfp4moe_status plan_create_rank(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                         const nvfp4moe_ep_transport *t, const nvfp4moe_ep_options *opt,
                                         nvfp4moe_ep_plan **out) {
     NVFP4MOE_RETURN_IF(!out, NVFP4MOE_ERR_INVALID_ARGUMENT, "nvfp4moe_ep_plan_create: out is NULL");
@@ -504,42 +542,31 @@ nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4m
     return NVFP4MOE_OK;
 }
 
+nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                        const nvfp4moe_ep_transport *t, const nvfp4moe_ep_options *opt,
+                                        nvfp4moe_ep_plan **out) {
+    NVFP4MOE_RETURN_IF(!out, NVFP4MOE_ERR_INVALID_ARGUMENT, "nvfp4moe_ep_plan_create: out is NULL");
+    NVFP4MOE_RETURN_IF(!cfg || !t || !t->exchange, NVFP4MOE_ERR_INVALID_ARGUMENT, "nvfp4moe_ep_plan_create: %s",
+                       !cfg ? "cfg is NULL" : !t ? "transport is NULL" : "the transport has no exchange function");
+    /* Only when the transport and the config agree on who this rank is can the ranks talk; past
+     * that point a failure on one rank (a backend missing on its device, out of memory) is shared
+     * so that no rank is left waiting in its first forward. */
+    if (t->size != cfg->parallel.ep_size || t->rank != cfg->parallel.ep_rank)
+        return plan_create_rank(cfg, w, t, opt, out);   /* fails, naming both */
+    nvfp4moe_ep_plan *p = NULL;
+    nvfp4moe_status st = agree_on(t, plan_create_rank(cfg, w, t, opt, &p), "plan creation", NULL);
+    if (st != NVFP4MOE_OK) {
+        nvfp4moe_ep_plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return NVFP4MOE_OK;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* A status every rank learns: each rank sends its own (0 = fine) to every peer; returns this
- * rank's status if it failed, else the first failed peer's as an error naming it. */
-static nvfp4moe_status agree(nvfp4moe_ep_plan *p, nvfp4moe_status mine, const char *step, nvfp4moe_ep_stats *stats) {
-    const int32_t R = p->part.ep_size;
-    int32_t *buf = calloc((size_t)(R + 1), sizeof(int32_t));
-    nvfp4moe_ep_xfer *x = calloc((size_t)(2 * R), sizeof *x);
-    if (!buf || !x) {
-        free(buf);
-        free(x);
-        /* Cannot take part in the exchange: the others will hang. Out of memory on 2 small arrays. */
-        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "ep %s: out of memory", step);
-    }
-    buf[R] = (int32_t)mine;
-    for (int32_t r = 0; r < R; r++) {
-        x[r] = (nvfp4moe_ep_xfer){r, &buf[R], sizeof(int32_t)};
-        x[R + r] = (nvfp4moe_ep_xfer){r, &buf[r], sizeof(int32_t)};
-    }
-    nvfp4moe_status st = p->t.exchange(p->t.ctx, x, R, x + R, R);
-    if (stats) {
-        stats->bytes_sent += sizeof(int32_t) * (size_t)R;
-        stats->bytes_received += sizeof(int32_t) * (size_t)R;
-    }
-    if (st == NVFP4MOE_OK && mine != NVFP4MOE_OK) st = mine;   /* this rank's own message stands */
-    for (int32_t r = 0; st == NVFP4MOE_OK && r < R; r++)
-        if (buf[r] != NVFP4MOE_OK)
-            st = nvfp4moe_set_error((nvfp4moe_status)buf[r], "ep %s: rank %d failed (%s); see its message", step, r,
-                                    nvfp4moe_status_str((nvfp4moe_status)buf[r]));
-    free(buf);
-    free(x);
-    return st;
 }
 
 /* Runs the local plan on rows [n, H] (in_dtype) with local expert ids; out [n, H] local out dtype. */

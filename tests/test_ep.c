@@ -351,10 +351,13 @@ static nvfp4moe_status oracle_rank(int32_t rank, const nvfp4moe_ep_transport *t,
 
 static nvfp4moe_status mismatch_rank(int32_t rank, const nvfp4moe_ep_transport *t, void *ctx) {
     nvfp4moe_config c = *(const nvfp4moe_config *)ctx;
-    c.parallel.ep_rank = 0;   /* every rank claims rank 0 */
+    /* Every rank claims the next rank. (A rank alone in disagreeing would leave the others waiting
+     * in plan creation's agreement: a rank that does not know who it is cannot take part.) */
+    c.parallel.ep_rank = (rank + 1) % c.parallel.ep_size;
     nvfp4moe_layer *layer = NULL;
     nvfp4moe_config c1 = c;
     c1.parallel.ep_size = 1;
+    c1.parallel.ep_rank = 0;
     nvfp4moe_status st = nvfp4moe_layer_random(&c1, 5, &layer);
     if (st != NVFP4MOE_OK) return st;
     nvfp4moe_ep_options eo = {.local_backend = "cpu_fast"};
@@ -362,7 +365,33 @@ static nvfp4moe_status mismatch_rank(int32_t rank, const nvfp4moe_ep_transport *
     st = nvfp4moe_ep_plan_create(&c, &layer->w, t, &eo, &p);
     nvfp4moe_ep_plan_destroy(p);
     nvfp4moe_layer_free(layer);
-    return rank == 0 && st == NVFP4MOE_OK ? NVFP4MOE_OK : st;
+    return st;
+}
+
+/* Rank 2 asks for a backend that does not exist; the others are fine. Everyone must fail (no rank
+ * may go on to a forward the others never join). */
+static nvfp4moe_status one_bad_rank(int32_t rank, const nvfp4moe_ep_transport *t, void *ctx) {
+    nvfp4moe_config c = *(const nvfp4moe_config *)ctx;
+    c.parallel.ep_size = t->size;
+    c.parallel.ep_rank = rank;
+    nvfp4moe_layer *layer = NULL;
+    nvfp4moe_config c1 = c;
+    c1.parallel.ep_size = 1;
+    c1.parallel.ep_rank = 0;
+    nvfp4moe_status st = nvfp4moe_layer_random(&c1, 5, &layer);
+    if (st != NVFP4MOE_OK) return st;
+    nvfp4moe_device cpu;
+    nvfp4moe_device_parse("cpu", &cpu);
+    nvfp4moe_plan_options po = {.device = &cpu};
+    nvfp4moe_ep_options eo = {.plan = &po, .local_backend = rank == 2 ? "no_such_backend" : "cpu_fast"};
+    nvfp4moe_ep_plan *p = NULL;
+    st = nvfp4moe_ep_plan_create(&c, &layer->w, t, &eo, &p);
+    if (st == NVFP4MOE_OK) st = nvfp4moe_set_error(NVFP4MOE_ERR_INTERNAL, "rank %d: plan created", rank);
+    else if (rank == 2 && !strstr(nvfp4moe_last_error(), "no_such_backend"))
+        st = nvfp4moe_set_error(NVFP4MOE_ERR_INTERNAL, "rank 2's own message is lost: %s", nvfp4moe_last_error());
+    nvfp4moe_ep_plan_destroy(p);
+    nvfp4moe_layer_free(layer);
+    return st;
 }
 
 static void test_plan_errors(void) {
@@ -375,7 +404,14 @@ static void test_plan_errors(void) {
               "the oracle has no backend for standard format, ep_size=2 on cpu");
     T_CASE("ep plan rank vs transport");
     CHECK_ERR(nvfp4moe_ep_loopback_run(lb, mismatch_rank, &c), NVFP4MOE_ERR_INVALID_ARGUMENT,
-              "rank 1: parallel.ep_size=2, ep_rank=0 do not match the transport (loopback: 2 ranks, rank 1)");
+              "rank 0: parallel.ep_size=2, ep_rank=1 do not match the transport (loopback: 2 ranks, rank 0)");
+    T_CASE("ep plan creation fails on one rank only");
+    nvfp4moe_ep_loopback *lb4 = NULL;
+    CHECK_OK(nvfp4moe_ep_loopback_create(4, &lb4));
+    if (lb4)
+        CHECK_ERR(nvfp4moe_ep_loopback_run(lb4, one_bad_rank, &c), NVFP4MOE_ERR_NOT_FOUND,
+                  "rank 0: ep plan creation: rank 2 failed");
+    nvfp4moe_ep_loopback_free(lb4);
     nvfp4moe_ep_loopback_free(lb);
     T_CASE("ep plan batched needs max_tokens");
     set_batched(&c);

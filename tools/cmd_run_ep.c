@@ -56,8 +56,7 @@ static nvfp4moe_status one_rank(int32_t rank, const nvfp4moe_ep_transport *t, vo
     nvfp4moe_plan_options po = {.device = &dev};
     nvfp4moe_ep_options eo = {.plan = &po, .local_backend = r->local_backend, .max_tokens = M * cfg.top_k};
     nvfp4moe_ep_plan *p = NULL;
-    /* Plan creation is not collective: a rank failing here leaves the others waiting in their
-     * first exchange (the same config fails alike on every rank, so in practice all fail here). */
+    /* Collective: a rank failing here makes every rank fail here. */
     nvfp4moe_status st = nvfp4moe_ep_plan_create(&cfg, r->w, t, &eo, &p);
     if (st != NVFP4MOE_OK) return st;
     const size_t isz = nvfp4moe_dtype_size(cfg.in_dtype), osz = nvfp4moe_dtype_size(cfg.out_dtype);
