@@ -722,8 +722,11 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
 //             expert) capacity fixed at plan creation; exceeding it is ERR_BUFFER_TOO_SMALL naming
 //             the expert (never silent truncation). The experts step runs the whole padded block
 //             (fixed shape; padding rows are zeros and their outputs are never read).
-// Every step that can fail on one rank (routing, overflow, the local experts) is followed by a
-// status exchange, so all ranks fail together instead of deadlocking.
+// Every step that can fail on one rank (plan creation, routing, overflow, the local experts) is
+// followed by a status exchange, so all ranks fail together instead of deadlocking.
+//
+// NOT YET RUN ON GPUS: verified with the loopback transport and the CPU backends only (tests/test_ep.c);
+// the NCCL transport and the GPU path compile but have not run (docs/expert_parallel.md).
 
 typedef enum nvfp4moe_ep_format {
     NVFP4MOE_EP_STANDARD = 0,    /* "standard" */
