@@ -54,7 +54,9 @@ static nvfp4moe_status one_rank(int32_t rank, const nvfp4moe_ep_transport *t, vo
     nvfp4moe_device dev = *r->dev;
     if (r->per_gpu) dev.ordinal = rank;
     nvfp4moe_plan_options po = {.device = &dev};
-    nvfp4moe_ep_options eo = {.plan = &po, .local_backend = r->local_backend, .max_tokens = M * cfg.top_k};
+    /* A token's top-k experts are distinct, so one source sends an expert at most M rows: M is the
+     * smallest capacity that can never overflow (each rank then receives E*M padded rows). */
+    nvfp4moe_ep_options eo = {.plan = &po, .local_backend = r->local_backend, .max_tokens = M > 0 ? M : 1};
     nvfp4moe_ep_plan *p = NULL;
     /* Collective: a rank failing here makes every rank fail here. */
     nvfp4moe_status st = nvfp4moe_ep_plan_create(&cfg, r->w, t, &eo, &p);
