@@ -82,8 +82,8 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
                        "lora is set, but nvfp4moe's layer API has no LoRA adapters to apply "
                        "(nvfp4moe select plans LoRA deployments)");
     NVFP4MOE_RETURN_IF(cfg->parallel.ep_size > 1, NVFP4MOE_ERR_UNSUPPORTED,
-                       "parallel.ep_size=%d: a plan runs every expert of the layer on one device; plan "
-                       "each rank's local experts with ep_size=1", cfg->parallel.ep_size);
+                       "parallel.ep_size=%d: a plan runs every expert of the layer on one device; expert "
+                       "parallelism goes through nvfp4moe_ep_plan_create", cfg->parallel.ep_size);
     nvfp4moe_plan_options o = {0};
     if (opt) o = *opt;
     NVFP4MOE_RETURN_IF(o.backend && strlen(o.backend) >= sizeof cfg->moe_backend, NVFP4MOE_ERR_INVALID_ARGUMENT,
