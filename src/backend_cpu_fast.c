@@ -194,7 +194,7 @@ static nvfp4moe_status fast_forward(void *state, const nvfp4moe_io *io, void *st
     const int64_t N1 = nvfp4moe_config_n1(c), P = M * K;
 
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
-    float *wts = malloc(sizeof(float) * (size_t)P), *x = malloc(sizeof(float) * (size_t)(M * H));
+    float *wts = malloc(sizeof(float) * (size_t)P);
     float *xq = malloc(sizeof(float) * (size_t)(M * H)), *h = malloc(sizeof(float) * (size_t)(P * N1));
     float *a2 = malloc(sizeof(float) * (size_t)(P * I)), *y = malloc(sizeof(float) * (size_t)(P * H));
     float *outf = malloc(sizeof(float) * (size_t)(M * H));
@@ -202,30 +202,15 @@ static nvfp4moe_status fast_forward(void *state, const nvfp4moe_io *io, void *st
     int64_t rows_max = NVFP4MOE_MAX(N1, H), items_max = E * NVFP4MOE_CEIL_DIV(rows_max, (int64_t)ROWS);
     int64_t *item_e = malloc(sizeof(int64_t) * (size_t)items_max), *item_r = malloc(sizeof(int64_t) * (size_t)items_max);
     nvfp4moe_status st = NVFP4MOE_OK;
-    if (!ids || !wts || !x || !xq || !h || !a2 || !y || !outf || !order || !start || !item_e || !item_r) {
+    if (!ids || !wts || !xq || !h || !a2 || !y || !outf || !order || !start || !item_e || !item_r) {
         st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "CPU_FAST: out of memory for %lld tokens", (long long)M);
         goto done;
     }
     if ((st = nvfp4moe_routing_for_io(c, w, io, ids, wts)) != NVFP4MOE_OK) goto done;
 
-    nvfp4moe_to_float(c->in_dtype, io->hidden, M * H, x);
-    if (c->apply_router_weight_on_input)
-        for (int64_t i = 0; i < M * H; i++) x[i] = nvfp4moe_round_to_dtype(c->in_dtype, x[i] * wts[i / H]);
-    float a1_gs = 1.0f, a2_gs = 1.0f;
-    nvfp4moe_w4a4_global_scales(c, w, &a1_gs, &a2_gs);
-    for (int64_t t = 0; t < M; t++) nvfp4moe_quantize_activation_row(c->scheme, x + t * H, H, a1_gs, xq + t * H);
-
-    for (int64_t p = 0; p < P; p++) start[ids[p] + 1]++;
-    for (int64_t e = 0; e < E; e++) start[e + 1] += start[e];
-    {
-        int64_t *fill = calloc((size_t)E, sizeof(int64_t));
-        if (!fill) {
-            st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "CPU_FAST: out of memory");
-            goto done;
-        }
-        for (int64_t p = 0; p < P; p++) order[start[ids[p]] + fill[ids[p]]++] = p;
-        free(fill);
-    }
+    float a2_gs = 1.0f;
+    nvfp4moe_prepare_inputs(c, w, io->hidden, M, wts, xq, &a2_gs);
+    if ((st = nvfp4moe_group_by_expert(ids, P, E, start, order)) != NVFP4MOE_OK) goto done;
 
     for (int pass = 0; pass < 2; pass++) {
         const int64_t rows = pass == 0 ? N1 : H;
@@ -259,7 +244,7 @@ static nvfp4moe_status fast_forward(void *state, const nvfp4moe_io *io, void *st
     nvfp4moe_from_float(c->out_dtype, outf, M * H, io->output);
 
 done:
-    free(ids); free(wts); free(x); free(xq); free(h); free(a2); free(y); free(outf); free(order); free(start);
+    free(ids); free(wts); free(xq); free(h); free(a2); free(y); free(outf); free(order); free(start);
     free(item_e); free(item_r);
     return st;
 }

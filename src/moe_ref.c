@@ -55,7 +55,7 @@ void nvfp4moe_quantize_activation_row(nvfp4moe_scheme scheme, const float *src, 
         nvfp4moe_mxfp8_qdq_row(src, n, dst);
         break;
     default:
-        memcpy(dst, src, sizeof(float) * (size_t)n);
+        if (dst != src) memcpy(dst, src, sizeof(float) * (size_t)n);
         break;
     }
 }
@@ -71,6 +71,31 @@ void nvfp4moe_w4a4_global_scales(const nvfp4moe_config *cfg, const nvfp4moe_weig
     }
     *a1_gs = 1.0f / m1;
     *a2_gs = 1.0f / m2;
+}
+
+void nvfp4moe_prepare_inputs(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, const void *hidden,
+                             int64_t M, const float *wts, float *x, float *a2_gs) {
+    const int64_t H = cfg->hidden_size;
+    /* The router weight is applied first when the model asks for it (Llama4), in the input dtype. */
+    nvfp4moe_to_float(cfg->in_dtype, hidden, M * H, x);
+    if (cfg->apply_router_weight_on_input)
+        for (int64_t i = 0; i < M * H; i++) x[i] = nvfp4moe_round_to_dtype(cfg->in_dtype, x[i] * wts[i / H]);
+    float a1_gs = 1.0f;
+    nvfp4moe_w4a4_global_scales(cfg, w, &a1_gs, a2_gs);
+    /* Each quantizer reads a whole block (or row) before writing it: in place is safe. */
+    for (int64_t t = 0; t < M; t++) nvfp4moe_quantize_activation_row(cfg->scheme, x + t * H, H, a1_gs, x + t * H);
+}
+
+nvfp4moe_status nvfp4moe_group_by_expert(const int32_t *ids, int64_t P, int64_t E, int64_t *start, int64_t *order) {
+    int64_t *fill = calloc((size_t)E, sizeof(int64_t));
+    NVFP4MOE_RETURN_IF(!fill, NVFP4MOE_ERR_OUT_OF_MEMORY, "grouping %lld pairs by expert: out of memory",
+                       (long long)P);
+    memset(start, 0, sizeof(int64_t) * (size_t)(E + 1));
+    for (int64_t p = 0; p < P; p++) start[ids[p] + 1]++;
+    for (int64_t e = 0; e < E; e++) start[e + 1] += start[e];
+    for (int64_t p = 0; p < P; p++) order[start[ids[p]] + fill[ids[p]]++] = p;
+    free(fill);
+    return NVFP4MOE_OK;
 }
 
 nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
@@ -127,8 +152,7 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
 
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(M * K));
     float *wts = malloc(sizeof(float) * (size_t)(M * K));
-    float *x = malloc(sizeof(float) * (size_t)(M * H));       /* inputs, then quantized inputs */
-    float *xq = malloc(sizeof(float) * (size_t)H);
+    float *x = malloc(sizeof(float) * (size_t)(M * H));       /* the quantize-dequantized inputs */
     double *acc = calloc((size_t)(M * H), sizeof(double));
     double *w13 = malloc(sizeof(double) * (size_t)(N1 * H));
     double *w2 = malloc(sizeof(double) * (size_t)(H * I));
@@ -138,38 +162,16 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
     int64_t *start = calloc((size_t)(E + 1), sizeof(int64_t));
     float *outf = malloc(sizeof(float) * (size_t)(M * H));
     nvfp4moe_status st = NVFP4MOE_OK;
-    if (!ids || !wts || !x || !xq || !acc || !w13 || !w2 || !h || !act || !actf || !actq || !order || !start ||
+    if (!ids || !wts || !x || !acc || !w13 || !w2 || !h || !act || !actf || !actq || !order || !start ||
         !outf) {
         st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "reference: out of memory (M=%lld)", (long long)M);
         goto done;
     }
     if ((st = nvfp4moe_routing_for_io(cfg, w, io, ids, wts)) != NVFP4MOE_OK) goto done;
 
-    /* Inputs, with the router weight applied first when the model asks for it (Llama4). */
-    nvfp4moe_to_float(cfg->in_dtype, io->hidden, M * H, x);
-    if (cfg->apply_router_weight_on_input)
-        for (int64_t t = 0; t < M; t++)
-            for (int64_t k = 0; k < H; k++) x[t * H + k] = nvfp4moe_round_to_dtype(cfg->in_dtype, x[t * H + k] * wts[t]);
-
-    float a1_gs = 1.0f, a2_gs = 1.0f;
-    nvfp4moe_w4a4_global_scales(cfg, w, &a1_gs, &a2_gs);
-    for (int64_t t = 0; t < M; t++) {
-        nvfp4moe_quantize_activation_row(scheme, x + t * H, H, a1_gs, xq);
-        memcpy(x + t * H, xq, sizeof(float) * (size_t)H);
-    }
-
-    /* Group the (token, slot) pairs by expert: a counting sort keeps token order within an expert. */
-    for (int64_t p = 0; p < M * K; p++) start[ids[p] + 1]++;
-    for (int64_t e = 0; e < E; e++) start[e + 1] += start[e];
-    {
-        int64_t *fill = calloc((size_t)E, sizeof(int64_t));
-        if (!fill) {
-            st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "reference: out of memory");
-            goto done;
-        }
-        for (int64_t p = 0; p < M * K; p++) order[start[ids[p]] + fill[ids[p]]++] = p;
-        free(fill);
-    }
+    float a2_gs = 1.0f;
+    nvfp4moe_prepare_inputs(cfg, w, io->hidden, M, wts, x, &a2_gs);
+    if ((st = nvfp4moe_group_by_expert(ids, M * K, E, start, order)) != NVFP4MOE_OK) goto done;
 
     for (int64_t e = 0; e < E; e++) {
         if (start[e] == start[e + 1]) continue;
@@ -205,7 +207,7 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
     nvfp4moe_from_float(cfg->out_dtype, outf, M * H, io->output);
 
 done:
-    free(ids); free(wts); free(x); free(xq); free(acc); free(w13); free(w2); free(h); free(act);
+    free(ids); free(wts); free(x); free(acc); free(w13); free(w2); free(h); free(act);
     free(actf); free(actq); free(order); free(start); free(outf);
     return st;
 }
