@@ -35,24 +35,10 @@ size_t nvfp4moe_hopper_packed_bytes(int32_t E, int32_t N, int32_t K);
 cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N,
                                    int32_t K, void *out, cudaStream_t stream);
 
-typedef struct nvfp4moe_hopper_args {
-    const void *a;            /* activations, bf16 or fp16, rows of K values */
-    int32_t a_row_div;        /* pair p reads A row p / a_row_div (GEMM1: top_k; GEMM2: 1) */
-    const void *b;            /* repacked weights */
-    const float *scale_2;     /* [E] per-expert dequantization scale (ModelOpt weight_scale_2) */
-    const float *bias;        /* [E, N] float added after scaling, or NULL */
-    const float *row_scale;   /* [P] output row p is multiplied by row_scale[p], or NULL */
-    void *c;                  /* [P, N] output, row p = pair p, same dtype as a */
-    const int32_t *sorted_ids;
-    const int32_t *block_expert;
-    const int32_t *num_blocks;
-    int32_t P, N, K, E;
-    int32_t block_m;          /* rows per block of sorted_ids (8, 16, 32, 64 or 128) */
-    int32_t max_blocks;       /* cap / block_m: the grid is sized from this, never from num_blocks */
-    int32_t is_bf16;          /* 1: bf16, 0: fp16 */
-    void *workspace;          /* nvfp4moe_hopper_workspace_bytes(...) bytes, or NULL (no split-K) */
-    int32_t sm_count;         /* multiprocessors of the device */
-} nvfp4moe_hopper_args;
+/* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
+ * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128 and a NULL workspace
+ * means "never split K". */
+typedef nvfp4moe_marlin_args nvfp4moe_hopper_args;
 
 /* Workspace the GEMM can use for split-K at these sizes (0: it never splits K). */
 size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t max_blocks,
