@@ -1,9 +1,10 @@
 /*
- * backend_cuda.c - the two CUDA backends of the oracle: MARLIN (W4A16: NVFP4 weights decoded in
- * the colleague's Marlin-class GEMM, kernels/marlin_*.cu) and EMULATION (vLLM's W4A4 emulation:
+ * backend_cuda.c - the three CUDA backends of the oracle: MARLIN (W4A16: NVFP4 weights decoded in
+ * the Marlin-class mma.sync GEMM, kernels/marlin_gemm.cu), HOPPER_WGMMA (W4A16 on sm_90a's wgmma,
+ * kernels/hopper_gemm.cu, same arguments as MARLIN's GEMM) and EMULATION (vLLM's W4A4 emulation:
  * activations NVFP4 quantize-dequantized, weights dequantized in our own GEMM, float accumulation).
  *
- * Both share one pipeline, all on the caller's stream, with no allocation, no host
+ * All three share one pipeline, all on the caller's stream, with no allocation, no host
  * synchronization and no host branching on data (a forward can be captured in a CUDA graph):
  *
  *   route (or the caller's top-k) + group pairs by expert   1 launch for M <= 64, else 2
@@ -19,6 +20,7 @@
 
 #include "internal.h"
 
+#include "../kernels/hopper_gemm.h"
 #include "../kernels/moe_gemm.h"
 #include "../kernels/pipeline.h"
 
@@ -27,10 +29,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A W4A16 GEMM: MARLIN's and HOPPER_WGMMA's take the same arguments (nvfp4moe_marlin_args) and
+ * the same grouping, and differ in weight layout, block_m rule and workspace. */
+typedef struct w4a16_gemm {
+    const char *backend;          /* "MARLIN" */
+    int sm_min, sm_max;           /* compute capability the kernel is built for (sm_max 0: any newer) */
+    size_t (*packed_bytes)(int32_t E, int32_t N, int32_t K);
+    cudaError_t (*repack)(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N, int32_t K, void *out,
+                          cudaStream_t stream);
+    size_t (*workspace_bytes)(int32_t P, int32_t N, int32_t K, int32_t max_blocks, int32_t block_m,
+                              int32_t sm_count);
+    cudaError_t (*gemm)(const nvfp4moe_marlin_args *args, cudaStream_t stream);
+    int32_t (*block_m)(int64_t P, int32_t E);
+} w4a16_gemm;
+
+static const w4a16_gemm k_marlin_gemm = {
+    "MARLIN", 80, 0, nvfp4moe_marlin_packed_bytes, nvfp4moe_marlin_repack,
+    nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m};
+static const w4a16_gemm k_hopper_gemm = {
+    "HOPPER_WGMMA", 90, 90, nvfp4moe_hopper_packed_bytes, nvfp4moe_hopper_repack,
+    nvfp4moe_hopper_workspace_bytes, nvfp4moe_hopper_gemm, nvfp4moe_hopper_block_m};
 
 typedef struct cuda_state {
-    const char *name;             /* "MARLIN" / "EMULATION" */
-    bool marlin;
+    const char *name;             /* "MARLIN" / "HOPPER_WGMMA" / "EMULATION" */
+    const w4a16_gemm *gemm;       /* the W4A16 GEMM; NULL: EMULATION */
+    bool w4a16;                   /* gemm != NULL */
     nvfp4moe_config cfg;
     int32_t E, H, I, N1, K;       /* K = top_k */
     int32_t is_bf16;
@@ -70,14 +93,14 @@ typedef struct ws_layout {
 static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static bool needs_input_pass(const cuda_state *st) {
-    return !st->marlin || st->cfg.apply_router_weight_on_input;
+    return !st->w4a16 || st->cfg.apply_router_weight_on_input;
 }
 
 static ws_layout layout_for(const cuda_state *st, int64_t M) {
     ws_layout L;
     memset(&L, 0, sizeof L);
     L.P = M * st->K;
-    L.block_m = st->marlin ? nvfp4moe_marlin_block_m(L.P, st->E) : NVFP4MOE_EMUL_BLOCK_M;
+    L.block_m = st->w4a16 ? st->gemm->block_m(L.P, st->E) : NVFP4MOE_EMUL_BLOCK_M;
     L.cap = nvfp4moe_group_capacity(L.P, st->E, L.block_m);
     L.max_blocks = (int32_t)(L.cap / L.block_m);
     const size_t e16 = 2;
@@ -88,19 +111,19 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
     L.bexp = off;   off += align_up((size_t)L.max_blocks * sizeof(int32_t));
     L.nblk = off;   off += align_up(sizeof(int32_t));
     /* EMULATION keeps its quantize-dequantized activations in float, exact as in the reference */
-    const size_t eq = st->marlin ? e16 : 4;
+    const size_t eq = st->w4a16 ? e16 : 4;
     L.a1 = off;     off += needs_input_pass(st) ? align_up((size_t)M * st->H * eq) : 0;
     /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then). EMULATION keeps
      * both in float: the reference rounds to the dtype only where a quantizer reads (the activation's
      * output), and a rounding elsewhere would move values across NVFP4 rounding boundaries. */
-    L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * (st->marlin ? e16 : 4));
+    L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * (st->w4a16 ? e16 : 4));
     L.act = off;    off += align_up((size_t)L.P * st->I * eq);
     L.gemm_ws = off;
-    if (st->marlin) {
-        size_t g1 = nvfp4moe_marlin_workspace_bytes((int32_t)L.P, st->N1, st->H, L.max_blocks,
-                                                    L.block_m, st->sm_count);
-        size_t g2 = nvfp4moe_marlin_workspace_bytes((int32_t)L.P, st->H, st->I, L.max_blocks,
-                                                    L.block_m, st->sm_count);
+    if (st->w4a16) {
+        size_t g1 = st->gemm->workspace_bytes((int32_t)L.P, st->N1, st->H, L.max_blocks, L.block_m,
+                                              st->sm_count);
+        size_t g2 = st->gemm->workspace_bytes((int32_t)L.P, st->H, st->I, L.max_blocks, L.block_m,
+                                              st->sm_count);
         off += align_up(NVFP4MOE_MAX(g1, g2));
     }
     L.total = off;
@@ -145,8 +168,8 @@ static nvfp4moe_status fetch_floats(cuda_state *st, const float *src, int32_t n,
     return NVFP4MOE_OK;
 }
 
-/* Repacks one projection ([E, N, K]) into the Marlin layout. */
-static nvfp4moe_status marlin_pack(cuda_state *st, const uint8_t *w, const uint8_t *sf, int32_t N,
+/* Repacks one projection ([E, N, K]) into the W4A16 GEMM's layout. */
+static nvfp4moe_status w4a16_pack(cuda_state *st, const uint8_t *w, const uint8_t *sf, int32_t N,
                                    int32_t K, bool on_device, const char *what, void **out) {
     const size_t wb = (size_t)st->E * N * (K / 2), sb = (size_t)st->E * N * (K / 16);
     const uint8_t *dw = w, *dsf = sf;
@@ -158,7 +181,7 @@ static nvfp4moe_status marlin_pack(cuda_state *st, const uint8_t *w, const uint8
         dw = tw;
         dsf = tsf;
     }
-    const size_t pb = nvfp4moe_marlin_packed_bytes(st->E, N, K);
+    const size_t pb = st->gemm->packed_bytes(st->E, N, K);
     cudaError_t e = cudaMalloc(out, pb);
     if (e != cudaSuccess) {
         *out = NULL;
@@ -166,18 +189,19 @@ static nvfp4moe_status marlin_pack(cuda_state *st, const uint8_t *w, const uint8
                                st->name, what, pb, cudaGetErrorString(e));
         goto done;
     }
-    e = nvfp4moe_marlin_repack(dw, dsf, st->E, N, K, *out, 0);
+    e = st->gemm->repack(dw, dsf, st->E, N, K, *out, 0);
     if (e == cudaSuccess) e = cudaStreamSynchronize(0);
-    if (e != cudaSuccess) s = cuda_fail(st, e, "nvfp4moe_marlin_repack");
+    if (e != cudaSuccess) s = cuda_fail(st, e, "repacking the weights");
 done:
     if (tw) cudaFree(tw);
     if (tsf) cudaFree(tsf);
     return s;
 }
 
-static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                    bool on_device, const nvfp4moe_device *dev, void **state) {
-    const char *name = marlin ? "MARLIN" : "EMULATION";
+    const bool w4a16 = gemm != NULL;
+    const char *name = w4a16 ? gemm->backend : "EMULATION";
     NVFP4MOE_RETURN_IF(!cfg || !w || !state, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: create: %s is NULL", name,
                        !cfg ? "cfg" : !w ? "weights" : "state");
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
@@ -186,7 +210,7 @@ static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, cons
     NVFP4MOE_RETURN_IF(cfg->in_dtype == NVFP4MOE_DTYPE_F32, NVFP4MOE_ERR_UNSUPPORTED,
                        "%s: in_dtype=f32 is not supported: the CUDA backends take bf16 or fp16 hidden states",
                        name);
-    NVFP4MOE_RETURN_IF(!marlin && cfg->scheme != NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ERR_UNSUPPORTED,
+    NVFP4MOE_RETURN_IF(!w4a16 && cfg->scheme != NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ERR_UNSUPPORTED,
                        "EMULATION: scheme=%s is not supported: EMULATION runs W4A4 only",
                        nvfp4moe_scheme_name(cfg->scheme));
     NVFP4MOE_RETURN_IF(cfg->num_experts > NVFP4MOE_GPU_MAX_EXPERTS, NVFP4MOE_ERR_UNSUPPORTED,
@@ -200,8 +224,8 @@ static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, cons
                        name, cfg->n_group);
     const char *missing = !w->w13 ? "w13" : !w->w13_scale ? "w13_scale" : !w->w13_scale_2 ? "w13_scale_2"
                         : !w->w2 ? "w2" : !w->w2_scale ? "w2_scale" : !w->w2_scale_2 ? "w2_scale_2"
-                        : (!marlin && !w->w13_input_scale) ? "w13_input_scale"
-                        : (!marlin && !w->w2_input_scale) ? "w2_input_scale"
+                        : (!w4a16 && !w->w13_input_scale) ? "w13_input_scale"
+                        : (!w4a16 && !w->w2_input_scale) ? "w2_input_scale"
                         : (cfg->has_bias && !w->w13_bias) ? "w13_bias"
                         : (cfg->has_bias && !w->w2_bias) ? "w2_bias"
                         : (cfg->has_correction_bias && !w->correction_bias) ? "correction_bias" : NULL;
@@ -210,7 +234,8 @@ static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, cons
     cuda_state *st = calloc(1, sizeof *st);
     NVFP4MOE_RETURN_IF(!st, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", name);
     st->name = name;
-    st->marlin = marlin;
+    st->gemm = gemm;
+    st->w4a16 = w4a16;
     st->cfg = *cfg;
     st->E = cfg->num_experts;
     st->H = cfg->hidden_size;
@@ -233,13 +258,21 @@ static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, cons
     st->device = dev && dev->ordinal >= 0 ? dev->ordinal : 0;
     if (dev && dev->ordinal >= 0) CFAIL(cudaSetDevice(dev->ordinal), "cudaSetDevice");
     else CFAIL(cudaGetDevice(&st->device), "cudaGetDevice");
-    int major = 0;
+    int major = 0, minor = 0;
     CFAIL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device), "cudaDeviceGetAttribute");
+    CFAIL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, st->device), "cudaDeviceGetAttribute");
     CFAIL(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device), "cudaDeviceGetAttribute");
-    if (major < 8) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
-                               "%s: not available: this build's kernels need sm_80 or newer (device is sm_%d)",
-                               name, major * 10);
+    const int sm = major * 10 + minor;
+    const int sm_min = w4a16 ? gemm->sm_min : 80, sm_max = w4a16 ? gemm->sm_max : 0;
+    if (sm < sm_min || (sm_max && sm > sm_max)) {
+        if (sm_max == sm_min)
+            s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
+                                   "%s: not available: its kernel is built for sm_%d only (device is sm_%d)", name,
+                                   sm_min, sm);
+        else
+            s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
+                                   "%s: not available: this build's kernels need sm_%d or newer (device is sm_%d)",
+                                   name, sm_min, sm);
         goto fail;
     }
 
@@ -249,9 +282,9 @@ static nvfp4moe_status cuda_create(bool marlin, const nvfp4moe_config *cfg, cons
         .beta = ap.beta, .situ_beta = ap.situ_beta, .situ_linear_beta = ap.situ_linear_beta};
 
     const int32_t E = st->E, H = st->H, I = st->I, N1 = st->N1;
-    if (marlin) {
-        FAIL(marlin_pack(st, w->w13, w->w13_scale, N1, H, on_device, "w13", &st->w13));
-        FAIL(marlin_pack(st, w->w2, w->w2_scale, H, I, on_device, "w2", &st->w2));
+    if (w4a16) {
+        FAIL(w4a16_pack(st, w->w13, w->w13_scale, N1, H, on_device, "w13", &st->w13));
+        FAIL(w4a16_pack(st, w->w2, w->w2_scale, H, I, on_device, "w2", &st->w2));
     } else {
         FAIL(upload(st, w->w13, (size_t)E * N1 * (H / 2), on_device, "w13", &st->w13));
         FAIL(upload(st, w->w13_scale, (size_t)E * N1 * (H / 16), on_device, "w13_scale", (void **)&st->w13_sf));
@@ -306,11 +339,15 @@ fail:
 
 static nvfp4moe_status marlin_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
                                      const nvfp4moe_device *dev, void **state) {
-    return cuda_create(true, cfg, w, on_device, dev, state);
+    return cuda_create(&k_marlin_gemm, cfg, w, on_device, dev, state);
+}
+static nvfp4moe_status hopper_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
+                                     const nvfp4moe_device *dev, void **state) {
+    return cuda_create(&k_hopper_gemm, cfg, w, on_device, dev, state);
 }
 static nvfp4moe_status emulation_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                         bool on_device, const nvfp4moe_device *dev, void **state) {
-    return cuda_create(false, cfg, w, on_device, dev, state);
+    return cuda_create(NULL, cfg, w, on_device, dev, state);
 }
 
 static size_t cuda_workspace(const void *state, int64_t num_tokens) {
@@ -365,19 +402,19 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
     const bool on_input = st->cfg.apply_router_weight_on_input;
     if (needs_input_pass(st)) {
         void *a1 = ws + L.a1;
-        CUDA_TRY(st, nvfp4moe_gpu_scale_qdq_rows(io->hidden, a1, !st->marlin, M, st->H, on_input ? wts : NULL,
-                                                 st->marlin ? 0.0f : st->a1_gs, st->is_bf16, stream),
+        CUDA_TRY(st, nvfp4moe_gpu_scale_qdq_rows(io->hidden, a1, !st->w4a16, M, st->H, on_input ? wts : NULL,
+                                                 st->w4a16 ? 0.0f : st->a1_gs, st->is_bf16, stream),
                  "input scaling/quantization");
         a_in = a1;
     }
 
-    if (st->marlin) {
+    if (st->w4a16) {
         nvfp4moe_marlin_args g = {
             .a = a_in, .a_row_div = st->K, .b = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
             .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->N1, .K = st->H, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count};
-        CUDA_TRY(st, nvfp4moe_marlin_gemm(&g, stream), "GEMM1 (Marlin)");
+        CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM1");
     } else {
         nvfp4moe_emul_args g = {
             .a = a_in, .a_f32 = 1, .a_row_div = st->K, .w = st->w13, .sf = st->w13_sf, .scale_2 = st->w13_s2,
@@ -387,18 +424,18 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM1 (emulation)");
     }
 
-    CUDA_TRY(st, nvfp4moe_gpu_activation(c1, !st->marlin, act, !st->marlin, L.P, st->I, st->N1, &st->act,
-                                         st->marlin ? 0.0f : st->a2_gs, st->is_bf16, stream),
+    CUDA_TRY(st, nvfp4moe_gpu_activation(c1, !st->w4a16, act, !st->w4a16, L.P, st->I, st->N1, &st->act,
+                                         st->w4a16 ? 0.0f : st->a2_gs, st->is_bf16, stream),
              "activation");
 
     const float *rs = on_input ? NULL : wts;
-    if (st->marlin) {
+    if (st->w4a16) {
         nvfp4moe_marlin_args g = {
             .a = act, .a_row_div = 1, .b = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
             .row_scale = rs, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->H, .K = st->I, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count};
-        CUDA_TRY(st, nvfp4moe_marlin_gemm(&g, stream), "GEMM2 (Marlin)");
+        CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM2");
     } else {
         nvfp4moe_emul_args g = {
             .a = act, .a_f32 = 1, .a_row_div = 1, .w = st->w2, .sf = st->w2_sf, .scale_2 = st->w2_s2,
@@ -408,7 +445,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM2 (emulation)");
     }
 
-    CUDA_TRY(st, nvfp4moe_gpu_combine(c1, !st->marlin, ids, M, st->K, st->E, st->H, st->is_bf16, io->output,
+    CUDA_TRY(st, nvfp4moe_gpu_combine(c1, !st->w4a16, ids, M, st->K, st->E, st->H, st->is_bf16, io->output,
                                       st->cfg.out_dtype, stream),
              "combine");
     return NVFP4MOE_OK;
@@ -422,6 +459,16 @@ const nvfp4moe_backend_impl nvfp4moe_impl_marlin = {
     .device_memory = true,
     .effective_scheme = marlin_scheme,
     .create = marlin_create,
+    .workspace_size = cuda_workspace,
+    .forward = cuda_forward,
+    .destroy = cuda_destroy,
+};
+
+const nvfp4moe_backend_impl nvfp4moe_impl_hopper_wgmma = {
+    .name = "HOPPER_WGMMA",
+    .device_memory = true,
+    .effective_scheme = marlin_scheme,
+    .create = hopper_create,
     .workspace_size = cuda_workspace,
     .forward = cuda_forward,
     .destroy = cuda_destroy,

@@ -113,6 +113,7 @@ extern const nvfp4moe_backend_impl nvfp4moe_impl_cpu_reference;
 extern const nvfp4moe_backend_impl nvfp4moe_impl_cpu_fast;
 #ifdef NVFP4MOE_HAVE_CUDA
 extern const nvfp4moe_backend_impl nvfp4moe_impl_marlin;
+extern const nvfp4moe_backend_impl nvfp4moe_impl_hopper_wgmma;
 extern const nvfp4moe_backend_impl nvfp4moe_impl_emulation;
 #endif
 

@@ -320,6 +320,21 @@ static const kernel_def k_emulation = {
     .activations = ACTS_TRITON, .schemes = SCH(W4A4), .parallel = par_not_fi_nvl,
     .batch_invariant = true, .extra = extra_no_bias,
 };
+/* Ours: the Hopper wgmma W4A16 kernel. Built for sm_90a only (wgmma and setmaxnreg exist there
+ * alone); weights decoded from NVFP4 to bf16/fp16 in registers, so any quant scheme runs as W4A16
+ * as on MARLIN; every activation of the GPU pipeline, the clamp included; bf16/fp16 activations.
+ * Standard format only (no batched class yet); under EP it runs the local experts. Split-K sums
+ * with atomics, in an order that varies from run to run: not batch invariant. No LoRA. */
+static bool extra_16bit_io(const oracle_ctx *c, char *reason, size_t len) {
+    if (c->cfg->in_dtype == NVFP4MOE_DTYPE_BF16 || c->cfg->in_dtype == NVFP4MOE_DTYPE_FP16) return true;
+    snprintf(reason, len, "kernel does not support %s input/output dtype", torch_dtype_name(c->cfg->in_dtype));
+    return false;
+}
+static const kernel_def k_hopper_wgmma = {
+    .name = "HopperWgmmaExperts", .sm_min = 90, .sm_max = 90, .no_act_and_mul = true,
+    .activations = ACTS_ALL, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl_two_sided,
+    .extra = extra_16bit_io,
+};
 /* Ours: the float64 host reference (src/moe_ref.c). Any device, since it runs on the host; every
  * activation and scheme; deterministic (batch invariant). It computes the whole layer on one rank,
  * so no expert parallelism and no batched (all2all-dispatched) input; no LoRA. */
@@ -374,6 +389,10 @@ static const backend_def k_backends[] = {
      {&k_fi_moe_ep_cutedsl}},
     /* Excluded from auto until the upstream CUTLASS SM121 MMA op guard is resolved. */
     {"FLASHINFER_B12X", "flashinfer_b12x", 0, false, false, NVFP4MOE_LIB_FLASHINFER, {&k_fi_b12x}},
+    /* Ours: W4A16 on Hopper's wgmma (src/backend_cuda.c, kernels/hopper_gemm.cu). Ranked ahead of
+     * MARLIN (and so of HUMMING, which prioritize_humming puts just before MARLIN) because it is
+     * faster than MARLIN on every measured shape: bench/results/2026-12-02-h200-hopper-backend.md. */
+    {"HOPPER_WGMMA", "hopper_wgmma", 55, true, true, 0, {&k_hopper_wgmma}},
     {"MARLIN", "marlin", 60, true, false, 0, {&k_marlin}},
     /* Standard format: the indexed class by default; batched under DeepEP-LL / NIXL EP. */
     {"HUMMING", "humming", 70, true, false, NVFP4MOE_LIB_HUMMING,

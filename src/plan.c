@@ -15,6 +15,7 @@
 static const nvfp4moe_backend_impl *const k_impls[] = {
 #ifdef NVFP4MOE_HAVE_CUDA
     &nvfp4moe_impl_marlin,      /* src/backend_cuda.c */
+    &nvfp4moe_impl_hopper_wgmma,
     &nvfp4moe_impl_emulation,
 #endif
     &nvfp4moe_impl_cpu_fast,

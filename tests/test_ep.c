@@ -284,9 +284,9 @@ static void test_formats_and_oracle(void) {
     CHECK(nvfp4moe_ep_format_of(&c) == NVFP4MOE_EP_STANDARD, "deepep_high_throughput");
 
     /* The oracle's verdicts the EP run uses. sm_90 with our backends only (installed none, what-if:
-     * independent of whether this build has CUDA): MARLIN for the standard format; nothing for the
-     * batched one (vLLM has no batched NVFP4 MARLIN/EMULATION class), which our MARLIN/EMULATION
-     * rows report as the activation format. */
+     * independent of whether this build has CUDA): HOPPER_WGMMA for the standard format; nothing for
+     * the batched one (vLLM has no batched NVFP4 MARLIN/EMULATION class, and HOPPER_WGMMA has none
+     * yet), which those rows report as the activation format. */
     nvfp4moe_report *rep = malloc(sizeof *rep);
     nvfp4moe_device h200, cpu;
     nvfp4moe_device_parse("sm_90", &h200);
@@ -297,18 +297,20 @@ static void test_formats_and_oracle(void) {
     s.parallel.ep_size = 2;
     T_CASE("oracle sm_90 ep=2 standard");
     CHECK_OK(nvfp4moe_select(&s, &h200, &ours, rep));
-    CHECK(!strcmp(rep->backend, "MARLIN") && !strcmp(rep->kernel, "MarlinExperts"), "chose %s/%s", rep->backend, rep->kernel);
+    CHECK(!strcmp(rep->backend, "HOPPER_WGMMA") && !strcmp(rep->kernel, "HopperWgmmaExperts"), "chose %s/%s",
+          rep->backend, rep->kernel);
     T_CASE("oracle sm_90 ep=2 batched");
     set_batched(&s);
     CHECK(nvfp4moe_select(&s, &h200, &ours, rep) == NVFP4MOE_ERR_UNSUPPORTED && !rep->backend[0], "chose %s", rep->backend);
     int seen = 0;
     for (int i = 0; i < rep->n_candidates; i++)
-        if (!strcmp(rep->candidates[i].backend, "MARLIN") || !strcmp(rep->candidates[i].backend, "EMULATION")) {
+        if (!strcmp(rep->candidates[i].backend, "MARLIN") || !strcmp(rep->candidates[i].backend, "EMULATION") ||
+            !strcmp(rep->candidates[i].backend, "HOPPER_WGMMA")) {
             seen++;
             CHECK(strstr(rep->candidates[i].reason, "BatchedExperts activation format") != NULL, "%s: %s",
                   rep->candidates[i].backend, rep->candidates[i].reason);
         }
-    CHECK(seen == 2, "MARLIN and EMULATION rows: %d", seen);
+    CHECK(seen == 3, "MARLIN, HOPPER_WGMMA and EMULATION rows: %d", seen);
     T_CASE("oracle sm_90 ep=2 batched, every library");
     ours.installed = NVFP4MOE_LIB_ALL;
     CHECK_OK(nvfp4moe_select(&s, &h200, &ours, rep));

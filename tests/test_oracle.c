@@ -68,7 +68,9 @@ static int apply_args(nvfp4moe_config *cfg, const char *args) {
 #define LIST_V L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'MARLIN', 'HUMMING', 'EMULATION']"
 #define LIST_V90 L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'HUMMING', 'MARLIN', 'EMULATION']"
 #define LIST_CLAMP L_HEAD L_MID "'MARLIN', 'HUMMING', 'EMULATION']"
-#define LIST_OURS L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'MARLIN', 'HUMMING', 'EMULATION', 'CPU_FAST', 'CPU_REFERENCE']"
+#define LIST_OURS L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'HOPPER_WGMMA', 'MARLIN', 'HUMMING', 'EMULATION', 'CPU_FAST', 'CPU_REFERENCE']"
+/* On sm_90 prioritize_humming puts HUMMING just before MARLIN, after HOPPER_WGMMA (rank 55). */
+#define LIST_OURS90 L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'HOPPER_WGMMA', 'HUMMING', 'MARLIN', 'EMULATION', 'CPU_FAST', 'CPU_REFERENCE']"
 #define USING(b, list) "Using '" b "' NvFp4 MoE backend out of potential backends: " list "."
 #define UNSUPPORTED_SINCE(b, why) "NvFp4 MoE backend '" b "' does not support the deployment configuration since " why "."
 #define NOTHING "No NvFp4 MoE backend supports the deployment configuration."
@@ -156,6 +158,27 @@ static const oracle_case k_cases[] = {
      "HUMMING/HummingIndexedExperts", "humming is not available in this build"},
     {"sm_90", "bi", ALL, true, OK, "MARLIN", "MarlinExperts", NULL, "HUMMING/HummingIndexedExperts",
      "kernel does not support batch invariance"},
+    // -- sm_90 with ours: HOPPER_WGMMA ahead of HUMMING and MARLIN; hidden under vllm_only --
+    {"h200", "", ALL, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", USING("HOPPER_WGMMA", LIST_OURS90),
+     "HUMMING/HummingIndexedExperts", ""},
+    {"sm_90", "act=relu2", ALL, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", NULL,
+     "MARLIN/MarlinExperts", "kernel does not support relu2 activation"},
+    {"sm_90", "limit=7", ALL, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", NULL, NULL, NULL},
+    {"sm_90", "bi", ALL, false, OK, "MARLIN", "MarlinExperts", NULL, "HOPPER_WGMMA/HopperWgmmaExperts",
+     "kernel does not support batch invariance"},
+    {"sm_90", "lora", ALL, false, OK, "MARLIN", "MarlinExperts", NULL, "HOPPER_WGMMA/HopperWgmmaExperts",
+     "kernel does not support LoRA"},
+    {"sm_90", DEEPEP_LL, ALL, false, OK, "HUMMING", "BatchedHummingGroupedExperts", NULL,
+     "HOPPER_WGMMA/HopperWgmmaExperts", "kernel does not support BatchedExperts activation format"},
+    {"sm_90", "ep=8 scheme=w4a16", ALL, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", NULL, NULL, NULL},
+    {"sm_90", "be=hopper_wgmma dtype=f32", ALL, false, UNSUP, NULL, NULL,
+     UNSUPPORTED_SINCE("HOPPER_WGMMA", "kernel does not support torch.float32 input/output dtype"), NULL, NULL},
+    {"sm_100", "be=hopper_wgmma", ALL, false, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("HOPPER_WGMMA", DEV("sm_100")),
+     NULL, NULL},
+    {"a100", "be=hopper_wgmma", ALL, false, UNSUP, NULL, NULL, UNSUPPORTED_SINCE("HOPPER_WGMMA", DEV("sm_80")),
+     NULL, NULL},
+    {"sm_90", "be=hopper_wgmma", ALL, true, NOTFOUND, NULL, NULL,
+     "moe_backend='hopper_wgmma' is not supported for NvFP4 MoE. Expected one of [" KEYS_V "].", NULL, NULL},
     {"l40s", "", ALL, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V),
      "FLASHINFER_CUTLASS/FlashInferExperts", DEV("sm_89")},
     {"a100", "scheme=w4a16", ALL, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V), NULL, NULL},
@@ -245,7 +268,7 @@ static const oracle_case k_cases[] = {
     {"sm_100", "be=cpu_reference", ALL, true, NOTFOUND, NULL, NULL,
      "moe_backend='cpu_reference' is not supported for NvFP4 MoE. Expected one of [" KEYS_V "].", NULL, NULL},
     {"sm_100", "be=Bogus-Name", ALL, false, NOTFOUND, NULL, NULL,
-     "moe_backend='bogus_name' is not supported for NvFP4 MoE. Expected one of [" KEYS_V ", 'cpu_fast', 'cpu_reference'].", NULL, NULL},
+     "moe_backend='bogus_name' is not supported for NvFP4 MoE. Expected one of [" KEYS_V ", 'hopper_wgmma', 'cpu_fast', 'cpu_reference'].", NULL, NULL},
     // -- requantization source: EMULATION at once, before the name is even looked at --
     {"sm_100", "requant be=bogus", ALL, true, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", "", NULL, NULL},
     {"cpu", "requant", ALL, false, OK, "EMULATION", "Nvfp4QuantizationEmulationTritonExperts", "",
@@ -262,7 +285,7 @@ static const oracle_case k_cases[] = {
 
 /* The number of kernel classes the report must list: every one, vllm_only hiding ours (a new
  * backend in src/oracle.c's table adds its kernels here). */
-static int expected_candidates(bool vllm_only) { return vllm_only ? 14 : 16; }
+static int expected_candidates(bool vllm_only) { return vllm_only ? 14 : 17; }
 
 static const nvfp4moe_candidate *find_cand(const nvfp4moe_report *r, const char *spec) {
     char b[64];
@@ -542,8 +565,10 @@ static void test_cli(void) {
     }
 
     T_CASE("text and usage errors");
-    int rc = run_cli(cli, "--device h200 --installed all", out, sizeof out);
+    int rc = run_cli(cli, "--device h200 --installed all --vllm-only", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "backend:  HUMMING") && strstr(out, "HummingIndexedExperts"), "text: %d\n%s", rc, out);
+    rc = run_cli(cli, "--device h200 --installed all", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "backend:  HOPPER_WGMMA") && strstr(out, "HopperWgmmaExperts"), "text: %d\n%s", rc, out);
     CHECK(run_cli(cli, "--device h300", out, sizeof out) == 1, "bad --device");
     CHECK(run_cli(cli, "--installed deepgemm", out, sizeof out) == 1, "bad --installed");
     CHECK(run_cli(cli, "--device", out, sizeof out) == 1, "missing value");
