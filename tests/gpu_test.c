@@ -4,11 +4,11 @@
  * 1. Routing: every method of the reference on the GPU router, ids bit-identical to
  *    nvfp4moe_route (f32 and bf16 logits; bf16 logits have exact ties, so the tie rule is tested
  *    too), weights to float rounding; the token grouping's invariants.
- * 2. Every GPU backend (MARLIN, EMULATION) against the float64 CPU reference on a sample of vLLM's
- *    test grid (m, n = intermediate, k = hidden, e, top_k), every activation, swiglu_limit on and
- *    off, bf16 and fp16, fresh random data per case, outputs poisoned (0xFF = NaN) and checked fully
- *    written. MARLIN (W4A16): ||out - ref|| / ||ref|| <= 1e-2. EMULATION (W4A4): vLLM's
- *    |out - ref| <= 0.1 + 0.1 |ref| on every element.
+ * 2. Every GPU backend (MARLIN, HOPPER_WGMMA on sm_90, EMULATION) against the float64 CPU reference
+ *    on a sample of vLLM's test grid (m, n = intermediate, k = hidden, e, top_k), every activation,
+ *    swiglu_limit on and off, bf16 and fp16, fresh random data per case, outputs poisoned (0xFF =
+ *    NaN) and checked fully written. MARLIN and HOPPER_WGMMA (W4A16): ||out - ref|| / ||ref|| <=
+ *    1e-2. EMULATION (W4A4): vLLM's |out - ref| <= 0.1 + 0.1 |ref| on every element.
  * 3. Edge cases: M = 0, an expert with no tokens, all tokens to one expert, apply_router_weight_on_input
  *    (llama4), expert biases, a forward captured in a CUDA graph and replayed == eager, the public
  *    plan API with device-resident weights.
@@ -234,8 +234,22 @@ enum special {
     SP_PLAN_API,       /* through nvfp4moe_plan_create with device weights */
 };
 
+/* The backends under test, by index (layer_case.be). W4A16 ones (all but EMULATION) run a W4A4
+ * config as W4A16, as the oracle says they do. */
+enum { BE_MARLIN, BE_HOPPER, BE_EMULATION, BE_COUNT };
+static const struct {
+    const char *name;
+    const nvfp4moe_backend_impl *impl;
+    bool w4a16;
+    int sm_only;   /* 0: any sm_80+ GPU */
+} k_be[BE_COUNT] = {
+    {"MARLIN", &nvfp4moe_impl_marlin, true, 0},
+    {"HOPPER_WGMMA", &nvfp4moe_impl_hopper_wgmma, true, 90},
+    {"EMULATION", &nvfp4moe_impl_emulation, false, 0},
+};
+
 typedef struct layer_case {
-    bool marlin;
+    int be;                   /* BE_* */
     int M, I, H, E, k;
     nvfp4moe_activation act;
     bool limit;
@@ -258,8 +272,9 @@ static const char *sp_name(enum special s) {
 
 static void run_layer_case(const layer_case *c, uint64_t seed) {
     logbuf l = {.len = 0};
-    const char *bname = c->marlin ? "MARLIN" : "EMULATION";
-    logf_(&l, "%-9s m=%-3d n=%-4d k=%-4d e=%-3d top_k=%d %-22s limit=%-3s %s %s%s%s%s", bname, c->M, c->I,
+    const char *bname = k_be[c->be].name;
+    const bool w4a16 = k_be[c->be].w4a16;
+    logf_(&l, "%-12s m=%-3d n=%-4d k=%-4d e=%-3d top_k=%d %-22s limit=%-3s %s %s%s%s%s", bname, c->M, c->I,
           c->H, c->E, c->k, nvfp4moe_activation_name(c->act), c->limit ? "on" : "off",
           nvfp4moe_dtype_name(c->dt), nvfp4moe_routing_name(c->routing), c->bias ? " bias" : "",
           c->weight_on_input ? " weight-on-input" : "", sp_name(c->sp));
@@ -293,7 +308,7 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         return;
     }
     const int64_t M = c->M, H = c->H, E = c->E, K = c->k, P = M * K;
-    const nvfp4moe_backend_impl *impl = c->marlin ? &nvfp4moe_impl_marlin : &nvfp4moe_impl_emulation;
+    const nvfp4moe_backend_impl *impl = k_be[c->be].impl;
     nvfp4moe_layer *layer = NULL;
     uint16_t *hidden = malloc(sizeof(uint16_t) * (size_t)NVFP4MOE_MAX(M * H, 1));
     float *logits = malloc(sizeof(float) * (size_t)NVFP4MOE_MAX(M * E, 1));
@@ -479,7 +494,7 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         }
         nvfp4moe_config rcfg = cfg;
         rcfg.out_dtype = NVFP4MOE_DTYPE_F32;               /* an unrounded reference */
-        if (c->marlin) rcfg.scheme = NVFP4MOE_SCHEME_W4A16; /* MARLIN drops the activation scales */
+        if (w4a16) rcfg.scheme = NVFP4MOE_SCHEME_W4A16; /* W4A16 drops the activation scales */
         nvfp4moe_io rio = {.num_tokens = R, .hidden = sh, .topk_ids = sids, .topk_weights = sw, .output = ref};
         s = nvfp4moe_reference_forward(&rcfg, &layer->w, &rio);
         if (s != NVFP4MOE_OK) {
@@ -495,7 +510,7 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
                     num += d * d;
                     den += f * f;
                     if (d > max_abs || isnan(d)) max_abs = d;
-                    bool ok = isfinite(g) && (c->marlin || d <= 0.1 + 0.1 * fabs(f));
+                    bool ok = isfinite(g) && (w4a16 || d <= 0.1 + 0.1 * fabs(f));
                     if (!ok) {
                         if (bad < 4)
                             logf_(&l, "\n    token %lld col %lld: %.6g, reference %.6g", (long long)rows[r],
@@ -504,7 +519,7 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
                     }
                 }
             const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-            if (c->marlin && !(rel <= 1e-2)) {
+            if (w4a16 && !(rel <= 1e-2)) {
                 logf_(&l, "\n    FAIL rel err %.3e > 1e-2", rel);
                 l.failed = 1;
             }
@@ -574,6 +589,7 @@ static void add_route(route_case rc) {
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_route = true, .rc = rc};
 }
 static void add_layer(layer_case lc) {
+    if (k_be[lc.be].sm_only && g_dev.sm != k_be[lc.be].sm_only) return;  /* announced in main */
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_route = false, .lc = lc};
 }
 
@@ -622,7 +638,7 @@ int main(int argc, char **argv) {
                                             NVFP4MOE_ROUTING_MINIMAX2, NVFP4MOE_ROUTING_RENORMALIZE_NAIVE,
                                             NVFP4MOE_ROUTING_SIMULATED, NVFP4MOE_ROUTING_SIGMOID};
     int si = 0, ri = 0;
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < BE_COUNT; b++)
         for (int a = 0; a < NVFP4MOE_ACT_COUNT; a++)
             for (int lim = 0; lim < 2; lim++) {
                 const nvfp4moe_activation act = (nvfp4moe_activation)a;
@@ -631,14 +647,14 @@ int main(int argc, char **argv) {
                 if (lim && !clampable) continue;
                 if (!lim && act == NVFP4MOE_ACT_SWIGLUOAI_UNINTERLEAVE) continue; /* needs its limit */
                 const int *sh = k_shapes[si++ % N_SHAPES];
-                add_layer((layer_case){.marlin = b == 0, .M = sh[0], .I = sh[1], .H = sh[2], .E = sh[3],
+                add_layer((layer_case){.be = b, .M = sh[0], .I = sh[1], .H = sh[2], .E = sh[3],
                                        .k = sh[4], .act = act, .limit = lim, .dt = (si & 1) ? NVFP4MOE_DTYPE_BF16
                                                                                          : NVFP4MOE_DTYPE_FP16,
                                        .routing = fwd_routing[ri++ % 8]});
             }
-    /* 3. edge cases, both backends */
-    for (int b = 0; b < 2; b++) {
-        const bool m = b == 0;
+    /* 3. edge cases, every backend */
+    for (int b = 0; b < BE_COUNT; b++) {
+        const int m = b;
         const nvfp4moe_dtype bf = NVFP4MOE_DTYPE_BF16;
         add_layer((layer_case){m, 0, 256, 512, 8, 2, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
                                false, false, SP_EMPTY});
@@ -658,6 +674,10 @@ int main(int argc, char **argv) {
                                false, false, SP_PLAN_API});
     }
 
+    for (int b = 0; b < BE_COUNT; b++)
+        if (k_be[b].sm_only && g_dev.sm != k_be[b].sm_only)
+            printf("%s: not tested: its kernel runs on sm_%d only (device is sm_%d)\n", k_be[b].name,
+                   k_be[b].sm_only, g_dev.sm);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = (int)NVFP4MOE_MAX(1, NVFP4MOE_MIN(ncpu, 16));
     printf("%d cases on %d threads\n", g_njobs, nthreads);
