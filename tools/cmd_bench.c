@@ -1,6 +1,7 @@
 /*
- * cmd_bench.c - `nvfp4moe bench`: times the MARLIN backend on real models' MoE layer shapes against
- * a cuBLAS BF16 baseline and against the layer's physical floor, all measured in the same run.
+ * cmd_bench.c - `nvfp4moe bench`: times our GPU backends (MARLIN, HOPPER_WGMMA on sm_90, or those
+ * named by --backend) on real models' MoE layer shapes against a cuBLAS BF16 baseline and against
+ * the layer's physical floor, all measured in the same run.
  *
  * Method (perf_anchors.md §5-6): weights are generated on the GPU (random E2M1 codes, random E4M3
  * scales in [2^-3, 448]: valid NVFP4, never zeros); router logits are uniform random (uniform
@@ -15,7 +16,7 @@
  * tokens gathered per expert, grouped BF16 GEMMs through cuBLAS (cublasGemmGroupedBatchedEx, or a
  * cublasGemmEx per expert when the library lacks it), the same activation kernel, a weighted
  * combine. Its routing and expert counts are computed once outside the timed region (the host must
- * know them to call cuBLAS), so the baseline is timed without routing; MARLIN's time includes
+ * know them to call cuBLAS), so the baseline is timed without routing; our backends' times include
  * routing and grouping from the logits.
  *
  * cuBLAS is loaded with dlopen (NVFP4MOE_CUBLAS=path overrides the search): the library stays free
@@ -99,16 +100,17 @@ static const preset k_presets[] = {
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: nvfp4moe bench [flags]\n\n"
-               "Times the MARLIN backend (routing from logits through the combined output, one CUDA graph)\n"
-               "and a cuBLAS BF16 grouped-GEMM baseline on real models' MoE layers, cold L2, median of runs,\n"
+               "Times our GPU backends (routing from logits through the combined output, one CUDA graph) and\n"
+               "a cuBLAS BF16 grouped-GEMM baseline on real models' MoE layers, cold L2, median of runs,\n"
                "against the floor max(weight bytes / copy bandwidth, FLOPs / bf16 rate) measured in the same run.\n"
                "Writes PREFIX.csv and PREFIX.md.\n\n"
                "  --preset LIST   comma-separated presets (default: all):");
     for (int i = 0; i < N_PRESETS; i++) fprintf(f, " %s", k_presets[i].name);
     fprintf(f, "\n  --m LIST        token counts (default 1,4,16,64,256,1024,4096)\n"
+               "  --backend LIST  comma-separated GPU backends (default: MARLIN, and HOPPER_WGMMA on sm_90)\n"
                "  --iters N       timed runs per point (default 25, at least 20 recommended)\n"
                "  --no-baseline   skip the cuBLAS baseline\n"
-               "  --out PREFIX    output files (default bench/results/<date>-<gpu>-marlin)\n"
+               "  --out PREFIX    output files (default bench/results/<date>-<gpu>-bench)\n"
                "  --commit SHA    recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n");
 }
 
@@ -181,18 +183,19 @@ static int enqueue_gemm(void *ctx, cudaStream_t s) {
                           CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS ? 0 : -1;
 }
 
-// ---- MARLIN forward ----
+// ---- our backends' forward ----
 
-typedef struct marlin_ctx {
-    nvfp4moe_plan *plan;                         /* the public API, or: */
-    const nvfp4moe_backend_impl *impl;
-    void *state;
+#define MAX_BACKENDS 4
+
+typedef struct fwd_ctx {
+    nvfp4moe_plan *plan;
     nvfp4moe_io io;
-} marlin_ctx;
-static int enqueue_marlin(void *ctx, cudaStream_t s) {
-    marlin_ctx *m = ctx;
-    nvfp4moe_status st = m->plan ? nvfp4moe_plan_forward(m->plan, &m->io, s) : m->impl->forward(m->state, &m->io, s);
-    if (st != NVFP4MOE_OK) fprintf(stderr, "nvfp4moe bench: MARLIN forward: %s\n", nvfp4moe_last_error());
+} fwd_ctx;
+static int enqueue_forward(void *ctx, cudaStream_t s) {
+    fwd_ctx *m = ctx;
+    nvfp4moe_status st = nvfp4moe_plan_forward(m->plan, &m->io, s);
+    if (st != NVFP4MOE_OK)
+        fprintf(stderr, "nvfp4moe bench: %s forward: %s\n", nvfp4moe_plan_backend(m->plan), nvfp4moe_last_error());
     return st == NVFP4MOE_OK ? 0 : -1;
 }
 
@@ -250,7 +253,7 @@ static int enqueue_base(void *ctx, cudaStream_t s) {
     return nvfp4moe_gpu_weighted_combine(b->y2, b->pos, b->wts, b->M, b->k, b->H, 1, b->out, s) == cudaSuccess ? 0 : -1;
 }
 
-// ---- MARLIN's own (non-GEMM) stages, timed alone: route+group, activation, combine ----
+// ---- the pipeline's own (non-GEMM) stages, timed alone: route+group, activation, combine ----
 
 typedef struct stages_ctx {
     nvfp4moe_gpu_route_params rp;
@@ -287,10 +290,15 @@ typedef struct result {
     const preset *p;
     int M, touched;
     double wbytes, flops, floor_us;
-    double marlin_us, base_us, rel_diff;
-    double stage_us[4];   /* MARLIN's route+group, activation, combine, group alone (NAN: not measured) */
-    bool marlin_ok, base_ok, marlin_graph, base_graph;
+    double be_us[MAX_BACKENDS], base_us;
+    double be_rel[MAX_BACKENDS]; /* output rel. diff vs cuBLAS (vs backend 0 without a baseline) */
+    double stage_us[4];   /* the non-GEMM stages: route+group, activation, combine, group alone (NAN: not measured) */
+    bool be_ok[MAX_BACKENDS], base_ok, be_graph[MAX_BACKENDS], base_graph;
 } result;
+
+/* The backends timed in this run (--backend). */
+static const char *g_be[MAX_BACKENDS];
+static int g_nbe;
 
 #define CK(expr)                                                                                   \
     do {                                                                                           \
@@ -355,9 +363,7 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
     uint8_t *w13 = NULL, *sf13 = NULL, *w2 = NULL, *sf2 = NULL;
     float *s2a = NULL, *s2b_ = NULL, *ins = NULL;
     void *w13bf = NULL, *w2bf = NULL;
-    nvfp4moe_plan *plan = NULL;
-    void *state = NULL;
-    const nvfp4moe_backend_impl *impl = NULL;
+    nvfp4moe_plan *plans[MAX_BACKENDS] = {NULL};
     int rc = -1;
     printf("\n== %s: E=%d H=%d I=%d top_k=%d %s%s, %.1f MB NVFP4 per expert\n", p->name, E, H, I, k,
            nvfp4moe_activation_name(p->act), p->limit ? " swiglu_limit=7" : "", bytes_per_expert / 1e6);
@@ -390,20 +396,16 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
     {
         nvfp4moe_weights dw = {.w13 = w13, .w13_scale = sf13, .w13_scale_2 = s2a, .w13_input_scale = ins,
                                .w2 = w2, .w2_scale = sf2, .w2_scale_2 = s2b_, .w2_input_scale = ins};
-        nvfp4moe_plan_options po = {.backend = "MARLIN", .weights_on_device = true};
-        if (nvfp4moe_plan_create(&cfg, &dw, &po, &plan) != NVFP4MOE_OK) {
-            fprintf(stderr, "  (plan API: %s; creating the MARLIN backend directly)\n", nvfp4moe_last_error());
-            plan = NULL;
-            impl = &nvfp4moe_impl_marlin;
-            nvfp4moe_device dev;
-            nvfp4moe_device_detect(&dev);
-            if (impl->create(&cfg, &dw, true, &dev, &state) != NVFP4MOE_OK) {
-                fprintf(stderr, "nvfp4moe bench: MARLIN: %s\n", nvfp4moe_last_error());
+        for (int bi = 0; bi < g_nbe; bi++) {
+            nvfp4moe_plan_options po = {.backend = g_be[bi], .weights_on_device = true};
+            if (nvfp4moe_plan_create(&cfg, &dw, &po, &plans[bi]) != NVFP4MOE_OK) {
+                fprintf(stderr, "nvfp4moe bench: %s: %s\n", g_be[bi], nvfp4moe_last_error());
+                plans[bi] = NULL;
                 goto fail;
             }
         }
     }
-    /* the plan keeps its own repacked copy */
+    /* each plan keeps its own repacked copy */
     cudaFree(w13); cudaFree(sf13); cudaFree(w2); cudaFree(sf2);
     w13 = sf13 = w2 = sf2 = NULL;
 
@@ -411,7 +413,8 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
         const int M = Ms[mi], P = M * k;
         result r = {.p = p, .M = M};
         void *hidden = NULL, *logits = NULL, *ids = NULL, *wts = NULL, *sorted = NULL, *bexp = NULL, *nb = NULL,
-             *pos = NULL, *out_m = NULL, *out_b = NULL, *ws = NULL, *xs = NULL, *y1 = NULL, *act = NULL, *y2 = NULL;
+             *pos = NULL, *out_b = NULL, *xs = NULL, *y1 = NULL, *act = NULL, *y2 = NULL;
+        void *out_be[MAX_BACKENDS] = {NULL}, *ws_be[MAX_BACKENDS] = {NULL};
         void **dptr = NULL;
         int32_t *h_ids = NULL, *h_sorted = NULL, *h_pos = NULL;
         base_ctx b = {0};
@@ -419,8 +422,10 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
         if (!(hidden = dalloc((size_t)M * H * 2)) || !(logits = dalloc((size_t)M * E * 4)) ||
             !(ids = dalloc((size_t)P * 4)) || !(wts = dalloc((size_t)P * 4)) || !(sorted = dalloc((size_t)cap * 4)) ||
             !(bexp = dalloc((size_t)cap * 4)) || !(nb = dalloc(4)) || !(pos = dalloc((size_t)P * 4)) ||
-            !(out_m = dalloc((size_t)M * H * 2)) || !(out_b = dalloc((size_t)M * H * 2)))
+            !(out_b = dalloc((size_t)M * H * 2)))
             goto next;
+        for (int bi = 0; bi < g_nbe; bi++)
+            if (!(out_be[bi] = dalloc((size_t)M * H * 2))) goto next;
         CKM(nvfp4moe_gpu_fill_random_values(hidden, (size_t)M * H, NVFP4MOE_DTYPE_BF16, 1.0f, 100 + M, t->s));
         CKM(nvfp4moe_gpu_fill_random_values(logits, (size_t)M * E, NVFP4MOE_DTYPE_F32, 2.0f, 200 + M, t->s));
         /* the routing once, for the accounting and the baseline's groups (the same kernel as MARLIN's) */
@@ -492,17 +497,22 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
             free(cnt);
         }
 
-        /* MARLIN */
-        {
-            const size_t wsz = plan ? nvfp4moe_plan_workspace_size(plan, M) : impl->workspace_size(state, M);
-            if (wsz && !(ws = dalloc(wsz))) goto next;
-            marlin_ctx m = {.plan = plan, .impl = impl, .state = state,
-                            .io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out_m,
-                                   .workspace = ws, .workspace_size = wsz}};
-            r.marlin_ok = time_op(t, enqueue_marlin, &m, &r.marlin_us, &r.marlin_graph) == 0;
-            if (!r.marlin_ok) fprintf(stderr, "  MARLIN M=%d failed: %s\n", M, cudaGetErrorString(cudaGetLastError()));
+        /* our backends, one after the other on the same inputs */
+        for (int bi = 0; bi < g_nbe; bi++) {
+            const size_t wsz = nvfp4moe_plan_workspace_size(plans[bi], M);
+            if (wsz && !(ws_be[bi] = dalloc(wsz))) goto next;
+            fwd_ctx m = {.plan = plans[bi],
+                         .io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out_be[bi],
+                                .workspace = ws_be[bi], .workspace_size = wsz}};
+            /* one eager forward first: a kernel's first launch may set attributes that graph capture forbids */
+            if (enqueue_forward(&m, t->s) == 0 && cudaStreamSynchronize(t->s) == cudaSuccess)
+                r.be_ok[bi] = time_op(t, enqueue_forward, &m, &r.be_us[bi], &r.be_graph[bi]) == 0;
+            if (!r.be_ok[bi])
+                fprintf(stderr, "  %s M=%d failed: %s\n", g_be[bi], M, cudaGetErrorString(cudaGetLastError()));
+            cudaFree(ws_be[bi]);   /* the next backend's workspace may be as large */
+            ws_be[bi] = NULL;
         }
-        /* MARLIN's non-GEMM stages alone: the rest of its time is the two GEMMs */
+        /* the non-GEMM stages alone (MARLIN's block_m): the rest of a forward's time is the two GEMMs */
         r.stage_us[0] = r.stage_us[1] = r.stage_us[2] = r.stage_us[3] = NAN;
         {
             /* MARLIN's block_m rule (vLLM's; kernels/moe_gemm.h nvfp4moe_marlin_block_m), restated here so
@@ -549,29 +559,39 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
             r.base_ok = time_op(t, enqueue_base, &b, &r.base_us, &r.base_graph) == 0;
             if (!r.base_ok) fprintf(stderr, "  cuBLAS baseline M=%d failed: %s\n", M, cudaGetErrorString(cudaGetLastError()));
         }
-        /* the two compute the same layer: a cheap guard against timing something wrong */
-        r.rel_diff = NAN;
-        if (r.marlin_ok && r.base_ok) {
+        /* all compute the same layer: a cheap guard against timing something wrong (the correctness
+         * test is gpu_test) */
+        {
+            const void *ref = r.base_ok ? out_b : r.be_ok[0] ? out_be[0] : NULL;
             uint16_t *a = malloc((size_t)M * H * 2), *c = malloc((size_t)M * H * 2);
-            if (cudaMemcpy(a, out_m, (size_t)M * H * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
-                cudaMemcpy(c, out_b, (size_t)M * H * 2, cudaMemcpyDeviceToHost) == cudaSuccess)
-                r.rel_diff = bf16_rel_diff(a, c, (size_t)M * H);
+            for (int bi = 0; bi < g_nbe; bi++) {
+                r.be_rel[bi] = NAN;
+                if (ref && r.be_ok[bi] && out_be[bi] != ref &&
+                    cudaMemcpy(a, out_be[bi], (size_t)M * H * 2, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                    cudaMemcpy(c, ref, (size_t)M * H * 2, cudaMemcpyDeviceToHost) == cudaSuccess)
+                    r.be_rel[bi] = bf16_rel_diff(a, c, (size_t)M * H);
+            }
             free(a);
             free(c);
         }
-        printf("  M=%-5d experts %3d  floor %9.1f us | MARLIN %9.1f us %5.1f%% %7.0f GB/s %6.1f TF/s | "
-               "cuBLAS %9.1f us %5.1f%% | MARLIN/cuBLAS %.2fx | rel diff %.1e | stages route+group %.1f act %.1f "
-               "combine %.1f us (group alone %.1f)\n",
-               M, r.touched, r.floor_us, r.marlin_us, 100 * r.floor_us / r.marlin_us, r.wbytes / r.marlin_us / 1e3,
-               r.flops / r.marlin_us / 1e6, r.base_us, 100 * r.floor_us / r.base_us, r.base_us / r.marlin_us,
-               r.rel_diff, r.stage_us[0], r.stage_us[1], r.stage_us[2], r.stage_us[3]);
+        printf("  M=%-5d experts %3d  floor %9.1f us |", M, r.touched, r.floor_us);
+        for (int bi = 0; bi < g_nbe; bi++)
+            printf(" %s %9.1f us %5.1f%% %7.0f GB/s %6.1f TF/s (rel diff %.1e) |", g_be[bi], r.be_us[bi],
+                   100 * r.floor_us / r.be_us[bi], r.wbytes / r.be_us[bi] / 1e3, r.flops / r.be_us[bi] / 1e6,
+                   r.be_rel[bi]);
+        printf(" cuBLAS %9.1f us %5.1f%% | stages route+group %.1f act %.1f combine %.1f us (group alone %.1f)\n",
+               r.base_us, 100 * r.floor_us / r.base_us, r.stage_us[0], r.stage_us[1], r.stage_us[2], r.stage_us[3]);
         fflush(stdout);
         res[(*nres)++] = r;
     next:
         {
-            void *bufs[] = {hidden, logits, ids, wts, sorted, bexp, nb, pos, out_m, out_b, ws, xs, y1, act, y2, dptr};
+            void *bufs[] = {hidden, logits, ids, wts, sorted, bexp, nb, pos, out_b, xs, y1, act, y2, dptr};
             for (size_t q = 0; q < sizeof bufs / sizeof bufs[0]; q++)
                 if (bufs[q]) cudaFree(bufs[q]);
+            for (int bi = 0; bi < g_nbe; bi++) {
+                if (out_be[bi]) cudaFree(out_be[bi]);
+                if (ws_be[bi]) cudaFree(ws_be[bi]);
+            }
         }
         free(h_ids); free(h_sorted); free(h_pos);
         free(b.ta); free(b.tb); free(b.m1); free(b.n1); free(b.k1); free(b.lda1); free(b.ldb1); free(b.ldc1);
@@ -581,8 +601,8 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
     }
     rc = 0;
 fail:
-    if (plan) nvfp4moe_plan_destroy(plan);
-    if (state) impl->destroy(state);
+    for (int bi = 0; bi < g_nbe; bi++)
+        if (plans[bi]) nvfp4moe_plan_destroy(plans[bi]);
     {
         void *bufs[] = {w13, sf13, w2, sf2, s2a, s2b_, ins, w13bf, w2bf};
         for (size_t q = 0; q < sizeof bufs / sizeof bufs[0]; q++)
@@ -611,20 +631,22 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
         return -1;
     }
     fprintf(f, "preset,E,H,I,top_k,M,touched_experts,weight_bytes,flops,floor_us,backend,time_us,pct_of_floor,"
-               "weight_GBps,TFLOPs,graph,stage_route_group_us,stage_activation_us,stage_combine_us,stage_group_only_us\n");
+               "weight_GBps,TFLOPs,graph,stage_route_group_us,stage_activation_us,stage_combine_us,stage_group_only_us,"
+               "out_rel_diff\n");
     for (int i = 0; i < n; i++) {
         const result *r = &res[i];
-        for (int b = 0; b < 2; b++) {
-            const bool ok = b == 0 ? r->marlin_ok : r->base_ok;
-            if (!ok) continue;
-            const double us = b == 0 ? r->marlin_us : r->base_us;
+        for (int b = 0; b <= g_nbe; b++) {   /* b == g_nbe: the cuBLAS baseline */
+            const bool base = b == g_nbe;
+            if (!(base ? r->base_ok : r->be_ok[b])) continue;
+            const double us = base ? r->base_us : r->be_us[b];
             fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%.0f,%.0f,%.2f,%s,%.2f,%.2f,%.1f,%.2f,%d", r->p->name, r->p->E,
                     r->p->H, r->p->I, r->p->k, r->M, r->touched, r->wbytes, r->flops, r->floor_us,
-                    b == 0 ? "MARLIN" : "cublas_bf16", us, 100 * r->floor_us / us, r->wbytes / us / 1e3,
-                    r->flops / us / 1e6, (int)(b == 0 ? r->marlin_graph : r->base_graph));
-            if (b == 0)
-                fprintf(f, ",%.2f,%.2f,%.2f,%.2f\n", r->stage_us[0], r->stage_us[1], r->stage_us[2], r->stage_us[3]);
-            else fprintf(f, ",,,,\n");
+                    base ? "cublas_bf16" : g_be[b], us, 100 * r->floor_us / us, r->wbytes / us / 1e3,
+                    r->flops / us / 1e6, (int)(base ? r->base_graph : r->be_graph[b]));
+            if (!base)
+                fprintf(f, ",%.2f,%.2f,%.2f,%.2f,%.2e\n", r->stage_us[0], r->stage_us[1], r->stage_us[2], r->stage_us[3],
+                        r->be_rel[b]);
+            else fprintf(f, ",,,,,\n");
         }
     }
     fclose(f);
@@ -633,7 +655,9 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
         fprintf(stderr, "nvfp4moe bench: cannot write %s\n", path);
         return -1;
     }
-    fprintf(f, "# nvfp4moe bench: MARLIN vs cuBLAS BF16, %s\n\n", card);
+    fprintf(f, "# nvfp4moe bench:");
+    for (int b = 0; b < g_nbe; b++) fprintf(f, "%s %s", b ? "," : "", g_be[b]);
+    fprintf(f, " vs cuBLAS BF16, %s\n\n", card);
     fprintf(f, "- card: %s\n- date: %s\n- commit: %s\n- command: `%s`\n", card, date, commit, command);
     fprintf(f, "- ceilings measured in this run: copy %.2f TB/s (2 GB device-to-device copy kernel, 16-byte accesses, read + write), "
                "bf16 matmul %.0f TFLOP/s (cublasGemmEx 8192^3, random data)\n", copy_bw / 1e12, peak / 1e12);
@@ -644,10 +668,12 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
                "%% = floor / time\n");
     fprintf(f, "- timing: one CUDA-graph replay per run, L2 flushed (512 MB memset) before each, 3 warm-ups, "
                "median of %d runs; uniform random routing (random logits, renormalize)\n", iters);
-    fprintf(f, "- MARLIN: routing + grouping from logits, GEMM1, activation, GEMM2 x top-k weight, combine "
-               "(the whole forward). cuBLAS baseline (%s): BF16 weights dequantized once; gather, grouped GEMM1, "
-               "the same activation kernel, grouped GEMM2, weighted combine; routing and the per-expert counts "
-               "precomputed (not timed)\n\n", cublas_mode);
+    fprintf(f, "- our backends: routing + grouping from logits, GEMM1, activation, GEMM2 x top-k weight, combine "
+               "(the whole forward, the plan API). cuBLAS baseline (%s): BF16 weights dequantized once; gather, "
+               "grouped GEMM1, the same activation kernel, grouped GEMM2, weighted combine; routing and the "
+               "per-expert counts precomputed (not timed)\n", cublas_mode);
+    fprintf(f, "- rel diff: ||out - cuBLAS out|| / ||cuBLAS out|| (bf16 outputs), a guard that the same layer is "
+               "timed; correctness against the float64 reference is gpu_test's job\n\n");
     const preset *cur = NULL;
     for (int i = 0; i < n; i++) {
         const result *r = &res[i];
@@ -655,21 +681,36 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
             cur = r->p;
             fprintf(f, "\n## %s (E=%d, H=%d, I=%d, top-%d%s)\n\n", cur->name, cur->E, cur->H, cur->I, cur->k,
                     cur->limit ? ", swigluoai, swiglu_limit 7" : "");
-            fprintf(f, "| M | experts | floor (us) | MARLIN (us) | %% of floor | GB/s | TFLOP/s | cuBLAS bf16 (us) | "
-                       "%% of floor | MARLIN speed-up | out rel diff | MARLIN non-GEMM stages, each timed alone: "
-                       "route+group / act / combine (us) |\n");
-            fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+            fprintf(f, "| M | experts | floor (us) |");
+            for (int b = 0; b < g_nbe; b++) fprintf(f, " %s (us) | %% of floor | TFLOP/s |", g_be[b]);
+            for (int b = 1; b < g_nbe; b++) fprintf(f, " %s vs %s |", g_be[b], g_be[0]);
+            fprintf(f, " cuBLAS bf16 (us) | %% of floor | best ours vs cuBLAS | out rel diff |"
+                       " non-GEMM stages, each timed alone: route+group / act / combine (us) |\n|---:|---:|---:|");
+            for (int b = 0; b < g_nbe; b++) fprintf(f, "---:|---:|---:|");
+            for (int b = 1; b < g_nbe; b++) fprintf(f, "---:|");
+            fprintf(f, "---:|---:|---:|---|---|\n");
         }
         fprintf(f, "| %d | %d | %.1f |", r->M, r->touched, r->floor_us);
-        if (r->marlin_ok)
-            fprintf(f, " %.1f | %.1f | %.0f | %.1f |", r->marlin_us, 100 * r->floor_us / r->marlin_us,
-                    r->wbytes / r->marlin_us / 1e3, r->flops / r->marlin_us / 1e6);
-        else
-            fprintf(f, " failed | | | |");
+        double best = INFINITY;
+        for (int b = 0; b < g_nbe; b++) {
+            if (r->be_ok[b]) {
+                fprintf(f, " %.1f | %.1f | %.1f |", r->be_us[b], 100 * r->floor_us / r->be_us[b],
+                        r->flops / r->be_us[b] / 1e6);
+                if (r->be_us[b] < best) best = r->be_us[b];
+            } else {
+                fprintf(f, " failed | | |");
+            }
+        }
+        for (int b = 1; b < g_nbe; b++) {
+            if (r->be_ok[0] && r->be_ok[b]) fprintf(f, " %.2fx |", r->be_us[0] / r->be_us[b]);
+            else fprintf(f, " |");
+        }
         if (r->base_ok) fprintf(f, " %.1f | %.1f |", r->base_us, 100 * r->floor_us / r->base_us);
         else fprintf(f, " - | |");
-        if (r->marlin_ok && r->base_ok) fprintf(f, " %.2fx | %.1e |", r->base_us / r->marlin_us, r->rel_diff);
-        else fprintf(f, " | |");
+        if (r->base_ok && isfinite(best)) fprintf(f, " %.2fx |", r->base_us / best);
+        else fprintf(f, " |");
+        for (int b = 0; b < g_nbe; b++) fprintf(f, "%s%.1e", b ? " / " : " ", r->be_rel[b]);
+        fprintf(f, " |");
         fprintf(f, " %.1f / %.1f / %.1f (group alone %.1f) |\n", r->stage_us[0], r->stage_us[1], r->stage_us[2],
                 r->stage_us[3]);
     }
@@ -684,6 +725,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < N_PRESETS; i++) sel[i] = true;
     int iters = 25;
     bool baseline = true;
+    char be_list[256] = "";
     const char *out = NULL, *commit = getenv("NVFP4MOE_COMMIT");
     char command[1024] = "nvfp4moe";
     for (int i = 0; i < argc; i++) {  /* argv[0] is "bench" */
@@ -724,6 +766,9 @@ int cmd_bench(int argc, char **argv) {
             long long n;
             if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int("--iters", v, 1, &n)) return CLI_EXIT_FAILURE;
             iters = (int)n;
+        } else if (!strcmp(a, "--backend")) {
+            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+            nvfp4moe_strlcpy(be_list, v, sizeof be_list);
         } else if (!strcmp(a, "--no-baseline")) {
             baseline = false;
         } else if (!strcmp(a, "--out")) {
@@ -744,6 +789,26 @@ int cmd_bench(int argc, char **argv) {
     if (nvfp4moe_device_detect(&dev) != NVFP4MOE_OK || !dev.is_cuda) {
         fprintf(stderr, "nvfp4moe bench: not available: no CUDA GPU found\n");
         return CLI_EXIT_FAILURE;
+    }
+    /* the backends: named ones must be GPU backends of this build; the default is every fast one */
+    static char be_names[MAX_BACKENDS][32];
+    g_nbe = 0;
+    if (!be_list[0]) snprintf(be_list, sizeof be_list, "MARLIN%s", dev.sm == 90 ? ",HOPPER_WGMMA" : "");
+    for (char *save = NULL, *tok = strtok_r(be_list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const nvfp4moe_backend_impl *im = NULL;
+        for (char *c = tok; *c; c++) *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c == '-' ? '_' : *c);
+        if (!(im = nvfp4moe_impl_find(tok)) || !im->device_memory) {
+            fprintf(stderr, "nvfp4moe bench: --backend: '%s' is not a GPU backend of this build (try MARLIN, "
+                            "HOPPER_WGMMA, EMULATION)\n", tok);
+            return CLI_EXIT_FAILURE;
+        }
+        if (g_nbe == MAX_BACKENDS) {
+            fprintf(stderr, "nvfp4moe bench: --backend: at most %d backends\n", MAX_BACKENDS);
+            return CLI_EXIT_FAILURE;
+        }
+        nvfp4moe_strlcpy(be_names[g_nbe], tok, sizeof be_names[g_nbe]);
+        g_be[g_nbe] = be_names[g_nbe];
+        g_nbe++;
     }
     cublas_fns cb;
     const bool have_cublas = cublas_load(&cb) == 0;
@@ -767,7 +832,7 @@ int cmd_bench(int argc, char **argv) {
     if (!out) {
         char d[16];
         strftime(d, sizeof d, "%Y-%m-%d", gmtime(&now));
-        snprintf(prefix, sizeof prefix, "bench/results/%s-%s-marlin", d, gpu_short(dev.name, gshort, sizeof gshort));
+        snprintf(prefix, sizeof prefix, "bench/results/%s-%s-bench", d, gpu_short(dev.name, gshort, sizeof gshort));
         out = prefix;
     }
 
