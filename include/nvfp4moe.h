@@ -835,6 +835,15 @@ bool nvfp4moe_built_with_nccl(void);
 nvfp4moe_status nvfp4moe_ep_nccl_create(int32_t size, int32_t rank, int32_t device, const char *id_file,
                                         nvfp4moe_ep_transport *out);
 
+/* The transport's own all-to-all, the yardstick for the EP exchanges: every rank sends
+ * bytes_per_peer bytes to every OTHER rank in one exchange, `iters` times after one warm-up;
+ * *seconds is this rank's median time of one all-to-all. Collective (same bytes_per_peer and iters
+ * on every rank). NCCL transport: one ncclGroupStart/End of ncclSend/ncclRecv between device
+ * buffers (no host staging: NCCL's own peak between these ranks); any other transport (loopback):
+ * its exchange() on host buffers. INVALID_ARGUMENT for iters < 1 or a transport without exchange. */
+nvfp4moe_status nvfp4moe_ep_transport_alltoall_time(const nvfp4moe_ep_transport *t, size_t bytes_per_peer,
+                                                    int32_t iters, double *seconds);
+
 /* An EP plan: one rank's share of a layer. */
 typedef struct nvfp4moe_ep_plan nvfp4moe_ep_plan;
 
@@ -872,6 +881,12 @@ typedef struct nvfp4moe_ep_stats {
     double dispatch_s, experts_s, combine_s;
     int64_t rows_sent, rows_received;    /* hidden rows (batched: padding included) */
     size_t bytes_sent, bytes_received;   /* every exchange, counts and statuses included */
+    /* The all-to-alls alone: seconds inside the transport's exchange() during the dispatch (counts,
+     * rows, ids, agreement) and the combine (rows back), and the bytes this rank sent to OTHER
+     * ranks in them (self transfers excluded). bytes / seconds is what the EP exchanges achieved,
+     * host staging included for the NCCL transport. */
+    double dispatch_xfer_s, combine_xfer_s;
+    size_t dispatch_bytes_remote, combine_bytes_remote;
 } nvfp4moe_ep_stats;
 
 /* One EP forward of this rank's tokens; collective (every rank calls it). io: host memory, as for

@@ -380,10 +380,34 @@ static void local_config(const nvfp4moe_config *cfg, const nvfp4moe_ep_partition
     lc->parallel.eplb = false;
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Where a forward stage's all-to-all time and remote bytes go (NULL: not counted). */
+typedef struct {
+    double *seconds;
+    size_t *remote;
+} xfer_acct;
+
+/* One exchange through the transport; its time and the bytes sent to other ranks are added to a. */
+static nvfp4moe_status exchange_acct(const nvfp4moe_ep_transport *t, const nvfp4moe_ep_xfer *sends, int32_t nsend,
+                                     const nvfp4moe_ep_xfer *recvs, int32_t nrecv, xfer_acct a) {
+    const double t0 = now_s();
+    nvfp4moe_status st = t->exchange(t->ctx, sends, nsend, recvs, nrecv);
+    if (a.seconds) *a.seconds += now_s() - t0;
+    if (a.remote)
+        for (int32_t i = 0; i < nsend; i++)
+            if (sends[i].peer != t->rank) *a.remote += sends[i].bytes;
+    return st;
+}
+
 /* A status every rank learns: each rank sends its own (0 = fine) to every peer; returns this
  * rank's status if it failed, else the first failed peer's as an error naming it. */
 static nvfp4moe_status agree_on(const nvfp4moe_ep_transport *t, nvfp4moe_status mine, const char *step,
-                                nvfp4moe_ep_stats *stats) {
+                                nvfp4moe_ep_stats *stats, xfer_acct acct) {
     const int32_t R = t->size;
     int32_t *buf = calloc((size_t)(R + 1), sizeof(int32_t));
     nvfp4moe_ep_xfer *x = calloc((size_t)(2 * R), sizeof *x);
@@ -398,7 +422,7 @@ static nvfp4moe_status agree_on(const nvfp4moe_ep_transport *t, nvfp4moe_status 
         x[r] = (nvfp4moe_ep_xfer){r, &buf[R], sizeof(int32_t)};
         x[R + r] = (nvfp4moe_ep_xfer){r, &buf[r], sizeof(int32_t)};
     }
-    nvfp4moe_status st = t->exchange(t->ctx, x, R, x + R, R);
+    nvfp4moe_status st = exchange_acct(t, x, R, x + R, R, acct);
     if (stats) {
         stats->bytes_sent += sizeof(int32_t) * (size_t)R;
         stats->bytes_received += sizeof(int32_t) * (size_t)R;
@@ -413,8 +437,9 @@ static nvfp4moe_status agree_on(const nvfp4moe_ep_transport *t, nvfp4moe_status 
     return st;
 }
 
-static nvfp4moe_status agree(nvfp4moe_ep_plan *p, nvfp4moe_status mine, const char *step, nvfp4moe_ep_stats *stats) {
-    return agree_on(&p->t, mine, step, stats);
+static nvfp4moe_status agree(nvfp4moe_ep_plan *p, nvfp4moe_status mine, const char *step, nvfp4moe_ep_stats *stats,
+                             xfer_acct acct) {
+    return agree_on(&p->t, mine, step, stats, acct);
 }
 
 /* Rank t->rank's share, without the agreement (nvfp4moe_ep_plan_create below adds it). */
@@ -554,19 +579,13 @@ nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4m
     if (t->size != cfg->parallel.ep_size || t->rank != cfg->parallel.ep_rank)
         return plan_create_rank(cfg, w, t, opt, out);   /* fails, naming both */
     nvfp4moe_ep_plan *p = NULL;
-    nvfp4moe_status st = agree_on(t, plan_create_rank(cfg, w, t, opt, &p), "plan creation", NULL);
+    nvfp4moe_status st = agree_on(t, plan_create_rank(cfg, w, t, opt, &p), "plan creation", NULL, (xfer_acct){0});
     if (st != NVFP4MOE_OK) {
         nvfp4moe_ep_plan_destroy(p);
         return st;
     }
     *out = p;
     return NVFP4MOE_OK;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Runs the local plan on rows [n, H] (in_dtype) with local expert ids; out [n, H] local out dtype. */
@@ -619,6 +638,8 @@ nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
     const size_t in_sz = nvfp4moe_dtype_size(c->in_dtype), lout_sz = nvfp4moe_dtype_size(p->local_cfg.out_dtype);
     const int64_t M = io->num_tokens >= 0 ? io->num_tokens : 0, P = M * K;
     double t0 = now_s();
+    const xfer_acct dacct = {&S->dispatch_xfer_s, &S->dispatch_bytes_remote};
+    const xfer_acct cacct = {&S->combine_xfer_s, &S->combine_bytes_remote};
 
     // ---- dispatch: route, plan, counts, rows ----
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(P + 1));
@@ -681,7 +702,7 @@ nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
         xs[r] = (nvfp4moe_ep_xfer){r, scnt + r * per, sizeof(int64_t) * (size_t)per};
         xs[R + r] = (nvfp4moe_ep_xfer){r, rcnt + r * per, sizeof(int64_t) * (size_t)per};
     }
-    nvfp4moe_status tst = p->t.exchange(p->t.ctx, xs, R, xs + R, R);
+    nvfp4moe_status tst = exchange_acct(&p->t, xs, R, xs + R, R, dacct);
     S->bytes_sent += sizeof(int64_t) * (size_t)(R * per);
     S->bytes_received += sizeof(int64_t) * (size_t)(R * per);
     if (tst != NVFP4MOE_OK) {
@@ -709,10 +730,10 @@ nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
         free(big);
         /* Cannot skip the row exchange alone: tell the others first. */
         st = agree(p, nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "ep dispatch: out of memory for %lld rows",
-                                         (long long)nrecv), "dispatch", S);
+                                         (long long)nrecv), "dispatch", S, dacct);
         goto done;
     }
-    st = agree(p, NVFP4MOE_OK, "dispatch", S);
+    st = agree(p, NVFP4MOE_OK, "dispatch", S, dacct);
     if (st != NVFP4MOE_OK) {
         free(big);
         goto done;
@@ -737,7 +758,7 @@ nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
         }
     }
     const nvfp4moe_ep_xfer *rx = big + R * L;
-    if ((st = p->t.exchange(p->t.ctx, big, ns, rx, nr)) != NVFP4MOE_OK) {
+    if ((st = exchange_acct(&p->t, big, ns, rx, nr, dacct)) != NVFP4MOE_OK) {
         free(big);
         goto done;
     }
@@ -754,7 +775,7 @@ nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
             big[R * L + r] = (nvfp4moe_ep_xfer){r, recv_ids + off, sizeof(int32_t) * (size_t)rcnt[r]};
             off += rcnt[r];
         }
-        if ((st = p->t.exchange(p->t.ctx, big, R, big + R * L, R)) != NVFP4MOE_OK) {
+        if ((st = exchange_acct(&p->t, big, R, big + R * L, R, dacct)) != NVFP4MOE_OK) {
             free(big);
             goto done;
         }
@@ -767,7 +788,7 @@ nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
     // ---- experts ----
     for (int64_t i = 0; i < nrecv; i++) ones[i] = 1.0f;
     st = run_local(p, nrecv, recv, recv_ids, ones, yrecv);
-    st = agree(p, st, "local experts", S);
+    st = agree(p, st, "local experts", S, (xfer_acct){0});   /* part of experts_s: it waits for the slowest rank */
     double t2 = now_s();
     S->experts_s = t2 - t1;
     if (st != NVFP4MOE_OK) {
@@ -794,7 +815,7 @@ nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
             off += rcnt[r];
         }
     }
-    st = p->t.exchange(p->t.ctx, big, ns, big + R * L, nr);
+    st = exchange_acct(&p->t, big, ns, big + R * L, nr, cacct);
     free(big);
     if (st != NVFP4MOE_OK) goto done;
     S->bytes_sent += (size_t)(nrecv * H) * lout_sz;

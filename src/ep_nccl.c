@@ -19,6 +19,86 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+// ---- the transport's own all-to-all (the yardstick of bench --ep), transport-independent part ----
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, int32_t n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Every rank learns whether every rank is ready (allocations made): one int32 to each peer. A rank
+ * that failed (mine != OK, its message set) still takes part, so none is left waiting in the
+ * all-to-all; it returns its own status, the others one naming it. */
+static nvfp4moe_status all_ready(const nvfp4moe_ep_transport *t, nvfp4moe_status mine) {
+    const int32_t R = t->size;
+    int32_t *f = calloc((size_t)R + 1, sizeof(int32_t));
+    nvfp4moe_ep_xfer *x = calloc((size_t)(2 * R), sizeof *x);
+    if (!f || !x) {   /* two small arrays: the other ranks would wait, as in ep.c's agreement */
+        free(f);
+        free(x);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "all-to-all timing: out of memory");
+    }
+    f[R] = mine == NVFP4MOE_OK;
+    for (int32_t r = 0; r < R; r++) {
+        x[r] = (nvfp4moe_ep_xfer){r, &f[R], sizeof(int32_t)};
+        x[R + r] = (nvfp4moe_ep_xfer){r, &f[r], sizeof(int32_t)};
+    }
+    nvfp4moe_status st = t->exchange(t->ctx, x, R, x + R, R);
+    int32_t bad = -1;
+    for (int32_t r = 0; st == NVFP4MOE_OK && r < R; r++)
+        if (!f[r] && bad < 0) bad = r;
+    free(f);
+    free(x);
+    if (st != NVFP4MOE_OK) return st;
+    if (mine != NVFP4MOE_OK) return mine;
+    NVFP4MOE_RETURN_IF(bad >= 0, NVFP4MOE_ERR_OUT_OF_MEMORY,
+                       "all-to-all timing: rank %d could not allocate its buffers; see its message", bad);
+    return NVFP4MOE_OK;
+}
+
+/* Any transport: exchange() on host buffers, bytes_per_peer to every other rank. */
+static nvfp4moe_status host_alltoall_time(const nvfp4moe_ep_transport *t, size_t b, int32_t iters, double *seconds) {
+    const int32_t R = t->size, me = t->rank;
+    char *sbuf = malloc(b * (size_t)R + 1), *rbuf = malloc(b * (size_t)R + 1);
+    nvfp4moe_ep_xfer *x = calloc((size_t)(2 * R), sizeof *x);
+    double *times = malloc(sizeof(double) * (size_t)iters);
+    nvfp4moe_status st = sbuf && rbuf && x && times
+        ? NVFP4MOE_OK
+        : nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "all-to-all timing: out of memory for 2 x %zu bytes",
+                             b * (size_t)R);
+    st = all_ready(t, st);
+    int32_t n = 0;
+    if (st == NVFP4MOE_OK) {
+        memset(sbuf, me & 0xFF, b * (size_t)R);
+        for (int32_t r = 0; r < R; r++)
+            if (r != me) {
+                x[n] = (nvfp4moe_ep_xfer){r, sbuf + b * (size_t)r, b};
+                x[R + n] = (nvfp4moe_ep_xfer){r, rbuf + b * (size_t)r, b};
+                n++;
+            }
+    }
+    for (int32_t i = -1; st == NVFP4MOE_OK && i < iters; i++) {   /* i = -1: warm-up */
+        const double t0 = wall_s();
+        st = t->exchange(t->ctx, x, n, x + R, n);
+        if (i >= 0) times[i] = wall_s() - t0;
+    }
+    if (st == NVFP4MOE_OK) *seconds = median_of(times, iters);
+    free(sbuf); free(rbuf); free(x); free(times);
+    return st;
+}
 
 #ifdef NVFP4MOE_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -251,6 +331,54 @@ nvfp4moe_status nvfp4moe_ep_nccl_create(int32_t size, int32_t rank, int32_t devi
     return NVFP4MOE_OK;
 }
 
+/* NCCL's own all-to-all between device buffers: what the EP exchanges are compared with. */
+static nvfp4moe_status nccl_alltoall_time(const nvfp4moe_ep_transport *t, size_t b, int32_t iters, double *seconds) {
+    nccl_ctx *c = t->ctx;
+    const int32_t R = c->size, me = c->rank;
+    void *ds = NULL, *dr = NULL;
+    double *times = malloc(sizeof(double) * (size_t)iters);
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) e = cudaMalloc(&ds, b * (size_t)R + 1);
+    if (e == cudaSuccess) e = cudaMalloc(&dr, b * (size_t)R + 1);
+    if (e == cudaSuccess) e = cudaMemsetAsync(ds, me & 0xFF, b * (size_t)R + 1, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    nvfp4moe_status st = e == cudaSuccess && times
+        ? NVFP4MOE_OK
+        : nvfp4moe_set_error(e != cudaSuccess ? NVFP4MOE_ERR_CUDA : NVFP4MOE_ERR_OUT_OF_MEMORY,
+                             "all-to-all timing (rank %d): 2 x %zu device bytes: %s", me, b * (size_t)R,
+                             e != cudaSuccess ? cudaGetErrorString(e) : "out of host memory");
+    st = all_ready(t, st);
+    /* Two warm-ups: NCCL connects peers lazily, on their first transfer. */
+    for (int32_t i = -2; st == NVFP4MOE_OK && i < iters; i++) {
+        const double t0 = wall_s();
+        ncclResult_t r = c->api.GroupStart();
+        for (int32_t p = 0; r == ncclSuccess && p < R; p++)
+            if (p != me && b) r = c->api.Send((char *)ds + b * (size_t)p, b, ncclUint8, p, c->comm, c->stream);
+        for (int32_t p = 0; r == ncclSuccess && p < R; p++)
+            if (p != me && b) r = c->api.Recv((char *)dr + b * (size_t)p, b, ncclUint8, p, c->comm, c->stream);
+        ncclResult_t r2 = c->api.GroupEnd();
+        if (r == ncclSuccess) r = r2;
+        if (r != ncclSuccess) {
+            st = nvfp4moe_set_error(NVFP4MOE_ERR_CUDA, "NCCL all-to-all timing (rank %d): %s", me,
+                                    c->api.GetErrorString(r));
+            break;
+        }
+        if ((e = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
+            st = nvfp4moe_set_error(NVFP4MOE_ERR_CUDA, "NCCL all-to-all timing (rank %d): CUDA: %s", me,
+                                    cudaGetErrorString(e));
+            break;
+        }
+        if (i >= 0) times[i] = wall_s() - t0;
+    }
+    if (st == NVFP4MOE_OK) *seconds = median_of(times, iters);
+    cudaFree(ds);
+    cudaFree(dr);
+    free(times);
+    return st;
+}
+
+static bool is_nccl(const nvfp4moe_ep_transport *t) { return t->exchange == nccl_exchange; }
+
 #else /* !NVFP4MOE_HAVE_NCCL */
 
 bool nvfp4moe_built_with_nccl(void) { return false; }
@@ -267,4 +395,26 @@ nvfp4moe_status nvfp4moe_ep_nccl_create(int32_t size, int32_t rank, int32_t devi
                               nvfp4moe_built_with_cuda() ? "nccl.h was not found at build time" : "CPU-only build");
 }
 
+static bool is_nccl(const nvfp4moe_ep_transport *t) {
+    (void)t;
+    return false;
+}
+
+static nvfp4moe_status nccl_alltoall_time(const nvfp4moe_ep_transport *t, size_t b, int32_t iters, double *seconds) {
+    (void)t; (void)b; (void)iters; (void)seconds;
+    return nvfp4moe_set_error(NVFP4MOE_ERR_INTERNAL, "NCCL all-to-all timing in a build without NCCL");
+}
+
 #endif
+
+nvfp4moe_status nvfp4moe_ep_transport_alltoall_time(const nvfp4moe_ep_transport *t, size_t bytes_per_peer,
+                                                    int32_t iters, double *seconds) {
+    NVFP4MOE_RETURN_IF(!t || !t->exchange || !seconds, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "nvfp4moe_ep_transport_alltoall_time: %s",
+                       !t ? "transport is NULL" : !t->exchange ? "the transport has no exchange function" : "seconds is NULL");
+    NVFP4MOE_RETURN_IF(iters < 1, NVFP4MOE_ERR_INVALID_ARGUMENT, "all-to-all timing: iters=%d must be >= 1", iters);
+    NVFP4MOE_RETURN_IF(t->size < 1 || t->rank < 0 || t->rank >= t->size, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "all-to-all timing: the transport's rank %d is not in [0, size=%d)", t->rank, t->size);
+    return is_nccl(t) ? nccl_alltoall_time(t, bytes_per_peer, iters, seconds)
+                      : host_alltoall_time(t, bytes_per_peer, iters, seconds);
+}

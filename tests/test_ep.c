@@ -164,6 +164,36 @@ static void ep_case(const char *name, const nvfp4moe_config *base, int32_t ranks
             }
         }
         CHECK(sent == received, "rows sent %lld != rows received %lld", (long long)sent, (long long)received);
+        /* The all-to-all accounting (bench --ep's bandwidth): X rows cross ranks; the combine sends
+         * each back as float32 (the CPU backends' local output); the dispatch sends them in
+         * in_dtype, plus (standard) their int32 expert ids, plus per peer the counts (int64, one per
+         * peer or per local expert) and the int32 agreement. Exact, summed over the ranks. */
+        const int64_t L = E / ranks;
+        const bool batched = nvfp4moe_ep_format_of(&w->cfg) == NVFP4MOE_EP_BATCHED;
+        size_t dsum = 0, csum = 0;
+        for (int32_t r = 0; r < ranks; r++) {
+            const nvfp4moe_ep_stats *S = &w->stats[r];
+            dsum += S->dispatch_bytes_remote;
+            csum += S->combine_bytes_remote;
+            CHECK(S->dispatch_xfer_s >= 0 && S->dispatch_xfer_s <= S->dispatch_s && S->combine_xfer_s >= 0 &&
+                      S->combine_xfer_s <= S->combine_s,
+                  "rank %d: all-to-all time %g/%g s outside its stage %g/%g s", r, S->dispatch_xfer_s,
+                  S->combine_xfer_s, S->dispatch_s, S->combine_s);
+        }
+        const size_t X = csum / (size_t)(H * 4);
+        CHECK(csum % (size_t)(H * 4) == 0, "combine remote bytes %zu are not whole float32 rows of %lld", csum,
+              (long long)H);
+        if (batched)
+            CHECK(X == (size_t)(ranks * (ranks - 1) * L * max_tokens), "batched: %zu rows crossed ranks, want %lld", X,
+                  (long long)(ranks * (ranks - 1) * L * max_tokens));
+        const size_t want_d = X * (size_t)H * isz + (batched ? 0 : X * 4) +
+                              (size_t)(ranks * (ranks - 1)) * ((batched ? (size_t)L : 1) * 8 + 4);
+        CHECK(dsum == want_d, "dispatch remote bytes %zu, want %zu (%zu rows crossing ranks)", dsum, want_d, X);
+        if (ranks > 1 && !batched) {
+            int64_t pairs = 0;
+            for (int32_t r = 0; r < ranks; r++) pairs += m[r] * K;
+            CHECK(X > 0 && (int64_t)X <= pairs, "%zu rows crossed ranks of %lld pairs", X, (long long)pairs);
+        }
     }
     for (int32_t r = 0; r < ranks; r++) {
         free(w->hidden[r]); free(w->out[r]); free(want[r]); free(w->logits[r]); free(w->ids[r]); free(w->wts[r]);
@@ -477,6 +507,50 @@ static void test_overflow(void) {
     free(w);
 }
 
+/* The transport's own all-to-all (bench --ep's yardstick) on the loopback: collective, a median
+ * time per rank, argument errors named. Results go through the world; checks run on this thread. */
+typedef struct {
+    size_t bytes;
+    int32_t iters;
+    nvfp4moe_status st[MAX_RANKS];
+    double seconds[MAX_RANKS];
+    char msg[MAX_RANKS][256];
+} a2a_world;
+
+static nvfp4moe_status a2a_rank(int32_t rank, const nvfp4moe_ep_transport *t, void *ctx) {
+    a2a_world *w = ctx;
+    w->seconds[rank] = -1;
+    w->st[rank] = nvfp4moe_ep_transport_alltoall_time(t, w->bytes, w->iters, &w->seconds[rank]);
+    nvfp4moe_strlcpy(w->msg[rank], nvfp4moe_last_error(), sizeof w->msg[rank]);
+    return w->st[rank];
+}
+
+static void test_alltoall_time(void) {
+    T_CASE("transport all-to-all timing");
+    for (int32_t ranks = 1; ranks <= 4; ranks += 3) {
+        a2a_world w = {.bytes = 100000, .iters = 3};
+        nvfp4moe_ep_loopback *lb = NULL;
+        CHECK_OK(nvfp4moe_ep_loopback_create(ranks, &lb));
+        if (lb) CHECK_OK(nvfp4moe_ep_loopback_run(lb, a2a_rank, &w));
+        nvfp4moe_ep_loopback_free(lb);
+        for (int32_t r = 0; r < ranks; r++)
+            CHECK(w.st[r] == NVFP4MOE_OK && w.seconds[r] >= 0 && (ranks == 1 || w.seconds[r] > 0),
+                  "ranks %d, rank %d: %s, %g s: %s", ranks, r, nvfp4moe_status_str(w.st[r]), w.seconds[r], w.msg[r]);
+    }
+    nvfp4moe_ep_loopback *lb = NULL;
+    CHECK_OK(nvfp4moe_ep_loopback_create(2, &lb));
+    if (!lb) return;
+    nvfp4moe_ep_transport t = nvfp4moe_ep_loopback_transport(lb, 0);
+    double s;
+    CHECK_ERR(nvfp4moe_ep_transport_alltoall_time(&t, 16, 0, &s), NVFP4MOE_ERR_INVALID_ARGUMENT, "iters=0 must be >= 1");
+    CHECK_ERR(nvfp4moe_ep_transport_alltoall_time(&t, 16, 1, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "seconds is NULL");
+    CHECK_ERR(nvfp4moe_ep_transport_alltoall_time(NULL, 16, 1, &s), NVFP4MOE_ERR_INVALID_ARGUMENT, "transport is NULL");
+    nvfp4moe_ep_transport bad = nvfp4moe_ep_loopback_transport(lb, 5);   /* out of range: no exchange */
+    CHECK_ERR(nvfp4moe_ep_transport_alltoall_time(&bad, 16, 1, &s), NVFP4MOE_ERR_INVALID_ARGUMENT,
+              "no exchange function");
+    nvfp4moe_ep_loopback_free(lb);
+}
+
 /* The NCCL transport's argument checks (no NCCL is loaded: they come first), and the plain
  * refusal of a build without it. */
 static void test_nccl_entry(void) {
@@ -492,6 +566,7 @@ static void test_nccl_entry(void) {
 
 int main(void) {
     test_nccl_entry();
+    test_alltoall_time();
     test_partition_and_dispatch();
     test_formats_and_oracle();
     test_plan_errors();

@@ -1,6 +1,6 @@
 /*
- * cli_ep.h - `nvfp4moe run --ep N` (tools/cmd_run_ep.c), called by cmd_run when the config's
- * parallel.ep_size > 1.
+ * cli_ep.h - expert parallelism in the CLI (tools/cmd_run_ep.c): `nvfp4moe run --ep N`, called by
+ * cmd_run when the config's parallel.ep_size > 1, and `nvfp4moe bench --ep N`, called by cmd_bench.
  */
 #ifndef NVFP4MOE_CLI_EP_H
 #define NVFP4MOE_CLI_EP_H
@@ -13,5 +13,19 @@
  * simulation in this process. Prints one line per rank; returns a CLI_EXIT_* code. */
 int cli_run_ep(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, long long tokens, const nvfp4moe_device *dev,
                bool device_given, int argc, char **argv);
+
+/* A real model's MoE layer shape, as `nvfp4moe bench` names them (tools/cmd_bench.c's table). */
+typedef struct cli_layer_preset {
+    const char *name;
+    int E, H, I, k;
+    nvfp4moe_activation act;
+    bool limit;
+    float limit_value;
+} cli_layer_preset;
+
+/* `nvfp4moe bench --ep N ...` (argv[0] is "bench"): the EP time split and all-to-all bandwidth on
+ * the given presets, over NCCL (one process per GPU) or the loopback; see its --help. Returns a
+ * CLI_EXIT_* code. Builds without CUDA run it too (loopback on the CPU). */
+int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npresets);
 
 #endif // NVFP4MOE_CLI_EP_H

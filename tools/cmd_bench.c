@@ -23,16 +23,38 @@
  * of cuBLAS and the CLI builds where the toolkit has no libcublas.
  */
 #include "cli.h"
+#include "cli_ep.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+// ---- presets ----
+
+typedef cli_layer_preset preset;   /* tools/cli_ep.h: bench --ep uses the same table */
+
+static const preset k_presets[] = {
+    {"deepseek-v3", 256, 7168, 2048, 8, NVFP4MOE_ACT_SILU, false, 0},
+    {"qwen3-30b-a3b", 128, 2048, 768, 8, NVFP4MOE_ACT_SILU, false, 0},
+    {"qwen3-235b-a22b", 128, 4096, 1536, 8, NVFP4MOE_ACT_SILU, false, 0},
+    {"mixtral-8x7b", 8, 4096, 14336, 2, NVFP4MOE_ACT_SILU, false, 0},
+    {"gpt-oss-120b", 128, 2880, 2880, 4, NVFP4MOE_ACT_SWIGLUOAI, true, 7.0f},
+    {"kimi-k2", 384, 7168, 2048, 8, NVFP4MOE_ACT_SILU, false, 0},
+};
+#define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
+
+/* --ep N anywhere: expert parallelism (tools/cmd_run_ep.c), in every build (the loopback runs on
+ * the CPU). */
+static bool wants_ep(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--ep")) return true;
+    return false;
+}
+
 #ifndef NVFP4MOE_HAVE_CUDA
 
 int cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    if (wants_ep(argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
     fprintf(stderr, "nvfp4moe bench: not available: this build has no CUDA backends (build with nvcc present)\n");
     return CLI_EXIT_FAILURE;
 }
@@ -78,26 +100,6 @@ static int cublas_load(cublas_fns *f) {
     return f->create && f->destroy && f->set_stream && f->gemm_ex ? 0 : -1;
 }
 
-// ---- presets ----
-
-typedef struct preset {
-    const char *name;
-    int E, H, I, k;
-    nvfp4moe_activation act;
-    bool limit;
-    float limit_value;
-} preset;
-
-static const preset k_presets[] = {
-    {"deepseek-v3", 256, 7168, 2048, 8, NVFP4MOE_ACT_SILU, false, 0},
-    {"qwen3-30b-a3b", 128, 2048, 768, 8, NVFP4MOE_ACT_SILU, false, 0},
-    {"qwen3-235b-a22b", 128, 4096, 1536, 8, NVFP4MOE_ACT_SILU, false, 0},
-    {"mixtral-8x7b", 8, 4096, 14336, 2, NVFP4MOE_ACT_SILU, false, 0},
-    {"gpt-oss-120b", 128, 2880, 2880, 4, NVFP4MOE_ACT_SWIGLUOAI, true, 7.0f},
-    {"kimi-k2", 384, 7168, 2048, 8, NVFP4MOE_ACT_SILU, false, 0},
-};
-#define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
-
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: nvfp4moe bench [flags]\n\n"
                "Times our GPU backends (routing from logits through the combined output, one CUDA graph) and\n"
@@ -111,7 +113,8 @@ static void bench_usage(FILE *f) {
                "  --iters N       timed runs per point (default 25, at least 20 recommended)\n"
                "  --no-baseline   skip the cuBLAS baseline\n"
                "  --out PREFIX    output files (default bench/results/<date>-<gpu>-bench)\n"
-               "  --commit SHA    recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n");
+               "  --commit SHA    recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n"
+               "  --ep N          expert parallelism over N ranks instead (its own flags: nvfp4moe bench --ep 2 --help)\n");
 }
 
 // ---- timing ----
@@ -720,6 +723,7 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (wants_ep(argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
     int Ms[32] = {1, 4, 16, 64, 256, 1024, 4096}, nM = 7;
     bool sel[N_PRESETS];
     for (int i = 0; i < N_PRESETS; i++) sel[i] = true;
@@ -775,10 +779,6 @@ int cmd_bench(int argc, char **argv) {
             if (!(out = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
         } else if (!strcmp(a, "--commit")) {
             if (!(commit = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--ep")) {   /* issue 7: not written yet; say so, not "unknown flag" */
-            fprintf(stderr, "nvfp4moe bench: --ep is not implemented yet; `nvfp4moe run --ep N` runs expert "
-                            "parallelism and prints each rank's dispatch/experts/combine times (docs/expert_parallel.md)\n");
-            return CLI_EXIT_FAILURE;
         } else {
             fprintf(stderr, "nvfp4moe bench: unknown flag '%s' (try --help)\n", a);
             return CLI_EXIT_FAILURE;
