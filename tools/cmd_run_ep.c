@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -347,7 +348,7 @@ static bool layer_alloc(bench_layer *l, const nvfp4moe_config *c) {
 
 /* Experts [first, first + n): random E2M1 codes and E4M3 scales, seeded per expert, so every
  * process makes the same expert the same way. */
-static void layer_fill(bench_layer *l, const nvfp4moe_config *c, int64_t first, int64_t n) {
+static void layer_fill_range(bench_layer *l, const nvfp4moe_config *c, int64_t first, int64_t n) {
     const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size, N1 = (size_t)nvfp4moe_config_n1(c);
     for (int64_t e = first; e < first + n; e++) {
         const uint64_t s = 0x5EED0000ull + (uint64_t)e * 4;
@@ -356,6 +357,39 @@ static void layer_fill(bench_layer *l, const nvfp4moe_config *c, int64_t first, 
         fill_bytes(l->w2 + (size_t)e * H * I / 2, H * I / 2, s + 2, false);
         fill_bytes(l->s2 + (size_t)e * H * I / 16, H * I / 16, s + 3, true);
     }
+}
+
+typedef struct {
+    bench_layer *l;
+    const nvfp4moe_config *c;
+    int64_t first, n;
+} fill_job;
+
+static void *fill_main(void *arg) {
+    fill_job *j = arg;
+    layer_fill_range(j->l, j->c, j->first, j->n);
+    return NULL;
+}
+
+/* The same, spread over `threads` threads (gigabytes of weights: the page faults dominate). The
+ * values do not depend on the thread count. */
+static void layer_fill(bench_layer *l, const nvfp4moe_config *c, int64_t first, int64_t n, int threads) {
+    fill_job jobs[32];
+    pthread_t tid[32];
+    bool started[32] = {false};
+    if (threads > 32) threads = 32;
+    if (threads > n) threads = (int)n;
+    if (threads < 1) threads = 1;
+    for (int i = 0; i < threads; i++) {
+        const int64_t a = first + n * i / threads, b = first + n * (i + 1) / threads;
+        jobs[i] = (fill_job){l, c, a, b - a};
+        if (i > 0) started[i] = pthread_create(&tid[i], NULL, fill_main, &jobs[i]) == 0;
+    }
+    for (int i = 1; i < threads; i++)
+        if (!started[i]) layer_fill_range(l, c, jobs[i].first, jobs[i].n);   /* no thread: do it here */
+    layer_fill_range(l, c, jobs[0].first, jobs[0].n);
+    for (int i = 1; i < threads; i++)
+        if (started[i]) pthread_join(tid[i], NULL);
 }
 
 /* Every rank says whether it is fine; true when all are (a barrier too: the loopback's exchange
@@ -437,7 +471,9 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
         return NVFP4MOE_ERR_OUT_OF_MEMORY;
     }
     const double t0 = now_s_ep();
-    layer_fill(lay, &cfg, (int64_t)rank * L, L);
+    /* The CPUs are shared by the ranks of this machine (threads or processes alike). */
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    layer_fill(lay, &cfg, (int64_t)rank * L, L, cpus > N ? (int)(cpus / N) : 1);
     const double fill_s = now_s_ep() - t0;
     all_ok(t, true);   /* every rank's experts are written before any plan reads the scales */
     nvfp4moe_weights w = {.w13 = lay->w13, .w13_scale = lay->s13, .w13_scale_2 = lay->g13, .w13_input_scale = lay->in13,
