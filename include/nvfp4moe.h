@@ -435,8 +435,9 @@ typedef struct nvfp4moe_plan_options {
 
 /* Selects a backend (as nvfp4moe_select) and prepares it for these weights: converts the weights
  * into the backend's layout once (the plan keeps its own copy; w may be freed afterwards).
- * Host weights are validated (nvfp4moe_weights_validate); device weights are not read on the
- * host. A plan is one layer on one device: cfg->lora and cfg->parallel.ep_size > 1 are
+ * Host weights are validated (nvfp4moe_weights_validate). Device weights get the same checks on
+ * the device (NaN E4M3 block scales; per-expert scales, input scales and biases copied to the host
+ * and checked), with the same messages. A plan is one layer on one device: cfg->lora and cfg->parallel.ep_size > 1 are
  * UNSUPPORTED here (the oracle still plans such deployments). */
 nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                      const nvfp4moe_plan_options *opt, nvfp4moe_plan **out);

@@ -308,3 +308,28 @@ extern "C" cudaError_t nvfp4moe_emul_gemm(const nvfp4moe_emul_args *args, cudaSt
     else emul_gemm_kernel<__half, __half><<<grid, 256, 0, stream>>>(*args);
     return cudaGetLastError();
 }
+
+// ---- weight checks (plans over device-resident weights) ----
+
+__global__ void find_e4m3_nan_kernel(const uint8_t *sf, size_t n, unsigned long long *first) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        if ((sf[i] & 0x7F) == 0x7F) {
+            atomicMin(first, (unsigned long long)i);
+            return;  // a later NaN of this thread cannot come first
+        }
+}
+
+extern "C" cudaError_t nvfp4moe_gpu_find_e4m3_nan(const uint8_t *sf, size_t n, unsigned long long *first,
+                                                  cudaStream_t stream) {
+    const unsigned long long none = ~0ull;
+    cudaError_t err = cudaMemcpyAsync(first, &none, sizeof none, cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess || !n) return err;
+    int dev = 0, sms = 132;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const size_t want = (n + kThreads - 1) / kThreads;
+    const unsigned blocks = (unsigned)(want < (size_t)sms * 8 ? want : (size_t)sms * 8);
+    find_e4m3_nan_kernel<<<blocks, kThreads, 0, stream>>>(sf, n, first);
+    return cudaGetLastError();
+}

@@ -101,6 +101,11 @@ typedef struct nvfp4moe_emul_args {
 } nvfp4moe_emul_args;
 cudaError_t nvfp4moe_emul_gemm(const nvfp4moe_emul_args *args, cudaStream_t stream);
 
+/* *first = the lowest index i < n whose E4M3 code sf[i] is NaN (0x7F or 0xFF), or ~0 when none
+ * (device memory). Plans run it over device-resident block scales, which the host never reads. */
+cudaError_t nvfp4moe_gpu_find_e4m3_nan(const uint8_t *sf, size_t n, unsigned long long *first,
+                                       cudaStream_t stream);
+
 // ---- benchmark helpers (nvfp4moe bench) ----
 
 /* n random bytes (any byte is two valid E2M1 codes), deterministic in seed. */

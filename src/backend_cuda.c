@@ -168,6 +168,50 @@ static nvfp4moe_status fetch_floats(cuda_state *st, const float *src, int32_t n,
     return NVFP4MOE_OK;
 }
 
+/* Device-resident weights get the checks nvfp4moe_weights_validate gives host weights: the small
+ * per-expert tensors are copied to the host and checked there, the block scales are searched for
+ * NaN codes on the device (the host never holds them). The kernels would read a NaN scale as 480. */
+static nvfp4moe_status validate_device_weights(cuda_state *st, const nvfp4moe_config *cfg,
+                                               const nvfp4moe_weights *w) {
+    const int64_t E = st->E, H = st->H, I = st->I, N1 = st->N1;
+    const struct { const float *p; const char *name; int64_t n; bool positive; } vecs[] = {
+        {w->w13_scale_2, "w13_scale_2", E, true},
+        {w->w2_scale_2, "w2_scale_2", E, true},
+        {st->w4a16 ? NULL : w->w13_input_scale, "w13_input_scale", E, true},
+        {st->w4a16 ? NULL : w->w2_input_scale, "w2_input_scale", E, true},
+        {cfg->has_bias ? w->w13_bias : NULL, "w13_bias", E * N1, false},
+        {cfg->has_bias ? w->w2_bias : NULL, "w2_bias", E * H, false},
+        {cfg->has_correction_bias ? w->correction_bias : NULL, "correction_bias", E, false},
+    };
+    for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) {
+        if (!vecs[i].p) continue;
+        float *h = malloc(sizeof(float) * (size_t)vecs[i].n);
+        NVFP4MOE_RETURN_IF(!h, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", st->name);
+        cudaError_t e = cudaMemcpy(h, vecs[i].p, sizeof(float) * (size_t)vecs[i].n, cudaMemcpyDeviceToHost);
+        nvfp4moe_status s = e != cudaSuccess ? cuda_fail(st, e, vecs[i].name)
+                                             : nvfp4moe_check_per_expert(vecs[i].name, h,
+                                                                         vecs[i].n, vecs[i].positive);
+        free(h);
+        if (s != NVFP4MOE_OK) return s;
+    }
+    const struct { const uint8_t *p; const char *name; int64_t rows, kb; } sfs[] = {
+        {w->w13_scale, "w13_scale", N1, H / 16}, {w->w2_scale, "w2_scale", H, I / 16}};
+    unsigned long long *d_first = NULL;
+    CUDA_TRY(st, cudaMalloc((void **)&d_first, sizeof *d_first), "cudaMalloc");
+    nvfp4moe_status s = NVFP4MOE_OK;
+    for (int i = 0; i < 2 && s == NVFP4MOE_OK; i++) {
+        unsigned long long first = 0;
+        uint8_t code = 0;
+        cudaError_t e = nvfp4moe_gpu_find_e4m3_nan(sfs[i].p, (size_t)(E * sfs[i].rows * sfs[i].kb), d_first, 0);
+        if (e == cudaSuccess) e = cudaMemcpy(&first, d_first, sizeof first, cudaMemcpyDeviceToHost);
+        if (e == cudaSuccess && first != ~0ull) e = cudaMemcpy(&code, sfs[i].p + first, 1, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) s = cuda_fail(st, e, sfs[i].name);
+        else if (first != ~0ull) s = nvfp4moe_scale_nan_error(sfs[i].name, code, (int64_t)first, sfs[i].rows, sfs[i].kb);
+    }
+    cudaFree(d_first);
+    return s;
+}
+
 /* Repacks one projection ([E, N, K]) into the W4A16 GEMM's layout. */
 static nvfp4moe_status w4a16_pack(cuda_state *st, const uint8_t *w, const uint8_t *sf, int32_t N,
                                    int32_t K, bool on_device, const char *what, void **out) {
@@ -281,6 +325,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_config
         .activation = cfg->activation, .has_limit = ap.has_limit, .limit = ap.limit, .alpha = ap.alpha,
         .beta = ap.beta, .situ_beta = ap.situ_beta, .situ_linear_beta = ap.situ_linear_beta};
 
+    if (on_device) FAIL(validate_device_weights(st, cfg, w));
     const int32_t E = st->E, H = st->H, I = st->I, N1 = st->N1;
     if (w4a16) {
         FAIL(w4a16_pack(st, w->w13, w->w13_scale, N1, H, on_device, "w13", &st->w13));

@@ -91,6 +91,12 @@ nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io 
 nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                        const nvfp4moe_io *io, int32_t *ids, float *wts);
 
+/* Pieces of nvfp4moe_weights_validate for backends that check device-resident weights: the NaN
+ * block-scale error for flat index i of a [E, rows, kb] scale tensor, and the per-expert float
+ * check (finite, and > 0 when positive) of n values already on the host. */
+nvfp4moe_status nvfp4moe_scale_nan_error(const char *name, uint8_t code, int64_t i, int64_t rows, int64_t kb);
+nvfp4moe_status nvfp4moe_check_per_expert(const char *name, const float *v, int64_t n, bool positive);
+
 // ---- backends that run ----
 //
 // One per runnable oracle row (CPU_REFERENCE, MARLIN, EMULATION, ...). The oracle table in

@@ -12,18 +12,19 @@
 
 // ---- validation ----
 
+nvfp4moe_status nvfp4moe_scale_nan_error(const char *name, uint8_t code, int64_t i, int64_t rows, int64_t kb) {
+    return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
+                              "%s[expert %lld][row %lld][block %lld] is NaN (E4M3 code 0x%02X)", name,
+                              (long long)(i / (rows * kb)), (long long)(i / kb % rows), (long long)(i % kb), code);
+}
+
 static nvfp4moe_status check_scales(const char *name, const uint8_t *sf, int64_t E, int64_t rows, int64_t kb) {
-    for (int64_t i = 0; i < E * rows * kb; i++) {
-        if ((sf[i] & 0x7F) == 0x7F)
-            return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
-                                      "%s[expert %lld][row %lld][block %lld] is NaN (E4M3 code 0x%02X)", name,
-                                      (long long)(i / (rows * kb)), (long long)(i / kb % rows),
-                                      (long long)(i % kb), sf[i]);
-    }
+    for (int64_t i = 0; i < E * rows * kb; i++)
+        if ((sf[i] & 0x7F) == 0x7F) return nvfp4moe_scale_nan_error(name, sf[i], i, rows, kb);
     return NVFP4MOE_OK;
 }
 
-static nvfp4moe_status check_per_expert(const char *name, const float *v, int64_t E, bool positive) {
+nvfp4moe_status nvfp4moe_check_per_expert(const char *name, const float *v, int64_t E, bool positive) {
     for (int64_t e = 0; e < E; e++)
         if (!isfinite(v[e]) || (positive && !(v[e] > 0)))
             return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s[expert %lld]=%g must be finite%s", name,
@@ -48,17 +49,18 @@ nvfp4moe_status nvfp4moe_weights_validate(const nvfp4moe_config *cfg, const nvfp
         NVFP4MOE_RETURN_IF(req[i].needed && !req[i].p, NVFP4MOE_ERR_INVALID_ARGUMENT,
                            "weights.%s is NULL but the config needs it%s", req[i].name,
                            i >= 6 && i < 8 ? " (W4A4: the activation input scales)" : "");
-    NVFP4MOE_TRY(check_per_expert("w13_scale_2", w->w13_scale_2, E, true));
-    NVFP4MOE_TRY(check_per_expert("w2_scale_2", w->w2_scale_2, E, true));
+    NVFP4MOE_TRY(nvfp4moe_check_per_expert("w13_scale_2", w->w13_scale_2, E, true));
+    NVFP4MOE_TRY(nvfp4moe_check_per_expert("w2_scale_2", w->w2_scale_2, E, true));
     if (cfg->scheme == NVFP4MOE_SCHEME_W4A4) {
-        NVFP4MOE_TRY(check_per_expert("w13_input_scale", w->w13_input_scale, E, true));
-        NVFP4MOE_TRY(check_per_expert("w2_input_scale", w->w2_input_scale, E, true));
+        NVFP4MOE_TRY(nvfp4moe_check_per_expert("w13_input_scale", w->w13_input_scale, E, true));
+        NVFP4MOE_TRY(nvfp4moe_check_per_expert("w2_input_scale", w->w2_input_scale, E, true));
     }
     if (cfg->has_bias) {
-        NVFP4MOE_TRY(check_per_expert("w13_bias", w->w13_bias, E * N1, false));
-        NVFP4MOE_TRY(check_per_expert("w2_bias", w->w2_bias, E * H, false));
+        NVFP4MOE_TRY(nvfp4moe_check_per_expert("w13_bias", w->w13_bias, E * N1, false));
+        NVFP4MOE_TRY(nvfp4moe_check_per_expert("w2_bias", w->w2_bias, E * H, false));
     }
-    if (cfg->has_correction_bias) NVFP4MOE_TRY(check_per_expert("correction_bias", w->correction_bias, E, false));
+    if (cfg->has_correction_bias)
+        NVFP4MOE_TRY(nvfp4moe_check_per_expert("correction_bias", w->correction_bias, E, false));
     NVFP4MOE_TRY(check_scales("w13_scale", w->w13_scale, E, N1, H / 16));
     NVFP4MOE_TRY(check_scales("w2_scale", w->w2_scale, E, H, I / 16));
     return NVFP4MOE_OK;

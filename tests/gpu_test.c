@@ -386,6 +386,37 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         }
         nvfp4moe_weights dw = {d_w[0], d_w[1], d_w[2], d_w[3], d_w[4], d_w[5], d_w[6], d_w[7], d_w[8], d_w[9], d_w[10]};
         nvfp4moe_plan_options po = {.backend = bname, .weights_on_device = true};
+        /* Bad device weights are refused with the tensor and the element named, as host weights
+         * are: a NaN block scale (the last of w2_scale, then one in the middle of w13_scale) and a
+         * NaN per-expert scale. Each is put back before the next. */
+        {
+            const int64_t kb2 = I / 16, kb1 = H / 16;
+            const struct { int tensor; size_t off; uint8_t bad[4]; size_t n; char want[96]; } pokes[3] = {
+                {5, (size_t)(E * H * kb2 - 1), {0xFF}, 1, ""},
+                {1, (size_t)((1 * N1 + 3) * kb1 + 2), {0x7F}, 1, "w13_scale[expert 1][row 3][block 2] is NaN (E4M3 code 0x7F)"},
+                {2, 4 * (size_t)(E - 1), {0x00, 0x00, 0xC0, 0x7F}, 4, ""}};
+            char want0[96], want2[96];
+            snprintf(want0, sizeof want0, "w2_scale[expert %lld][row %lld][block %lld] is NaN (E4M3 code 0xFF)",
+                     (long long)(E - 1), (long long)(H - 1), (long long)(kb2 - 1));
+            snprintf(want2, sizeof want2, "w13_scale_2[expert %lld]=nan must be finite", (long long)(E - 1));
+            for (int q = 0; q < 3; q++) {
+                const char *want = q == 0 ? want0 : q == 2 ? want2 : pokes[q].want;
+                uint8_t keep[4];
+                char *at = (char *)d_w[pokes[q].tensor] + pokes[q].off;
+                CU(&l, cudaMemcpy(keep, at, pokes[q].n, cudaMemcpyDeviceToHost));
+                CU(&l, cudaMemcpy(at, pokes[q].bad, pokes[q].n, cudaMemcpyHostToDevice));
+                nvfp4moe_plan *bad = NULL;
+                s = nvfp4moe_plan_create(&cfg, &dw, &po, &bad);
+                if (s != NVFP4MOE_ERR_INVALID_ARGUMENT || bad || !strstr(nvfp4moe_last_error(), want)) {
+                    logf_(&l, "\n    FAIL bad device weights: %s, '%s', want INVALID_ARGUMENT naming '%s'",
+                          nvfp4moe_status_str(s), nvfp4moe_last_error(), want);
+                    l.failed = 1;
+                    nvfp4moe_plan_destroy(bad);
+                }
+                CU(&l, cudaMemcpy(at, keep, pokes[q].n, cudaMemcpyHostToDevice));
+            }
+            if (l.failed) goto out;
+        }
         s = nvfp4moe_plan_create(&cfg, &dw, &po, &plan);
         if (s == NVFP4MOE_OK && (!nvfp4moe_plan_uses_device_memory(plan) || strcmp(nvfp4moe_plan_backend(plan), bname))) {
             logf_(&l, "\n    FAIL plan runs %s (device memory: %d)", nvfp4moe_plan_backend(plan),
