@@ -9,12 +9,13 @@
  * The launcher (no GPU_EP_RANK in the environment) starts one process per GPU (fork + exec of
  * itself, so no child inherits a CUDA context), NCCL_NVLS_ENABLE=0, the NCCL id through a file in a
  * fresh temporary directory. Each rank runs every case:
- *   - standard format, router logits, a different number of tokens per rank (MARLIN by the oracle);
+ *   - standard format, router logits, a different number of tokens per rank (the oracle's backend:
+ *     HOPPER_WGMMA on sm_90 since ac78589, MARLIN before);
  *   - uneven routing: ~7/8 of the pairs to rank 0's experts, none to the last rank's;
  *   - a rank with no tokens (rank 1);
  *   - batched format (deepep_low_latency, dp 2), local experts forced to MARLIN (the oracle has no
  *     batched NVFP4 kernel in this build for sm_90: HUMMING's batched class is not built in).
- * Tolerance: the single-GPU MARLIN sums a token's slots inside its kernel; under EP each expert's
+ * Tolerance: the single-GPU plan sums a token's slots inside its kernels; under EP each expert's
  * output comes back rounded to bf16 and the combine sums in float32, so the two differ by bf16
  * rounding of the per-slot terms: relative L2 error <= 1e-2.
  */

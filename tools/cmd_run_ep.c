@@ -12,6 +12,11 @@
  *  - Otherwise (no GPU): the loopback simulation: N ranks as threads of this process, the local
  *    experts on CPU_FAST (or --moe-backend), since the oracle, like vLLM, has no EP backend for
  *    the CPU. The output says so.
+ *
+ * And `nvfp4moe bench --ep N` (cli_bench_ep, below): the EP time split and all-to-all bandwidth on
+ * real models' layers, over the same launcher (NCCL, one process per GPU: NOT YET RUN) or the
+ * loopback (threads; all ranks on the one GPU, or the CPU), which the output labels as not NCCL.
+ * The loopback on one H200 ran on 2026-12-02 (bench/results/2026-12-02-h200-ep-loopback.*).
  */
 #include "cli_ep.h"
 
@@ -442,6 +447,8 @@ typedef struct {
     nvfp4moe_ep_stats s;
 } rank_stats;
 
+static int write_ep_outputs(const bench_ep *b, bool quiet);
+
 /* One preset on this rank: layer, plan, every M. */
 static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr, int32_t rank,
                                          const nvfp4moe_ep_transport *t) {
@@ -584,6 +591,8 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
                (long long)pt->rows_max, pt->dispatch_ms, pt->experts_ms, pt->combine_ms, pt->total_ms, pt->xfer_ms,
                pt->remote_mb, pt->ep_gbps, pt->peak_gbps, pt->peak_gbps > 0 ? 100 * pt->ep_gbps / pt->peak_gbps : 0);
         fflush(stdout);
+        /* The files after every point: a run stopped by a time limit keeps what it measured. */
+        write_ep_outputs(b, true);
     }
     free(all);
     free(tmp);
@@ -611,7 +620,7 @@ static nvfp4moe_status bench_rank(int32_t rank, const nvfp4moe_ep_transport *t, 
     return first;
 }
 
-static int write_ep_outputs(const bench_ep *b) {
+static int write_ep_outputs(const bench_ep *b, bool quiet) {
     char path[600];
     snprintf(path, sizeof path, "%s.csv", b->out);
     FILE *f = fopen(path, "w");
@@ -677,7 +686,7 @@ static int write_ep_outputs(const bench_ep *b) {
                 p->peak_gbps > 0 ? 100 * p->ep_gbps / p->peak_gbps : 0);
     }
     fclose(f);
-    printf("\nwrote %s.csv and %s.md\n", b->out, b->out);
+    if (!quiet) printf("\nwrote %s.csv and %s.md\n", b->out, b->out);
     return 0;
 }
 
@@ -859,7 +868,7 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
         }
         st = bench_rank(rank, &t, b);
         t.destroy(t.ctx);
-        if (rank == 0 && b->npts && write_ep_outputs(b) != 0) st = NVFP4MOE_ERR_IO;
+        if (rank == 0 && b->npts && write_ep_outputs(b, false) != 0) st = NVFP4MOE_ERR_IO;
         rc = st == NVFP4MOE_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
         goto done;
     }
@@ -880,7 +889,7 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
     if (st == NVFP4MOE_OK) st = nvfp4moe_ep_loopback_run(lb, bench_rank, b);
     nvfp4moe_ep_loopback_free(lb);
     if (st != NVFP4MOE_OK) fprintf(stderr, "nvfp4moe bench: %s\n", nvfp4moe_last_error());
-    if (b->npts && write_ep_outputs(b) != 0) st = NVFP4MOE_ERR_IO;
+    if (b->npts && write_ep_outputs(b, false) != 0) st = NVFP4MOE_ERR_IO;
     rc = st == NVFP4MOE_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 done:
     free(b);
