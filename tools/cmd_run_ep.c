@@ -748,6 +748,10 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
                     goto done;
                 }
                 if (cli_parse_int("--m", tok, 1, &n)) goto done;
+                if (n > (1 << 20)) {   /* host buffers of M*H*top_k rows: keep the sizes far from overflow */
+                    fprintf(stderr, "nvfp4moe bench: --m %lld: at most %d tokens per rank\n", n, 1 << 20);
+                    goto done;
+                }
                 b->Ms[b->nM++] = n;
             }
             if (b->nM == 0) {
