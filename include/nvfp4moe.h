@@ -625,9 +625,12 @@ typedef struct nvfp4moe_ckpt_layer {
     int32_t index;              /* decoder layer number */
     nvfp4moe_ckpt_format format;/* what the tensors turned out to be */
     bool has_router;            /* the checkpoint has a float router weight for the layer */
-    const float *router;        /* [E, H] router weight (mlp.gate.weight) as float; NULL when
-                                   absent or after a check-only load */
+    const float *router;        /* [E, H] router weight (mlp.gate.weight, gpt-oss mlp.router.weight)
+                                   as float; NULL when absent or after a check-only load */
     nvfp4moe_st_dtype router_dtype; /* its dtype in the file (when has_router) */
+    bool has_router_bias;       /* the router also has a bias [E] (gpt-oss mlp.router.bias) */
+    const float *router_bias;   /* [E] or NULL: added to the router logits (see
+                                   nvfp4moe_ckpt_router_logits); NULL when absent or check-only */
     nvfp4moe_warnings warnings;
     void *storage_;             /* private */
 } nvfp4moe_ckpt_layer;
@@ -647,23 +650,31 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
                                               bool check_only, nvfp4moe_ckpt_layer **out);
 void nvfp4moe_ckpt_layer_free(nvfp4moe_ckpt_layer *l);   /* NULL is fine */
 
+/* The layer's router logits, as the model computes them: logits [M, E] = x [M, H] @ router^T
+ * + router_bias (when the checkpoint has one), accumulated in float64 and rounded to float.
+ * INVALID_ARGUMENT when l->router is NULL (no router weight, or a check-only load). */
+nvfp4moe_status nvfp4moe_ckpt_router_logits(const nvfp4moe_ckpt_layer *l, const float *x,
+                                            int64_t num_tokens, float *logits);
+
 /* An unquantized MoE layer in float: the source of `nvfp4moe quantize`. */
 typedef struct nvfp4moe_float_layer {
     nvfp4moe_config cfg;        /* shape, activation, routing */
     float *w13;                 /* [E, N1, H] rows [0, I) gate, [I, 2I) up (gated) */
     float *w2;                  /* [E, H, I] */
     float *router;              /* [E, H] or NULL */
+    float *router_bias;         /* [E] or NULL (gpt-oss); only with a router */
     float *correction_bias;     /* [E] when cfg.has_correction_bias, else NULL */
     void  *storage_;            /* private */
 } nvfp4moe_float_layer;
 
-/* Random weights N(0, 1/sqrt(fan_in)) rounded to bf16, and a N(0, 1/sqrt(H)) router.
- * Deterministic in seed. */
+/* Random weights N(0, 1/sqrt(fan_in)) rounded to bf16, and a N(0, 1/sqrt(H)) router; for the
+ * swigluoai activation (gpt-oss) also a N(0, 0.5) router bias. Deterministic in seed. */
 nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
                                             nvfp4moe_float_layer **out);
 /* Reads layer `layer` of an unquantized (BF16/F16/F32) checkpoint: per-expert
  * experts.E.{gate,up,down}_proj.weight, or fused experts.gate_up_proj [E, H, N1] / down_proj
- * [E, I, H] (the Hugging Face [in, out] layout). */
+ * [E, I, H] (the Hugging Face [in, out] layout), and the router (gate.weight or router.weight,
+ * with its bias gate.bias / router.bias when present). */
 nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
                                           const nvfp4moe_st_model *tensors, int32_t layer,
                                           nvfp4moe_float_layer **out);
@@ -672,13 +683,15 @@ void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l);   /* NULL is fine */
 /* Quantizes a float layer the ModelOpt way: per expert and projection amax -> scale_2 =
  * amax / (6*448), gate and up sharing max(amax_gate, amax_up) as ModelOpt's export does; input
  * scales calibrated as amax / (6*448) of calib_tokens random N(0,1) hidden states (w13) and of the
- * activations they produce in each expert (w2). Deterministic in seed. */
+ * activations they produce in each expert (w2). The router weight and bias stay unquantized
+ * (rounded to bf16, what the writer stores). Deterministic in seed. */
 nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
                                               uint64_t seed, nvfp4moe_ckpt_layer **out);
 
 /* Adds layer `index`'s tensors to a writer under "<prefix>.<index>.mlp." in format fmt
  * (UNQUANTIZED takes a float layer, the others a ckpt layer; pass the one that applies, NULL the
- * other). W4A16 configs store no input scales. */
+ * other). W4A16 configs store no input scales. The router is written as BF16 gate.weight [E, H]
+ * and, when it has one, gate.bias [E]. */
 nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format fmt,
                                         const char *prefix, int32_t index,
                                         const nvfp4moe_ckpt_layer *q,

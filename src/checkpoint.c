@@ -71,7 +71,7 @@ static bool shape_is(const nvfp4moe_st_tensor *t, int32_t ndim, const int64_t *d
 typedef struct {
     uint8_t *w13, *w13_scale, *w2, *w2_scale;
     float *w13_scale_2, *w13_input_scale, *w2_scale_2, *w2_input_scale;
-    float *w13_bias, *w2_bias, *correction_bias, *router;
+    float *w13_bias, *w2_bias, *correction_bias, *router, *router_bias;
 } ckpt_storage;
 
 typedef struct {
@@ -79,6 +79,7 @@ typedef struct {
     const nvfp4moe_st_model *tensors;
     char where[256];            /* the model directory, for messages */
     bool router_found;          /* a float router weight of the right shape exists */
+    const nvfp4moe_st_tensor *router_t, *router_bias_t; /* what load_router accepted, or NULL */
     int32_t layer;
     nvfp4moe_config cfg;
     char base[160];             /* "model.layers.3.mlp." */
@@ -471,6 +472,7 @@ static nvfp4moe_status load_fused(load_ctx *c) {
 
 static nvfp4moe_status load_router(load_ctx *c, nvfp4moe_ckpt_layer *out) {
     const int64_t E = c->cfg.num_experts, H = c->cfg.hidden_size;
+    c->router_t = c->router_bias_t = NULL;
     const nvfp4moe_st_tensor *r = maybe(c, "gate.weight");
     if (!r) r = maybe(c, "router.weight");
     if (r) {
@@ -487,17 +489,34 @@ static nvfp4moe_status load_router(load_ctx *c, nvfp4moe_ckpt_layer *out) {
             out->router_dtype = r->dtype;
             out->has_router = true;
             c->router_found = true;
+            c->router_t = r;
             if (!c->check_only) {
                 for (int64_t i = 0; i < E * H; i++) c->st->router[i] = tensor_float(r, i);
                 out->router = c->st->router;
             }
         }
     }
+    // gpt-oss's router is a Linear with a bias: logits = hidden @ weight^T + bias.
     const nvfp4moe_st_tensor *rb = maybe(c, "gate.bias");
     if (!rb) rb = maybe(c, "router.bias");
-    if (rb)   // gpt-oss adds a bias to its router logits; the logits nvfp4moe computes have none
-        nvfp4moe_warn(c->warn, "layer %d: router bias '%s' is not applied to the router logits",
-                      c->layer, rb->name);
+    if (rb && !c->router_t) {
+        nvfp4moe_warn(c->warn, "layer %d: router bias '%s' without a usable router weight: not "
+                      "loaded", c->layer, rb->name);
+    } else if (rb) {
+        NVFP4MOE_RETURN_IF(!is_float_dtype(rb->dtype), NVFP4MOE_ERR_FORMAT,
+                           "%s: tensor '%s': dtype %s, expected a float type", rb->file, rb->name,
+                           nvfp4moe_st_dtype_name(rb->dtype));
+        int64_t dims[1] = {E};
+        char want[48];
+        snprintf(want, sizeof want, "[%lld] (experts)", (long long)E);
+        if (!shape_is(rb, 1, dims)) return bad_shape(rb, want);
+        out->has_router_bias = true;
+        c->router_bias_t = rb;
+        if (!c->check_only) {
+            for (int64_t i = 0; i < E; i++) c->st->router_bias[i] = tensor_float(rb, i);
+            out->router_bias = c->st->router_bias;
+        }
+    }
     const nvfp4moe_st_tensor *b = maybe(c, "gate.e_score_correction_bias");
     if (!b) b = maybe(c, "e_score_correction_bias");
     const bool uses_bias = c->cfg.routing == NVFP4MOE_ROUTING_DEEPSEEK_V3 ||
@@ -618,6 +637,7 @@ static void storage_free(ckpt_storage *s) {
     free(s->w2_bias);
     free(s->correction_bias);
     free(s->router);
+    free(s->router_bias);
     free(s);
 }
 
@@ -636,8 +656,9 @@ static bool checked_size(int64_t a, int64_t b, int64_t cc, int64_t d, size_t *ou
     return true;
 }
 
-/* Allocates every buffer cfg needs (zeroed). */
-static nvfp4moe_status storage_alloc(const nvfp4moe_config *cfg, bool router, ckpt_storage **out) {
+/* Allocates every buffer cfg needs (zeroed), and the router weight / bias when asked. */
+static nvfp4moe_status storage_alloc(const nvfp4moe_config *cfg, bool router, bool router_bias,
+                                     ckpt_storage **out) {
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
     size_t n13, n13s, n2, n2s;
@@ -659,6 +680,7 @@ static nvfp4moe_status storage_alloc(const nvfp4moe_config *cfg, bool router, ck
              (s->w2_bias = calloc((size_t)(E * H), sizeof(float)));
     if (ok && cfg->has_correction_bias) ok = (s->correction_bias = calloc((size_t)E, sizeof(float)));
     if (ok && router) ok = (s->router = calloc((size_t)(E * H), sizeof(float)));
+    if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
     if (!ok) {
         storage_free(s);
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY,
@@ -731,7 +753,7 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
     if (s == NVFP4MOE_OK && !check_only) {
         // Second pass: the first sized the buffers (bias, correction bias, router presence).
         ckpt_storage *st = NULL;
-        s = storage_alloc(&c.cfg, c.router_found, &st);
+        s = storage_alloc(&c.cfg, c.router_found, c.router_bias_t != NULL, &st);
         if (s == NVFP4MOE_OK) {
             l->storage_ = st;
             c.st = st;
@@ -780,10 +802,29 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load(const char *dir, int32_t layer, nvfp4mo
     return s;
 }
 
+// ---- router logits ----
+
+nvfp4moe_status nvfp4moe_ckpt_router_logits(const nvfp4moe_ckpt_layer *l, const float *x,
+                                            int64_t num_tokens, float *logits) {
+    NVFP4MOE_RETURN_IF(!l || (num_tokens > 0 && (!x || !logits)) || num_tokens < 0,
+                       NVFP4MOE_ERR_INVALID_ARGUMENT, "ckpt_router_logits: bad argument");
+    NVFP4MOE_RETURN_IF(!l->router, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "layer %d: no router weight loaded (%s)", l->index,
+                       l->has_router ? "a check-only load copies none" : "the checkpoint has none");
+    const int64_t E = l->layer.cfg.num_experts, H = l->layer.cfg.hidden_size;
+    for (int64_t m = 0; m < num_tokens; m++)
+        for (int64_t e = 0; e < E; e++) {
+            double acc = 0;
+            for (int64_t k = 0; k < H; k++) acc += (double)x[m * H + k] * l->router[e * H + k];
+            logits[m * E + e] = (float)(acc + (l->router_bias ? l->router_bias[e] : 0.0));
+        }
+    return NVFP4MOE_OK;
+}
+
 // ---- float layers ----
 
 typedef struct {
-    float *w13, *w2, *router, *bias;
+    float *w13, *w2, *router, *bias, *router_bias;
 } float_storage;
 
 void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l) {
@@ -794,12 +835,13 @@ void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l) {
         free(s->w2);
         free(s->router);
         free(s->bias);
+        free(s->router_bias);
         free(s);
     }
     free(l);
 }
 
-static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router,
+static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router, bool router_bias,
                                    nvfp4moe_float_layer **out) {
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
@@ -816,6 +858,7 @@ static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router,
         ok = (s->w13 = malloc(n13 * sizeof(float))) && (s->w2 = malloc(n2 * sizeof(float)));
         if (ok && router) ok = (s->router = malloc((size_t)(E * H) * sizeof(float)));
         if (ok && cfg->has_correction_bias) ok = (s->bias = calloc((size_t)E, sizeof(float)));
+        if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
     }
     if (!ok) {
         if (l) nvfp4moe_float_layer_free(l);
@@ -823,6 +866,7 @@ static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router,
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     }
     l->w13 = s->w13, l->w2 = s->w2, l->router = s->router, l->correction_bias = s->bias;
+    l->router_bias = s->router_bias;
     *out = l;
     return NVFP4MOE_OK;
 }
@@ -832,7 +876,9 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
     NVFP4MOE_RETURN_IF(!cfg || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "float_layer_random: NULL");
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
     nvfp4moe_float_layer *l;
-    NVFP4MOE_TRY(float_alloc(cfg, true, &l));
+    // gpt-oss (the swigluoai activation) is the family whose router carries a bias.
+    const bool router_bias = cfg->activation == NVFP4MOE_ACT_SWIGLUOAI;
+    NVFP4MOE_TRY(float_alloc(cfg, true, router_bias, &l));
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
     uint64_t st = seed ^ 0x6a09e667f3bcc909ull;
@@ -850,6 +896,10 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
     if (l->correction_bias)
         for (int64_t e = 0; e < E; e++)
             l->correction_bias[e] = (float)(0.1 * nvfp4moe_rand_normal(&st));
+    if (l->router_bias)
+        for (int64_t e = 0; e < E; e++)
+            l->router_bias[e] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                        (float)(0.5 * nvfp4moe_rand_normal(&st)));
     *out = l;
     return NVFP4MOE_OK;
 }
@@ -893,13 +943,9 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
     const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
-    const nvfp4moe_st_tensor *router = NULL;
-    if (c.router_found) {
-        router = maybe(&c, "gate.weight");
-        if (!router) router = maybe(&c, "router.weight");
-    }
+    const nvfp4moe_st_tensor *router = c.router_t, *router_bias = c.router_bias_t;
     nvfp4moe_float_layer *l;
-    NVFP4MOE_TRY(float_alloc(cfg, router != NULL, &l));
+    NVFP4MOE_TRY(float_alloc(cfg, router != NULL, router_bias != NULL, &l));
     nvfp4moe_status s = NVFP4MOE_OK;
     char want[96];
     if (fmt == NVFP4MOE_CKPT_MODELOPT_FUSED) {
@@ -955,6 +1001,8 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
     }
     if (s == NVFP4MOE_OK && router)
         for (int64_t i = 0; i < E * H; i++) l->router[i] = tensor_float(router, i);
+    if (s == NVFP4MOE_OK && router_bias)
+        for (int64_t i = 0; i < E; i++) l->router_bias[i] = tensor_float(router_bias, i);
     if (s == NVFP4MOE_OK && l->correction_bias) {
         const nvfp4moe_st_tensor *b = maybe(&c, "gate.e_score_correction_bias");
         if (!b) b = maybe(&c, "e_score_correction_bias");
@@ -1003,7 +1051,8 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
     nvfp4moe_config qcfg = *cfg;
     qcfg.has_bias = false;
     ckpt_storage *st = NULL;
-    nvfp4moe_status s = storage_alloc(&qcfg, src->router != NULL, &st);
+    nvfp4moe_status s = storage_alloc(&qcfg, src->router != NULL,
+                                      src->router != NULL && src->router_bias != NULL, &st);
     float *x = malloc(sizeof(float) * (size_t)(M * H));
     float *wdq = malloc(sizeof(float) * (size_t)(N1 * H));
     double *g = malloc(sizeof(double) * (size_t)N1), *a = malloc(sizeof(double) * (size_t)I);
@@ -1058,6 +1107,13 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
         l->router = st->router;
         l->has_router = true;
         l->router_dtype = NVFP4MOE_ST_BF16;
+        if (src->router_bias) {   // written as BF16 next to the weight, so rounded the same way
+            for (int64_t i = 0; i < E; i++)
+                st->router_bias[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                             src->router_bias[i]);
+            l->router_bias = st->router_bias;
+            l->has_router_bias = true;
+        }
     }
     free(x);
     free(wdq);
@@ -1232,11 +1288,13 @@ nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_for
     snprintf(base, sizeof base, "%s.%d.mlp.", prefix ? prefix : "model.layers", index);
     const nvfp4moe_config *cfg = unq ? &f->cfg : &q->layer.cfg;
     const float *router = unq ? f->router : q->router;
+    const float *rbias = unq ? f->router_bias : q->router_bias;
     const float *cbias = unq ? f->correction_bias : q->layer.w.correction_bias;
     const int64_t E = cfg->num_experts, H = cfg->hidden_size;
     if (router) {
-        int64_t d[2] = {E, H};
+        int64_t d[2] = {E, H}, db[1] = {E};
         NVFP4MOE_TRY(put_bf16(w, base, "gate.weight", 2, d, router, E * H));
+        if (rbias) NVFP4MOE_TRY(put_bf16(w, base, "gate.bias", 1, db, rbias, E));
     }
     if (cfg->has_correction_bias && cbias) {
         int64_t d[1] = {E};
