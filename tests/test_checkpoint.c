@@ -3,7 +3,8 @@
  * in-memory layer; ModelOpt per-expert, ModelOpt fused (both layouts) and compressed-tensors give
  * the same weights and the same output; gate/up scale reconciliation is numerically right; broken
  * checkpoints (missing scale tensor, wrong dtype, wrong shape, bad scale values) each fail with
- * their own message; config.json of real model families maps to the right deployment config.
+ * their own message; config.json of real model families maps to the right deployment config;
+ * gpt-oss's router bias is loaded, kept through quantization and shifts the routing.
  * Every fixture is generated at test time in a temporary directory.
  */
 #include "harness.h"
@@ -932,6 +933,278 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(g_out, "truncated"), "rc %d: %s", rc, g_out);
 }
 
+// ---- gpt-oss's router bias ----
+
+/* Copies src_dir's checkpoint into dst_dir with the router named the gpt-oss way:
+ * mlp.gate.{weight,bias} -> mlp.router.{weight,bias}. */
+static void copy_as_gpt_oss(const char *src_dir, const char *dst_dir) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", src_dir);
+    nvfp4moe_st_file *f = NULL;
+    CHECK_OK(nvfp4moe_st_open(p, &f));
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    for (size_t i = 0; f && i < nvfp4moe_st_file_count(f); i++) {
+        const nvfp4moe_st_tensor *t = nvfp4moe_st_file_tensor(f, i);
+        char name[320];
+        const char *g = strstr(t->name, ".mlp.gate.");
+        if (g)
+            snprintf(name, sizeof name, "%.*s.mlp.router.%s", (int)(g - t->name), t->name,
+                     g + strlen(".mlp.gate."));
+        else
+            snprintf(name, sizeof name, "%s", t->name);
+        CHECK_OK(nvfp4moe_st_writer_add(w, name, t->dtype, t->ndim, t->shape, t->data));
+    }
+    nvfp4moe_st_close(f);
+    snprintf(p, sizeof p, "%s/model.safetensors", dst_dir);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "cp '%s'/*.json '%s'/", src_dir, dst_dir);
+    CHECK(system(cmd) == 0, "copy configs");
+}
+
+/* Seeded hidden states in [-1, 1). */
+static void fill_hidden(float *x, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+}
+
+/* How many of the M tokens route their first choice to expert e, with the CLI's logits. */
+static int first_choice_count(const nvfp4moe_ckpt_layer *l, const float *x, int64_t M, int32_t e) {
+    const nvfp4moe_config *c = &l->layer.cfg;
+    float *logits = malloc(sizeof(float) * (size_t)(M * c->num_experts));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(M * c->top_k));
+    float *wts = malloc(sizeof(float) * (size_t)(M * c->top_k));
+    int n = -1;
+    CHECK_OK(nvfp4moe_ckpt_router_logits(l, x, M, logits));
+    nvfp4moe_status s = nvfp4moe_route(c, logits, M, NULL, ids, wts);
+    CHECK(s == NVFP4MOE_OK, "route: %s", nvfp4moe_last_error());
+    if (s == NVFP4MOE_OK)
+        for (int64_t m = n = 0; m < M; m++) n += ids[m * c->top_k] == e;
+    free(logits);
+    free(ids);
+    free(wts);
+    return n;
+}
+
+static void test_router_bias(void) {
+    T_CASE("gpt-oss fixture: router.weight + router.bias load exactly");
+    nvfp4moe_config cfg = small_cfg();
+    cfg.activation = NVFP4MOE_ACT_SWIGLUOAI;   // model_type gpt_oss in the written config.json
+    const int64_t E = cfg.num_experts, H = cfg.hidden_size;
+    nvfp4moe_float_layer *f = NULL;
+    nvfp4moe_ckpt_layer *q = NULL, *l = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(&cfg, 71, &f));
+    if (f) CHECK_OK(nvfp4moe_float_layer_quantize(f, 16, 71, &q));
+    if (!f || !q) goto out;
+    CHECK(f->router_bias != NULL, "a random gpt-oss-style layer has a router bias");
+    CHECK(q->router_bias && q->has_router_bias && same_floats(q->router_bias, f->router_bias, 4),
+          "quantization keeps the router bias");
+    // dir_in's buffers are reused: keep this one.
+    char d[512];
+    snprintf(d, sizeof d, "%s", dir_in("goss"));
+    const char *tmp = dir_in("goss_gate");
+    save_layer(tmp, NVFP4MOE_CKPT_MODELOPT_FUSED, q, 0);
+    copy_as_gpt_oss(tmp, d);
+    CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+    if (l) {
+        CHECK(l->layer.cfg.activation == NVFP4MOE_ACT_SWIGLUOAI, "activation %s",
+              nvfp4moe_activation_name(l->layer.cfg.activation));
+        CHECK(l->warnings.count == 0, "unexpected warning: %s", l->warnings.text[0]);
+        CHECK(l->router && same_floats(l->router, q->router, (size_t)(E * H)), "router weight");
+        CHECK(l->has_router_bias && l->router_bias &&
+                  same_floats(l->router_bias, q->router_bias, (size_t)E),
+              "router bias not loaded exactly");
+        // logits = x @ W^T + b, in float64 then rounded.
+        float x[3 * 64], got[3 * 4];
+        fill_hidden(x, 3 * H, 5);
+        CHECK_OK(nvfp4moe_ckpt_router_logits(l, x, 3, got));
+        int bad = 0;
+        for (int64_t m = 0; m < 3; m++)
+            for (int64_t e = 0; e < E; e++) {
+                double acc = 0;
+                for (int64_t k = 0; k < H; k++) acc += (double)x[m * H + k] * q->router[e * H + k];
+                bad += got[m * E + e] != (float)(acc + q->router_bias[e]);
+            }
+        CHECK(bad == 0, "%d router logits are not x @ W^T + b", bad);
+    }
+    {   // The check-only load (inspect) sees the bias but copies nothing.
+        nvfp4moe_model_info *info = NULL;
+        nvfp4moe_st_model *m = NULL;
+        nvfp4moe_ckpt_layer *c = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(d, &info));
+        CHECK_OK(nvfp4moe_st_model_open(d, &m));
+        if (info && m) CHECK_OK(nvfp4moe_ckpt_layer_load_from(info, m, 0, true, &c));
+        if (c) {
+            CHECK(c->has_router_bias && !c->router_bias, "check-only: bias seen, not copied");
+            float x[64], lg[4];
+            CHECK_ERR(nvfp4moe_ckpt_router_logits(c, x, 1, lg), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                      "check-only");
+        }
+        nvfp4moe_ckpt_layer_free(c);
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+    }
+
+    T_CASE("a float source's router bias survives quantization");
+    {
+        char src[512];
+        snprintf(src, sizeof src, "%s", dir_in("goss_bf16"));
+        const char *ftmp = dir_in("goss_bf16_gate");
+        nvfp4moe_st_writer *w = NULL;
+        CHECK_OK(nvfp4moe_st_writer_create(&w));
+        CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
+        char p[700];
+        snprintf(p, sizeof p, "%s/model.safetensors", ftmp);
+        CHECK_OK(nvfp4moe_st_writer_save(w, p));
+        nvfp4moe_st_writer_free(w);
+        CHECK_OK(nvfp4moe_model_config_write(ftmp, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL));
+        copy_as_gpt_oss(ftmp, src);
+        nvfp4moe_model_info *info = NULL;
+        nvfp4moe_st_model *m = NULL;
+        nvfp4moe_float_layer *g = NULL;
+        nvfp4moe_ckpt_layer *q2 = NULL, *l2 = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(src, &info));
+        CHECK_OK(nvfp4moe_st_model_open(src, &m));
+        if (info && m) CHECK_OK(nvfp4moe_float_layer_load(info, m, 0, &g));
+        if (g) {
+            CHECK(g->router_bias && same_floats(g->router_bias, f->router_bias, (size_t)E),
+                  "float load: router bias");
+            CHECK_OK(nvfp4moe_float_layer_quantize(g, 16, 3, &q2));
+        }
+        if (q2) {
+            CHECK(q2->router_bias && same_floats(q2->router_bias, f->router_bias, (size_t)E),
+                  "quantized: router bias");
+            const char *qd = dir_in("goss_q");
+            save_layer(qd, NVFP4MOE_CKPT_MODELOPT, q2, 0);
+            CHECK_OK(nvfp4moe_ckpt_layer_load(qd, 0, &l2));
+        }
+        if (l2)
+            CHECK(l2->router_bias && same_floats(l2->router_bias, f->router_bias, (size_t)E),
+                  "written and read back: router bias");
+        nvfp4moe_ckpt_layer_free(l2);
+        nvfp4moe_ckpt_layer_free(q2);
+        nvfp4moe_float_layer_free(g);
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+        if (getenv("NVFP4MOE_CLI")) {   // the same through `nvfp4moe quantize --in`
+            const char *cq = dir_in("goss_cli");
+            int rc = cli("quantize --in %s --out %s", src, cq);
+            CHECK(rc == 0, "rc %d: %s", rc, g_out);
+            l2 = NULL;
+            CHECK_OK(nvfp4moe_ckpt_layer_load(cq, 0, &l2));
+            if (l2)
+                CHECK(l2->router_bias && same_floats(l2->router_bias, f->router_bias, (size_t)E),
+                      "quantize --in: router bias");
+            nvfp4moe_ckpt_layer_free(l2);
+            rc = cli("inspect %s", cq);
+            CHECK(rc == 0 && strstr(g_out, "router BF16 [4, 64] with bias"), "rc %d: %s", rc, g_out);
+            rc = cli("run --model %s --tokens 3", cq);
+            CHECK(rc == 0 && strstr(g_out, "router from the checkpoint (weight and bias)"),
+                  "rc %d: %s", rc, g_out);
+        }
+
+        T_CASE("float source with a wrong-shaped router bias");
+        float three[3] = {1, 2, 3};
+        edit ed = {"model.layers.0.mlp.router.bias", 1, NVFP4MOE_ST_F32, 1, {3}, three};
+        const char *bs = dir_in("goss_bf16_bad");
+        rewrite(src, bs, &ed, 1);
+        info = NULL, m = NULL, g = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(bs, &info));
+        CHECK_OK(nvfp4moe_st_model_open(bs, &m));
+        if (info && m)
+            CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), NVFP4MOE_ERR_FORMAT,
+                      "tensor 'model.layers.0.mlp.router.bias': shape [3], expected [4] (experts)");
+        CHECK(g == NULL, "output written on failure");
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+    }
+
+    T_CASE("broken router biases are named");
+    {
+        float three[3] = {1, 2, 3}, four[4] = {0};
+        int8_t i8[4] = {0};
+        struct {
+            edit ed;
+            nvfp4moe_status st;
+            const char *needle;
+        } cases[] = {
+            {{"model.layers.0.mlp.router.bias", 1, NVFP4MOE_ST_F32, 1, {3}, three},
+             NVFP4MOE_ERR_FORMAT,
+             "tensor 'model.layers.0.mlp.router.bias': shape [3], expected [4] (experts)"},
+            {{"model.layers.0.mlp.router.bias", 1, NVFP4MOE_ST_F32, 2, {1, 4}, four},
+             NVFP4MOE_ERR_FORMAT, "mlp.router.bias': shape [1, 4], expected [4] (experts)"},
+            {{"model.layers.0.mlp.router.bias", 1, NVFP4MOE_ST_I8, 1, {4}, i8},
+             NVFP4MOE_ERR_FORMAT, "mlp.router.bias': dtype I8, expected a float type"},
+        };
+        const char *dst = dir_in("goss_bad");
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            rewrite(d, dst, &cases[i].ed, 1);
+            nvfp4moe_ckpt_layer *b = NULL;
+            CHECK_ERR(nvfp4moe_ckpt_layer_load(dst, 0, &b), cases[i].st, cases[i].needle);
+            CHECK(b == NULL, "output written on failure");
+            nvfp4moe_model_info *info = NULL;
+            nvfp4moe_st_model *m = NULL;
+            CHECK_OK(nvfp4moe_model_info_read(dst, &info));
+            CHECK_OK(nvfp4moe_st_model_open(dst, &m));
+            if (info && m)
+                CHECK_ERR(nvfp4moe_ckpt_layer_load_from(info, m, 0, true, &b), cases[i].st,
+                          cases[i].needle);
+            nvfp4moe_st_model_close(m);
+            nvfp4moe_model_info_free(info);
+        }
+        // A bias with no router weight to go with it is not loaded, with a warning.
+        edit drop = {"model.layers.0.mlp.router.weight", 0, 0, 0, {0}, NULL};
+        rewrite(d, dst, &drop, 1);
+        nvfp4moe_ckpt_layer *b = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(dst, 0, &b));
+        if (b)
+            CHECK(!b->router && !b->router_bias && !b->has_router_bias && b->warnings.count == 1 &&
+                      strstr(b->warnings.text[0], "router bias 'model.layers.0.mlp.router.bias' "
+                                                  "without a usable router weight"),
+                  "%d warnings: %s", b->warnings.count, b->warnings.text[0]);
+        nvfp4moe_ckpt_layer_free(b);
+    }
+
+    T_CASE("the router bias changes routing");
+    if (l) {
+        // Expert 2's bias far above any logit: it is every token's first choice.
+        float big[4] = {0, 0, 100, 0};
+        edit ed = {"model.layers.0.mlp.router.bias", 1, NVFP4MOE_ST_F32, 1, {4}, big};
+        const char *bd = dir_in("goss_big");
+        rewrite(d, bd, &ed, 1);
+        nvfp4moe_ckpt_layer *b = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(bd, 0, &b));
+        enum { M = 32 };
+        static float x[M * 64];
+        fill_hidden(x, M * H, 17);
+        if (b) {
+            int n = first_choice_count(b, x, M, 2);
+            CHECK(n == M, "expert 2 is the first choice of %d of %d tokens", n, M);
+        }
+        int n0 = first_choice_count(l, x, M, 2);
+        CHECK(n0 >= 0 && n0 < M, "control: expert 2 first for %d of %d tokens", n0, M);
+        nvfp4moe_ckpt_layer_free(b);
+        if (getenv("NVFP4MOE_CLI")) {   // run --model routes with the bias: other output
+            char a[256], c[256];
+            int rc = cli("run --model %s --tokens 4 --seed 3 --device cpu", d);
+            CHECK(rc == 0, "rc %d: %s", rc, g_out);
+            checksum_line(a, sizeof a);
+            rc = cli("run --model %s --tokens 4 --seed 3 --device cpu", bd);
+            CHECK(rc == 0 && strstr(g_out, "(weight and bias)"), "rc %d: %s", rc, g_out);
+            checksum_line(c, sizeof c);
+            CHECK(a[0] && c[0] && strcmp(a, c) != 0, "same output with and without the big bias: %s", a);
+        }
+    }
+out:
+    nvfp4moe_ckpt_layer_free(l);
+    nvfp4moe_ckpt_layer_free(q);
+    nvfp4moe_float_layer_free(f);
+}
+
 /* Random damage to a checkpoint file: loading must succeed or fail with FORMAT / NOT_FOUND, never
  * crash or read out of bounds (tests/asan.sh). */
 static void test_checkpoint_mutations(void) {
@@ -994,6 +1267,7 @@ int main(void) {
     test_reconcile();
     test_broken_layers();
     test_schemes_and_bias();
+    test_router_bias();
     test_checkpoint_mutations();
     test_cli();
     char cmd[300];

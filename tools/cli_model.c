@@ -163,13 +163,3 @@ int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, floa
     *m = size / row;
     return 0;
 }
-
-void cli_router_logits(const float *x, const float *router, int64_t m, int64_t e, int64_t h,
-                       float *logits) {
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < e; j++) {
-            double acc = 0;
-            for (int64_t k = 0; k < h; k++) acc += (double)x[i * h + k] * router[j * h + k];
-            logits[i * e + j] = (float)acc;
-        }
-}

@@ -28,8 +28,4 @@ int cli_model_layer(const char *cmd, const char *dir, int layer, int argc, char 
  * after printing the error. */
 int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, float **x, int64_t *m);
 
-/* router_logits [M, E] = x [M, H] @ router [E, H]^T, in float64 then rounded to float. */
-void cli_router_logits(const float *x, const float *router, int64_t m, int64_t e, int64_t h,
-                       float *logits);
-
 #endif // NVFP4MOE_CLI_MODEL_H

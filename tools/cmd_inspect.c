@@ -123,10 +123,10 @@ int cmd_inspect(int argc, char **argv) {
             continue;
         }
         const nvfp4moe_config *lc = &l->layer.cfg;
-        char router[48] = "no router weight";
+        char router[80] = "no router weight";
         if (l->has_router)
-            snprintf(router, sizeof router, "router %s [%d, %d]", nvfp4moe_st_dtype_name(l->router_dtype),
-                     lc->num_experts, lc->hidden_size);
+            snprintf(router, sizeof router, "router %s [%d, %d]%s", nvfp4moe_st_dtype_name(l->router_dtype),
+                     lc->num_experts, lc->hidden_size, l->has_router_bias ? " with bias" : "");
         printf("layer %-7d ok: %s, %d experts, %s, %s%s%s\n", L, nvfp4moe_ckpt_format_name(l->format),
                lc->num_experts, nvfp4moe_scheme_name(lc->scheme), router,
                lc->has_correction_bias ? ", e_score_correction_bias" : "", lc->has_bias ? ", expert biases" : "");

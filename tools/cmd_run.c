@@ -163,7 +163,9 @@ int cmd_run(int argc, char **argv) {
     const nvfp4moe_weights *weights = ck ? &ck->layer.w : NULL;
     if (ck) {
         printf("weights   %s layer %d (%s checkpoint)%s\n", model, ck->index, nvfp4moe_ckpt_format_name(ck->format),
-               ck->router ? ", router from the checkpoint" : ", no router weight: random router logits");
+               !ck->router        ? ", no router weight: random router logits"
+               : ck->router_bias ? ", router from the checkpoint (weight and bias)"
+                                 : ", router from the checkpoint");
     } else if ((st = nvfp4moe_layer_random(&cfg, cfg.seed, &layer)) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: building the layer failed: %s\n", nvfp4moe_last_error());
         return CLI_EXIT_FAILURE;
@@ -209,11 +211,16 @@ int cmd_run(int argc, char **argv) {
     }
     if (xin) nvfp4moe_from_float(cfg.in_dtype, xin, M * H, hidden);
     else nvfp4moe_fill_normal(hidden, cfg.in_dtype, M * H, cfg.seed * 31 + 7);
-    if (ck && ck->router) {   /* logits = hidden (as the layer sees it) @ router^T */
+    if (ck && ck->router) {   /* logits = hidden (as the layer sees it) @ router^T (+ router bias) */
         float *xf = malloc(sizeof(float) * (size_t)(M * H) + 1), *lf = malloc(sizeof(float) * (size_t)(M * E) + 1);
         if (xf && lf) {
             nvfp4moe_to_float(cfg.in_dtype, hidden, M * H, xf);
-            cli_router_logits(xf, ck->router, M, E, H, lf);
+            if ((st = nvfp4moe_ckpt_router_logits(ck, xf, M, lf)) != NVFP4MOE_OK) {
+                fprintf(stderr, "nvfp4moe run: router logits: %s\n", nvfp4moe_last_error());
+                free(xf);
+                free(lf);
+                goto done;
+            }
             nvfp4moe_from_float(cfg.router_logits_dtype, lf, M * E, logits);
         }
         free(xf);
