@@ -739,8 +739,9 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
 // Every step that can fail on one rank (plan creation, routing, overflow, the local experts) is
 // followed by a status exchange, so all ranks fail together instead of deadlocking.
 //
-// NOT YET RUN ON GPUS: verified with the loopback transport and the CPU backends only (tests/test_ep.c);
-// the NCCL transport and the GPU path compile but have not run (docs/expert_parallel.md).
+// Verified with the loopback transport: on the CPU backends (tests/test_ep.c), and on one H200 with
+// device plans for N ranks as threads (tests/gpu_ep_loopback.c). The NCCL transport has NOT RUN: it
+// compiles, and no multi-GPU machine has been lent yet (docs/expert_parallel.md).
 
 typedef enum nvfp4moe_ep_format {
     NVFP4MOE_EP_STANDARD = 0,    /* "standard" */
