@@ -631,6 +631,9 @@ typedef struct nvfp4moe_ckpt_layer {
     bool has_router_bias;       /* the router also has a bias [E] (gpt-oss mlp.router.bias) */
     const float *router_bias;   /* [E] or NULL: added to the router logits (see
                                    nvfp4moe_ckpt_router_logits); NULL when absent or check-only */
+    char router_name[8];        /* the router's module under mlp.: "gate" or "router" (gpt-oss), as
+                                   the checkpoint named it; nvfp4moe_ckpt_add_layer writes that
+                                   name ("" = by activation, see there) */
     nvfp4moe_warnings warnings;
     void *storage_;             /* private */
 } nvfp4moe_ckpt_layer;
@@ -664,17 +667,20 @@ typedef struct nvfp4moe_float_layer {
     float *router;              /* [E, H] or NULL */
     float *router_bias;         /* [E] or NULL (gpt-oss); only with a router */
     float *correction_bias;     /* [E] when cfg.has_correction_bias, else NULL */
+    char   router_name[8];      /* "gate" or "router": the router's module under mlp. in the
+                                   source ("" = by activation, see nvfp4moe_ckpt_add_layer) */
     void  *storage_;            /* private */
 } nvfp4moe_float_layer;
 
 /* Random weights N(0, 1/sqrt(fan_in)) rounded to bf16, and a N(0, 1/sqrt(H)) router; for the
- * swigluoai activation (gpt-oss) also a N(0, 0.5) router bias. Deterministic in seed. */
+ * swigluoai activation (gpt-oss) also a N(0, 0.5) router bias and router_name "router".
+ * Deterministic in seed. */
 nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
                                             nvfp4moe_float_layer **out);
 /* Reads layer `layer` of an unquantized (BF16/F16/F32) checkpoint: per-expert
  * experts.E.{gate,up,down}_proj.weight, or fused experts.gate_up_proj [E, H, N1] / down_proj
  * [E, I, H] (the Hugging Face [in, out] layout), and the router (gate.weight or router.weight,
- * with its bias gate.bias / router.bias when present). */
+ * with its bias gate.bias / router.bias when present; router_name says which). */
 nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
                                           const nvfp4moe_st_model *tensors, int32_t layer,
                                           nvfp4moe_float_layer **out);
@@ -684,28 +690,36 @@ void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l);   /* NULL is fine */
  * amax / (6*448), gate and up sharing max(amax_gate, amax_up) as ModelOpt's export does; input
  * scales calibrated as amax / (6*448) of calib_tokens random N(0,1) hidden states (w13) and of the
  * activations they produce in each expert (w2). The router weight and bias stay unquantized
- * (rounded to bf16, what the writer stores). Deterministic in seed. */
+ * (rounded to bf16, what the writer stores); router_name is carried over. Deterministic in seed. */
 nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
                                               uint64_t seed, nvfp4moe_ckpt_layer **out);
 
 /* Adds layer `index`'s tensors to a writer under "<prefix>.<index>.mlp." in format fmt
  * (UNQUANTIZED takes a float layer, the others a ckpt layer; pass the one that applies, NULL the
- * other). W4A16 configs store no input scales. The router is written as BF16 gate.weight [E, H]
- * and, when it has one, gate.bias [E]. */
+ * other). W4A16 configs store no input scales. The router is written as BF16 <name>.weight [E, H]
+ * and, when it has one, <name>.bias [E], where <name> is the layer's router_name, or when that is
+ * empty "router" for the swigluoai activation (gpt-oss, which vLLM loads as mlp.router) and "gate"
+ * otherwise (nvfp4moe_ckpt_router_name). */
 nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format fmt,
                                         const char *prefix, int32_t index,
                                         const nvfp4moe_ckpt_layer *q,
                                         const nvfp4moe_float_layer *f);
 
+/* The router's module name nvfp4moe_ckpt_add_layer writes: name when it is "gate" or "router",
+ * else "router" for the swigluoai activation (gpt-oss) and "gate" otherwise. */
+const char *nvfp4moe_ckpt_router_name(const char *name, const nvfp4moe_config *cfg);
+
 /* Writes dir/config.json describing cfg (a model of num_layers layers whose MoE layers are
  * [first_moe_layer, num_layers)), and for fmt != UNQUANTIZED its quantization config
- * (config.json quantization_config, plus hf_quant_config.json for ModelOpt). If base_config_json
- * is not NULL, that config is copied instead of generated and only the quantization config is
- * replaced. */
+ * (config.json quantization_config, plus hf_quant_config.json for ModelOpt) whose exclusions
+ * keep lm_head and the router module router_name (resolved by nvfp4moe_ckpt_router_name; pass
+ * the layers' router_name) unquantized. If base_config_json is not NULL, that config is copied
+ * instead of generated and only the quantization config is replaced. */
 nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
                                             int32_t num_layers, int32_t first_moe_layer,
                                             nvfp4moe_ckpt_format fmt,
-                                            const char *base_config_json);
+                                            const char *base_config_json,
+                                            const char *router_name);
 
 // ---- expert parallelism ----
 //

@@ -6,7 +6,8 @@
  * Loading resolves every tensor an expert needs, checks its dtype and shape against the config
  * before a byte is copied, and converts everything into the canonical layout of nvfp4moe_weights
  * (scale_2 in the dequantization form, w13 rows gate then up). Warnings are collected, never
- * printed.
+ * printed. The router goes through quantization and the writer under the module name the source
+ * used (gpt-oss's mlp.router, or mlp.gate).
  */
 #include "ckpt_internal.h"
 
@@ -473,8 +474,10 @@ static nvfp4moe_status load_fused(load_ctx *c) {
 static nvfp4moe_status load_router(load_ctx *c, nvfp4moe_ckpt_layer *out) {
     const int64_t E = c->cfg.num_experts, H = c->cfg.hidden_size;
     c->router_t = c->router_bias_t = NULL;
+    // gpt-oss names it mlp.router; the name is kept so a writer can use the same one.
+    const char *rname = "gate";
     const nvfp4moe_st_tensor *r = maybe(c, "gate.weight");
-    if (!r) r = maybe(c, "router.weight");
+    if (!r) r = maybe(c, "router.weight"), rname = "router";
     if (r) {
         if (!is_float_dtype(r->dtype)) {
             nvfp4moe_warn(c->warn, "layer %d: router '%s' is %s, not a float type: not loaded "
@@ -490,6 +493,7 @@ static nvfp4moe_status load_router(load_ctx *c, nvfp4moe_ckpt_layer *out) {
             out->has_router = true;
             c->router_found = true;
             c->router_t = r;
+            nvfp4moe_strlcpy(out->router_name, rname, sizeof out->router_name);
             if (!c->check_only) {
                 for (int64_t i = 0; i < E * H; i++) c->st->router[i] = tensor_float(r, i);
                 out->router = c->st->router;
@@ -876,9 +880,11 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
     NVFP4MOE_RETURN_IF(!cfg || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "float_layer_random: NULL");
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
     nvfp4moe_float_layer *l;
-    // gpt-oss (the swigluoai activation) is the family whose router carries a bias.
+    // gpt-oss (the swigluoai activation) is the family whose router carries a bias, and whose
+    // router module is mlp.router.
     const bool router_bias = cfg->activation == NVFP4MOE_ACT_SWIGLUOAI;
     NVFP4MOE_TRY(float_alloc(cfg, true, router_bias, &l));
+    nvfp4moe_strlcpy(l->router_name, router_bias ? "router" : "gate", sizeof l->router_name);
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
     uint64_t st = seed ^ 0x6a09e667f3bcc909ull;
@@ -946,6 +952,7 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
     const nvfp4moe_st_tensor *router = c.router_t, *router_bias = c.router_bias_t;
     nvfp4moe_float_layer *l;
     NVFP4MOE_TRY(float_alloc(cfg, router != NULL, router_bias != NULL, &l));
+    nvfp4moe_strlcpy(l->router_name, probe.router_name, sizeof l->router_name);
     nvfp4moe_status s = NVFP4MOE_OK;
     char want[96];
     if (fmt == NVFP4MOE_CKPT_MODELOPT_FUSED) {
@@ -1100,6 +1107,7 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
     }
     if (s == NVFP4MOE_OK && src->correction_bias && st->correction_bias)
         memcpy(st->correction_bias, src->correction_bias, sizeof(float) * (size_t)E);
+    if (s == NVFP4MOE_OK) nvfp4moe_strlcpy(l->router_name, src->router_name, sizeof l->router_name);
     if (s == NVFP4MOE_OK && src->router) {
         // The router stays unquantized, as real exports exclude it; keep what a bf16 file holds.
         for (int64_t i = 0; i < E * H; i++)
@@ -1133,6 +1141,13 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
 }
 
 // ---- writing ----
+
+const char *nvfp4moe_ckpt_router_name(const char *name, const nvfp4moe_config *cfg) {
+    if (name && (!strcmp(name, "gate") || !strcmp(name, "router"))) return name;
+    // No source name (a random layer): the swigluoai activation is what makes a layer gpt-oss
+    // (nvfp4moe_model_config_write writes model_type gpt_oss for it).
+    return cfg && cfg->activation == NVFP4MOE_ACT_SWIGLUOAI ? "router" : "gate";
+}
 
 /* Adds one tensor named "<base><suffix>". */
 static nvfp4moe_status put(nvfp4moe_st_writer *w, const char *base, const char *suffix,
@@ -1292,9 +1307,14 @@ nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_for
     const float *cbias = unq ? f->correction_bias : q->layer.w.correction_bias;
     const int64_t E = cfg->num_experts, H = cfg->hidden_size;
     if (router) {
+        // gpt-oss's loaders (HF, vLLM) look for mlp.router, the others for mlp.gate.
+        const char *rname = nvfp4moe_ckpt_router_name(unq ? f->router_name : q->router_name, cfg);
+        char suf[32];
         int64_t d[2] = {E, H}, db[1] = {E};
-        NVFP4MOE_TRY(put_bf16(w, base, "gate.weight", 2, d, router, E * H));
-        if (rbias) NVFP4MOE_TRY(put_bf16(w, base, "gate.bias", 1, db, rbias, E));
+        snprintf(suf, sizeof suf, "%s.weight", rname);
+        NVFP4MOE_TRY(put_bf16(w, base, suf, 2, d, router, E * H));
+        snprintf(suf, sizeof suf, "%s.bias", rname);
+        if (rbias) NVFP4MOE_TRY(put_bf16(w, base, suf, 1, db, rbias, E));
     }
     if (cfg->has_correction_bias && cbias) {
         int64_t d[1] = {E};

@@ -923,7 +923,8 @@ static json_t *make_config(const nvfp4moe_config *cfg, int32_t num_layers, int32
 nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
                                             int32_t num_layers, int32_t first_moe_layer,
                                             nvfp4moe_ckpt_format fmt,
-                                            const char *base_config_json) {
+                                            const char *base_config_json,
+                                            const char *router_name) {
     NVFP4MOE_RETURN_IF(!dir || !cfg, NVFP4MOE_ERR_INVALID_ARGUMENT, "model_config_write: NULL");
     NVFP4MOE_RETURN_IF((unsigned)fmt >= NVFP4MOE_CKPT_FORMAT_COUNT, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "model_config_write: bad format %d", (int)fmt);
@@ -943,8 +944,14 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
         NVFP4MOE_RETURN_IF(!c, NVFP4MOE_ERR_OUT_OF_MEMORY, "model_config_write: out of memory");
     }
     bool w4a16 = cfg->scheme == NVFP4MOE_SCHEME_W4A16;
-    // The router and everything that is not an expert stays unquantized, as real exports do.
-    json_t *ignore = json_pack("[s,s]", "lm_head", "re:.*mlp\\.gate$");
+    // The router and everything that is not an expert stays unquantized, as real exports do. The
+    // exclusion names the router module the tensors use (gpt-oss: mlp.router), or vLLM would
+    // build that Linear as NVFP4 and look for scales it does not have.
+    const char *router = nvfp4moe_ckpt_router_name(router_name, cfg);
+    char ct_router[64], mo_router[64];
+    snprintf(ct_router, sizeof ct_router, "re:.*mlp\\.%s$", router);
+    snprintf(mo_router, sizeof mo_router, "*.mlp.%s", router);
+    json_t *ignore = json_pack("[s,s]", "lm_head", ct_router);
     json_t *hfq = NULL;
     bool ok = ignore != NULL;
     if (ok && fmt == NVFP4MOE_CKPT_COMPRESSED_TENSORS) {
@@ -962,7 +969,7 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
         ok = qc && json_object_set_new(c, "quantization_config", qc) == 0;
     } else if (ok && fmt != NVFP4MOE_CKPT_UNQUANTIZED) {
         const char *algo = w4a16 ? "W4A16_NVFP4" : "NVFP4";
-        json_t *ex = json_pack("[s,s]", "lm_head", "*.mlp.gate");
+        json_t *ex = json_pack("[s,s]", "lm_head", mo_router);
         json_t *qc = ex ? json_pack("{s:s,s:s,s:O,s:{s:s,s:s}}", "quant_method", "modelopt",
                                     "quant_algo", algo, "ignore", ex, "producer", "name",
                                     "nvfp4moe", "version", nvfp4moe_version())

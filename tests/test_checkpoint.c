@@ -4,7 +4,8 @@
  * the same weights and the same output; gate/up scale reconciliation is numerically right; broken
  * checkpoints (missing scale tensor, wrong dtype, wrong shape, bad scale values) each fail with
  * their own message; config.json of real model families maps to the right deployment config;
- * gpt-oss's router bias is loaded, kept through quantization and shifts the routing.
+ * gpt-oss's router bias is loaded, kept through quantization and shifts the routing; gpt-oss's
+ * mlp.router keeps its name through quantize --in, and the quantization config excludes it.
  * Every fixture is generated at test time in a temporary directory.
  */
 #include "harness.h"
@@ -62,7 +63,8 @@ static void save_layer(const char *dir, nvfp4moe_ckpt_format fmt, const nvfp4moe
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     CHECK_OK(nvfp4moe_st_writer_save(w, p));
     nvfp4moe_st_writer_free(w);
-    CHECK_OK(nvfp4moe_model_config_write(dir, &q->layer.cfg, layer + 1, layer, fmt, NULL));
+    CHECK_OK(nvfp4moe_model_config_write(dir, &q->layer.cfg, layer + 1, layer, fmt, NULL,
+                                         q->router_name));
 }
 
 /* Runs the reference on M tokens of seeded hidden states, routed by the layer's router. */
@@ -265,7 +267,7 @@ static void test_fused_transposed(void) {
     snprintf(p, sizeof p, "%s/model.safetensors", d);
     CHECK_OK(nvfp4moe_st_writer_save(wr, p));
     nvfp4moe_st_writer_free(wr);
-    CHECK_OK(nvfp4moe_model_config_write(d, &q->layer.cfg, 1, 0, NVFP4MOE_CKPT_MODELOPT_FUSED, NULL));
+    CHECK_OK(nvfp4moe_model_config_write(d, &q->layer.cfg, 1, 0, NVFP4MOE_CKPT_MODELOPT_FUSED, NULL, NULL));
     nvfp4moe_ckpt_layer *l = NULL;
     CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
     if (l) {
@@ -542,7 +544,7 @@ static void test_broken_layers(void) {
     snprintf(p, sizeof p, "%s/model.safetensors", bf);
     CHECK_OK(nvfp4moe_st_writer_save(w, p));
     nvfp4moe_st_writer_free(w);
-    CHECK_OK(nvfp4moe_model_config_write(bf, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL));
+    CHECK_OK(nvfp4moe_model_config_write(bf, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
     CHECK_ERR(nvfp4moe_ckpt_layer_load(bf, 0, &l), NVFP4MOE_ERR_UNSUPPORTED,
               "is not NVFP4-quantized");
     // ... but it loads as a float layer, exactly (the random weights are bf16-rounded).
@@ -843,7 +845,7 @@ static void test_model_configs(void) {
     want.activation = NVFP4MOE_ACT_GELU_TANH;
     want.routing = NVFP4MOE_ROUTING_SIGMOID_RENORM;
     const char *wd = dir_in("written");
-    CHECK_OK(nvfp4moe_model_config_write(wd, &want, 3, 1, NVFP4MOE_CKPT_COMPRESSED_TENSORS, NULL));
+    CHECK_OK(nvfp4moe_model_config_write(wd, &want, 3, 1, NVFP4MOE_CKPT_COMPRESSED_TENSORS, NULL, NULL));
     i = NULL;
     CHECK_OK(nvfp4moe_model_info_read(wd, &i));
     if (i)
@@ -1061,7 +1063,7 @@ static void test_router_bias(void) {
         snprintf(p, sizeof p, "%s/model.safetensors", ftmp);
         CHECK_OK(nvfp4moe_st_writer_save(w, p));
         nvfp4moe_st_writer_free(w);
-        CHECK_OK(nvfp4moe_model_config_write(ftmp, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL));
+        CHECK_OK(nvfp4moe_model_config_write(ftmp, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
         copy_as_gpt_oss(ftmp, src);
         nvfp4moe_model_info *info = NULL;
         nvfp4moe_st_model *m = NULL;
@@ -1205,6 +1207,149 @@ out:
     nvfp4moe_float_layer_free(f);
 }
 
+// ---- the router's module name through quantize ----
+
+/* What `quantize --in src` does for layer 0, through the library: the quantized layer, also
+ * written to dst in format fmt. */
+static nvfp4moe_ckpt_layer *quantize_source(const char *src, const char *dst, nvfp4moe_ckpt_format fmt) {
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    nvfp4moe_float_layer *g = NULL;
+    nvfp4moe_ckpt_layer *q = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(src, &info));
+    CHECK_OK(nvfp4moe_st_model_open(src, &m));
+    if (info && m) CHECK_OK(nvfp4moe_float_layer_load(info, m, 0, &g));
+    if (g) CHECK_OK(nvfp4moe_float_layer_quantize(g, 16, 3, &q));
+    if (q) save_layer(dst, fmt, q, 0);
+    nvfp4moe_float_layer_free(g);
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+    return q;
+}
+
+/* The tensor `name` of dir/model.safetensors as floats (NULL when absent); *dt gets its dtype. */
+static float *file_tensor(const char *dir, const char *name, nvfp4moe_st_dtype *dt, int64_t *numel) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    nvfp4moe_st_file *f = NULL;
+    CHECK_OK(nvfp4moe_st_open(p, &f));
+    const nvfp4moe_st_tensor *t = f ? nvfp4moe_st_file_find(f, name) : NULL;
+    float *x = NULL;
+    if (t && (t->dtype == NVFP4MOE_ST_F32 || t->dtype == NVFP4MOE_ST_BF16)) {
+        x = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
+        for (int64_t i = 0; i < t->numel; i++) {
+            uint16_t h;
+            if (t->dtype == NVFP4MOE_ST_F32) memcpy(&x[i], (const uint8_t *)t->data + 4 * i, 4);
+            else memcpy(&h, (const uint8_t *)t->data + 2 * i, 2), x[i] = nvfp4moe_bf16_to_float(h);
+        }
+        *dt = t->dtype;
+        *numel = t->numel;
+    }
+    nvfp4moe_st_close(f);
+    return x;
+}
+
+static bool file_has(const char *dir, const char *name) {
+    nvfp4moe_st_dtype dt;
+    int64_t n;
+    float *x = file_tensor(dir, name, &dt, &n);
+    free(x);
+    return x != NULL;
+}
+
+/* Whether dir's quantization config excludes module. */
+static bool excludes(const char *dir, const char *module) {
+    nvfp4moe_model_info *info = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(dir, &info));
+    bool r = info && nvfp4moe_model_info_is_excluded(info, module);
+    nvfp4moe_model_info_free(info);
+    return r;
+}
+
+static void test_router_name(void) {
+    T_CASE("gpt-oss's mlp.router keeps its name through quantize, every format");
+    nvfp4moe_config cfg = small_cfg();
+    cfg.activation = NVFP4MOE_ACT_SWIGLUOAI;
+    const int64_t E = cfg.num_experts, H = cfg.hidden_size;
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(&cfg, 29, &f));
+    if (!f) return;
+    CHECK(!strcmp(f->router_name, "router"), "random gpt-oss-style router_name '%s'", f->router_name);
+    char src[512];
+    snprintf(src, sizeof src, "%s", dir_in("rn_src"));
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", src);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    CHECK_OK(nvfp4moe_model_config_write(src, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+    CHECK(file_has(src, "model.layers.0.mlp.router.weight") &&
+              !file_has(src, "model.layers.0.mlp.gate.weight"),
+          "the BF16 source names its router mlp.router");
+    const nvfp4moe_ckpt_format fmts[3] = {NVFP4MOE_CKPT_MODELOPT, NVFP4MOE_CKPT_MODELOPT_FUSED,
+                                          NVFP4MOE_CKPT_COMPRESSED_TENSORS};
+    for (int i = 0; i < 3; i++) {
+        const char *name = nvfp4moe_ckpt_format_name(fmts[i]);
+        char d[512];
+        snprintf(d, sizeof d, "%s", dir_in(i == 0 ? "rn_mo" : i == 1 ? "rn_fused" : "rn_ct"));
+        nvfp4moe_ckpt_layer *q = quantize_source(src, d, fmts[i]), *l = NULL;
+        if (q) CHECK(!strcmp(q->router_name, "router"), "%s: quantized router_name '%s'", name,
+                     q->router_name);
+        CHECK(file_has(d, "model.layers.0.mlp.router.weight") &&
+                  file_has(d, "model.layers.0.mlp.router.bias") &&
+                  !file_has(d, "model.layers.0.mlp.gate.weight") &&
+                  !file_has(d, "model.layers.0.mlp.gate.bias"),
+              "%s: router not written as mlp.router", name);
+        CHECK(excludes(d, "model.layers.0.mlp.router") && !excludes(d, "model.layers.0.mlp.gate") &&
+                  !excludes(d, "model.layers.0.mlp.experts"),
+              "%s: the quantization config does not exclude mlp.router (and only it)", name);
+        CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+        if (l)
+            CHECK(!strcmp(l->router_name, "router") && l->router &&
+                      same_floats(l->router, f->router, (size_t)(E * H)) && l->router_bias &&
+                      same_floats(l->router_bias, f->router_bias, (size_t)E),
+                  "%s: router '%s' does not round-trip", name, l->router_name);
+        nvfp4moe_ckpt_layer_free(l);
+        nvfp4moe_ckpt_layer_free(q);
+    }
+
+    T_CASE("a non-gpt-oss router stays mlp.gate, and is what the config excludes");
+    {
+        nvfp4moe_config qc = small_cfg();
+        nvfp4moe_ckpt_layer *q = make_quantized(&qc, 5);
+        const char *d = dir_in("rn_qwen");
+        if (q) {
+            CHECK(!strcmp(q->router_name, "gate"), "router_name '%s'", q->router_name);
+            save_layer(d, NVFP4MOE_CKPT_MODELOPT, q, 0);
+            CHECK(file_has(d, "model.layers.0.mlp.gate.weight") &&
+                      !file_has(d, "model.layers.0.mlp.router.weight") &&
+                      excludes(d, "model.layers.0.mlp.gate") && !excludes(d, "model.layers.0.mlp.router"),
+                  "mlp.gate written and excluded");
+        }
+        nvfp4moe_ckpt_layer_free(q);
+    }
+
+    if (getenv("NVFP4MOE_CLI")) {
+        T_CASE("quantize --in of a gpt-oss source: mlp.router written and excluded");
+        const char *formats[3] = {"modelopt", "modelopt-fused", "compressed-tensors"};
+        for (int i = 0; i < 3; i++) {
+            char d[512];
+            snprintf(d, sizeof d, "%s/rn_cli_%s", g_dir, formats[i]);
+            int rc = cli("quantize --in %s --out %s --format %s", src, d, formats[i]);
+            CHECK(rc == 0, "rc %d: %s", rc, g_out);
+            CHECK(excludes(d, "model.layers.0.mlp.router") && file_has(d, "model.layers.0.mlp.router.weight"),
+                  "%s: mlp.router written and excluded", formats[i]);
+            nvfp4moe_ckpt_layer *l = NULL;
+            CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+            if (l) CHECK(!strcmp(l->router_name, "router"), "%s: router_name '%s'", formats[i], l->router_name);
+            nvfp4moe_ckpt_layer_free(l);
+        }
+    }
+    nvfp4moe_float_layer_free(f);
+}
+
 /* Random damage to a checkpoint file: loading must succeed or fail with FORMAT / NOT_FOUND, never
  * crash or read out of bounds (tests/asan.sh). */
 static void test_checkpoint_mutations(void) {
@@ -1268,6 +1413,7 @@ int main(void) {
     test_broken_layers();
     test_schemes_and_bias();
     test_router_bias();
+    test_router_name();
     test_checkpoint_mutations();
     test_cli();
     char cmd[300];

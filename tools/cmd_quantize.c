@@ -18,10 +18,11 @@ static void quantize_usage(FILE *f) {
                "quantization_config) and, for ModelOpt, DIR/hf_quant_config.json. Per expert and\n"
                "projection: scale_2 = amax / (6*448), gate and up sharing one amax as ModelOpt's export\n"
                "does; input scales calibrated on random N(0, 1) hidden states. The router (and its\n"
-               "bias, as gpt-oss has) stays BF16.\n\n"
+               "bias, as gpt-oss has) stays BF16, under the source's module name (mlp.gate, or\n"
+               "gpt-oss's mlp.router), which the quantization config excludes.\n\n"
                "The second form writes a random BF16 source model (weights N(0, 1/sqrt(fan_in))) of the\n"
                "shape the config flags give; default E=8, top-k 2, hidden 256, intermediate 128. With\n"
-               "--activation swigluoai (gpt-oss) the router also gets a bias.\n\n"
+               "--activation swigluoai (gpt-oss) the router is mlp.router, with a bias.\n\n"
                "  --in SRC               unquantized model directory\n"
                "  --out DIR              output directory (created; existing files are replaced)\n"
                "  --format F             modelopt (per-expert tensors, default) | modelopt-fused |\n"
@@ -93,7 +94,8 @@ static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t firs
     if (rc == CLI_EXIT_OK && save(w, out)) rc = CLI_EXIT_FAILURE;
     nvfp4moe_st_writer_free(w);
     if (rc == CLI_EXIT_OK &&
-        nvfp4moe_model_config_write(out, cfg, layers, first_moe, NVFP4MOE_CKPT_UNQUANTIZED, NULL) != NVFP4MOE_OK) {
+        nvfp4moe_model_config_write(out, cfg, layers, first_moe, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL) !=
+            NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
         rc = CLI_EXIT_FAILURE;
     }
@@ -144,6 +146,10 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
     }
     if (make_dir(out) || nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK) goto out;
     nvfp4moe_config qcfg = info->cfg;
+    // The router keeps the source's module name (gpt-oss: mlp.router); the quantization config's
+    // exclusion must name that same module, so every layer has to agree on it.
+    char router[8] = "";
+    int32_t router_layer = -1;
     for (int32_t L = 0; L < info->num_layers; L++) {
         if (!nvfp4moe_model_info_is_moe_layer(info, L) || (only >= 0 && L != only)) continue;
         nvfp4moe_float_layer *f = NULL;
@@ -155,6 +161,19 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
         }
         if (s == NVFP4MOE_OK) s = nvfp4moe_ckpt_add_layer(w, fmt, info->prefix, L, q, NULL);
         if (s == NVFP4MOE_OK) qcfg = q->layer.cfg;
+        const char *rname = s == NVFP4MOE_OK ? nvfp4moe_ckpt_router_name(q->router_name, &qcfg) : NULL;
+        if (rname && q->has_router && router_layer >= 0 && strcmp(rname, router)) {
+            fprintf(stderr, "nvfp4moe quantize: layer %d's router is %s.%d.mlp.%s but layer %d's is mlp.%s: "
+                    "one exclusion list cannot keep both unquantized\n", L, info->prefix, L, rname,
+                    router_layer, router);
+            nvfp4moe_ckpt_layer_free(q);
+            nvfp4moe_float_layer_free(f);
+            goto out;
+        }
+        if (rname && q->has_router && router_layer < 0) {
+            snprintf(router, sizeof router, "%s", rname);
+            router_layer = L;
+        }
         nvfp4moe_ckpt_layer_free(q);
         nvfp4moe_float_layer_free(f);
         if (s != NVFP4MOE_OK) {
@@ -169,7 +188,8 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
         goto out;
     }
     if (nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK || save(w, out)) goto out;
-    if (nvfp4moe_model_config_write(out, &qcfg, info->num_layers, info->first_moe_layer, fmt, base) != NVFP4MOE_OK) {
+    if (nvfp4moe_model_config_write(out, &qcfg, info->num_layers, info->first_moe_layer, fmt, base,
+                                    router_layer >= 0 ? router : NULL) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
         goto out;
     }
