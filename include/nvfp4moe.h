@@ -667,20 +667,26 @@ typedef struct nvfp4moe_float_layer {
     float *router;              /* [E, H] or NULL */
     float *router_bias;         /* [E] or NULL (gpt-oss); only with a router */
     float *correction_bias;     /* [E] when cfg.has_correction_bias, else NULL */
+    float *w13_bias;            /* [E, N1] in w13's row order (gpt-oss: interleaved), and */
+    float *w2_bias;             /* [E, H]: both when cfg.has_bias, else both NULL */
     char   router_name[8];      /* "gate" or "router": the router's module under mlp. in the
                                    source ("" = by activation, see nvfp4moe_ckpt_add_layer) */
     void  *storage_;            /* private */
 } nvfp4moe_float_layer;
 
-/* Random weights N(0, 1/sqrt(fan_in)) rounded to bf16, and a N(0, 1/sqrt(H)) router; for the
- * swigluoai activation (gpt-oss) also a N(0, 0.5) router bias and router_name "router".
- * Deterministic in seed. */
+/* Random weights N(0, 1/sqrt(fan_in)) rounded to bf16, and a N(0, 1/sqrt(H)) router. The
+ * swigluoai activation makes a gpt-oss-style layer: a N(0, 0.5) router bias, expert biases
+ * N(0, 0.1) (sets cfg.has_bias) and router_name "router". cfg.has_bias gives any activation expert
+ * biases. Biases are bf16-rounded too. Deterministic in seed. */
 nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
                                             nvfp4moe_float_layer **out);
 /* Reads layer `layer` of an unquantized (BF16/F16/F32) checkpoint: per-expert
  * experts.E.{gate,up,down}_proj.weight, or fused experts.gate_up_proj [E, H, N1] / down_proj
  * [E, I, H] (the Hugging Face [in, out] layout), and the router (gate.weight or router.weight,
- * with its bias gate.bias / router.bias when present; router_name says which). */
+ * with its bias gate.bias / router.bias when present; router_name says which). Expert biases
+ * (per-expert experts.E.{gate,up,down}_proj.bias, or fused experts.gate_up_proj_bias [E, N1] and
+ * down_proj_bias [E, H], gpt-oss) set cfg.has_bias; a bias without its counterparts, or on some
+ * experts only, is an error naming the tensor. */
 nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
                                           const nvfp4moe_st_model *tensors, int32_t layer,
                                           nvfp4moe_float_layer **out);
@@ -689,8 +695,10 @@ void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l);   /* NULL is fine */
 /* Quantizes a float layer the ModelOpt way: per expert and projection amax -> scale_2 =
  * amax / (6*448), gate and up sharing max(amax_gate, amax_up) as ModelOpt's export does; input
  * scales calibrated as amax / (6*448) of calib_tokens random N(0,1) hidden states (w13) and of the
- * activations they produce in each expert (w2). The router weight and bias stay unquantized
- * (rounded to bf16, what the writer stores); router_name is carried over. Deterministic in seed. */
+ * activations they produce in each expert, w13 bias included (w2). The router weight and bias
+ * stay unquantized (rounded to bf16, what the writer stores); expert biases (cfg.has_bias) are
+ * kept exactly (the writer stores them as F32). router_name is carried over. Deterministic in
+ * seed. */
 nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
                                               uint64_t seed, nvfp4moe_ckpt_layer **out);
 
@@ -699,7 +707,10 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
  * other). W4A16 configs store no input scales. The router is written as BF16 <name>.weight [E, H]
  * and, when it has one, <name>.bias [E], where <name> is the layer's router_name, or when that is
  * empty "router" for the swigluoai activation (gpt-oss, which vLLM loads as mlp.router) and "gate"
- * otherwise (nvfp4moe_ckpt_router_name). */
+ * otherwise (nvfp4moe_ckpt_router_name). Expert biases (cfg.has_bias) are written where the
+ * loader reads them: F32 experts.gate_up_proj_bias [E, N1] / down_proj_bias [E, H] (fused, w13's
+ * row order, so gpt-oss's interleaved gate/up) or experts.E.{gate,up,down}_proj.bias (per-expert
+ * and compressed-tensors; BF16 for UNQUANTIZED). */
 nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format fmt,
                                         const char *prefix, int32_t index,
                                         const nvfp4moe_ckpt_layer *q,

@@ -6,8 +6,8 @@
  * Loading resolves every tensor an expert needs, checks its dtype and shape against the config
  * before a byte is copied, and converts everything into the canonical layout of nvfp4moe_weights
  * (scale_2 in the dequantization form, w13 rows gate then up). Warnings are collected, never
- * printed. The router goes through quantization and the writer under the module name the source
- * used (gpt-oss's mlp.router, or mlp.gate).
+ * printed. Expert biases and the router (under the module name the source used: gpt-oss's
+ * mlp.router or mlp.gate) go through quantization and the writer unchanged.
  */
 #include "ckpt_internal.h"
 
@@ -828,7 +828,7 @@ nvfp4moe_status nvfp4moe_ckpt_router_logits(const nvfp4moe_ckpt_layer *l, const 
 // ---- float layers ----
 
 typedef struct {
-    float *w13, *w2, *router, *bias, *router_bias;
+    float *w13, *w2, *router, *bias, *router_bias, *w13_bias, *w2_bias;
 } float_storage;
 
 void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l) {
@@ -840,6 +840,8 @@ void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l) {
         free(s->router);
         free(s->bias);
         free(s->router_bias);
+        free(s->w13_bias);
+        free(s->w2_bias);
         free(s);
     }
     free(l);
@@ -863,6 +865,9 @@ static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router, bool
         if (ok && router) ok = (s->router = malloc((size_t)(E * H) * sizeof(float)));
         if (ok && cfg->has_correction_bias) ok = (s->bias = calloc((size_t)E, sizeof(float)));
         if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
+        if (ok && cfg->has_bias)
+            ok = (s->w13_bias = calloc((size_t)(E * N1), sizeof(float))) &&
+                 (s->w2_bias = calloc((size_t)(E * H), sizeof(float)));
     }
     if (!ok) {
         if (l) nvfp4moe_float_layer_free(l);
@@ -871,6 +876,7 @@ static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router, bool
     }
     l->w13 = s->w13, l->w2 = s->w2, l->router = s->router, l->correction_bias = s->bias;
     l->router_bias = s->router_bias;
+    l->w13_bias = s->w13_bias, l->w2_bias = s->w2_bias;
     *out = l;
     return NVFP4MOE_OK;
 }
@@ -880,11 +886,13 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
     NVFP4MOE_RETURN_IF(!cfg || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "float_layer_random: NULL");
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
     nvfp4moe_float_layer *l;
-    // gpt-oss (the swigluoai activation) is the family whose router carries a bias, and whose
-    // router module is mlp.router.
-    const bool router_bias = cfg->activation == NVFP4MOE_ACT_SWIGLUOAI;
-    NVFP4MOE_TRY(float_alloc(cfg, true, router_bias, &l));
-    nvfp4moe_strlcpy(l->router_name, router_bias ? "router" : "gate", sizeof l->router_name);
+    // gpt-oss (the swigluoai activation) is the family whose router carries a bias, whose experts
+    // have biases, and whose router module is mlp.router.
+    const bool goss = cfg->activation == NVFP4MOE_ACT_SWIGLUOAI;
+    nvfp4moe_config fcfg = *cfg;
+    fcfg.has_bias = cfg->has_bias || goss;
+    NVFP4MOE_TRY(float_alloc(&fcfg, true, goss, &l));
+    nvfp4moe_strlcpy(l->router_name, goss ? "router" : "gate", sizeof l->router_name);
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
     uint64_t st = seed ^ 0x6a09e667f3bcc909ull;
@@ -906,6 +914,15 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
         for (int64_t e = 0; e < E; e++)
             l->router_bias[e] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
                                                         (float)(0.5 * nvfp4moe_rand_normal(&st)));
+    // Drawn last, so the weights above do not depend on whether there are biases.
+    if (l->w13_bias) {
+        for (int64_t i = 0; i < E * N1; i++)
+            l->w13_bias[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                     (float)(0.1 * nvfp4moe_rand_normal(&st)));
+        for (int64_t i = 0; i < E * H; i++)
+            l->w2_bias[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                    (float)(0.1 * nvfp4moe_rand_normal(&st)));
+    }
     *out = l;
     return NVFP4MOE_OK;
 }
@@ -917,6 +934,55 @@ static nvfp4moe_status float_matrix(const nvfp4moe_st_tensor *t, int64_t rows, i
         for (int64_t k = 0; k < cols; k++)
             dst[r * cols + k] = tensor_float(t, offset_elems + (transposed ? k * rows + r
                                                                            : r * cols + k));
+    return NVFP4MOE_OK;
+}
+
+/* Whether an unquantized layer has expert biases: every one the layout names (fused
+ * experts.{gate_up,down}_proj_bias; per expert experts.E.{gate,up,down}_proj.bias) or none, else
+ * NOT_FOUND naming the first missing one, so no bias is dropped or half-applied. */
+static nvfp4moe_status float_bias_presence(const load_ctx *c, bool fused, bool *has) {
+    const bool gated = nvfp4moe_activation_is_gated(c->cfg.activation);
+    const nvfp4moe_st_tensor *present = NULL;
+    char suf[160], missing[320] = "";
+    const int32_t E = fused ? 1 : c->cfg.num_experts;
+    for (int32_t e = 0; e < E; e++) {
+        for (int p = fused || gated ? 0 : 1; p < 3; p++) {
+            if (fused && p == 2) break;
+            if (fused) snprintf(suf, sizeof suf, "experts.%s_bias", p ? "down_proj" : "gate_up_proj");
+            else snprintf(suf, sizeof suf, "experts.%d.%s.bias", e,
+                          p == 0 ? c->gate : p == 1 ? c->up : c->down);
+            const nvfp4moe_st_tensor *t = maybe(c, suf);
+            if (t && !present) present = t;
+            if (!t && !missing[0]) snprintf(missing, sizeof missing, "%s%s", c->base, suf);
+        }
+    }
+    NVFP4MOE_RETURN_IF(present && missing[0], NVFP4MOE_ERR_NOT_FOUND,
+                       "%s: layer %d: tensor '%s' not found ('%s' is present: expert biases must "
+                       "be given for every projection and expert, or for none)",
+                       c->where, c->layer, missing, present->name);
+    *has = present != NULL;
+    return NVFP4MOE_OK;
+}
+
+/* A float bias tensor base+suffix of shape [rows] (ndim 1, n = 1) or [n, rows] into dst. */
+static nvfp4moe_status float_bias(const load_ctx *c, const char *suffix, int32_t ndim, int64_t n,
+                                  int64_t rows, float *dst) {
+    const nvfp4moe_st_tensor *t;
+    NVFP4MOE_TRY(need(c, suffix, &t));
+    NVFP4MOE_RETURN_IF(!is_float_dtype(t->dtype), NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': dtype %s, expected a float type", t->file, t->name,
+                       nvfp4moe_st_dtype_name(t->dtype));
+    int64_t d1[1] = {rows}, d2[2] = {n, rows};
+    char want[64];
+    if (ndim == 1 && !shape_is(t, 1, d1)) {
+        snprintf(want, sizeof want, "[%lld]", (long long)rows);
+        return bad_shape(t, want);
+    }
+    if (ndim == 2 && !shape_is(t, 2, d2)) {
+        snprintf(want, sizeof want, "[%lld, %lld]", (long long)n, (long long)rows);
+        return bad_shape(t, want);
+    }
+    for (int64_t i = 0; i < n * rows; i++) dst[i] = tensor_float(t, i);
     return NVFP4MOE_OK;
 }
 
@@ -944,8 +1010,9 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
     nvfp4moe_ckpt_layer probe = {0};
     c.cfg.has_correction_bias = false;
     NVFP4MOE_TRY(load_router(&c, &probe));   // check only: shapes and bias presence
+    NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
+    NVFP4MOE_TRY(float_bias_presence(&c, fmt == NVFP4MOE_CKPT_MODELOPT_FUSED, &c.cfg.has_bias));
     const nvfp4moe_config *cfg = &c.cfg;
-    NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
     const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
@@ -975,6 +1042,11 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
             float_matrix(gu, N1, H, e * H * N1, true, l->w13 + e * N1 * H);
             float_matrix(dn, H, I, e * I * H, true, l->w2 + e * H * I);
         }
+        // gate_up_proj_bias follows gate_up_proj's last dimension: w13's rows (gpt-oss interleaved).
+        if (s == NVFP4MOE_OK && cfg->has_bias)
+            s = float_bias(&c, "experts.gate_up_proj_bias", 2, E, N1, l->w13_bias);
+        if (s == NVFP4MOE_OK && cfg->has_bias)
+            s = float_bias(&c, "experts.down_proj_bias", 2, E, H, l->w2_bias);
     } else {
         float *rowbuf = malloc(sizeof(float) * (size_t)(I * H));
         if (!rowbuf) s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
@@ -1001,6 +1073,15 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
                     for (int64_t r = 0; r < I; r++)
                         memcpy(l->w13 + ((int64_t)e * N1 + w13_row(cfg, p, r)) * H, rowbuf + r * H,
                                sizeof(float) * (size_t)H);
+                }
+                if (!cfg->has_bias) continue;
+                snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
+                if (p == 2) {
+                    s = float_bias(&c, suf, 1, 1, H, l->w2_bias + (int64_t)e * H);
+                } else {
+                    s = float_bias(&c, suf, 1, 1, I, rowbuf);
+                    for (int64_t r = 0; s == NVFP4MOE_OK && r < I; r++)
+                        l->w13_bias[(int64_t)e * N1 + w13_row(cfg, p, r)] = rowbuf[r];
                 }
             }
         }
@@ -1050,13 +1131,19 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
                        "calib_tokens=%d must be >= 1", calib_tokens);
     const nvfp4moe_config *cfg = &src->cfg;
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
+    // Biases go where has_bias says; one without the flag would otherwise be dropped unseen.
+    NVFP4MOE_RETURN_IF(cfg->has_bias != (src->w13_bias != NULL) ||
+                           cfg->has_bias != (src->w2_bias != NULL),
+                       NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "float layer: cfg.has_bias is %s but w13_bias is %s and w2_bias %s",
+                       cfg->has_bias ? "set" : "not set", src->w13_bias ? "given" : "NULL",
+                       src->w2_bias ? "given" : "NULL");
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg), M = calib_tokens;
     nvfp4moe_ckpt_layer *l = calloc(1, sizeof *l);
     NVFP4MOE_RETURN_IF(!l, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     // Input scales are always computed; a W4A16 config simply has nowhere to keep them.
-    nvfp4moe_config qcfg = *cfg;
-    qcfg.has_bias = false;
+    const nvfp4moe_config qcfg = *cfg;
     ckpt_storage *st = NULL;
     nvfp4moe_status s = storage_alloc(&qcfg, src->router != NULL,
                                       src->router != NULL && src->router_bias != NULL, &st);
@@ -1072,6 +1159,7 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
         const float in13 = modelopt_scale_2(amax_of(x, M * H));
         for (int64_t e = 0; e < E && s == NVFP4MOE_OK; e++) {
             const float *w13 = src->w13 + e * N1 * H, *w2 = src->w2 + e * H * I;
+            const float *b13 = src->w13_bias ? src->w13_bias + e * N1 : NULL;
             // Gate and up share one amax (ModelOpt's preprocess_linear_fusion).
             float amax13 = amax_of(w13, N1 * H);
             float s13 = modelopt_scale_2(amax13), s2 = modelopt_scale_2(amax_of(w2, H * I));
@@ -1086,7 +1174,7 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
             if (s != NVFP4MOE_OK) break;
             st->w13_scale_2[e] = s13;
             st->w2_scale_2[e] = s2;
-            // Calibrate the down projection's input: amax of act(x W13^T) over the tokens.
+            // Calibrate the down projection's input: amax of act(x W13^T + b13) over the tokens.
             float amax2 = 0;
             for (int64_t m = 0; m < M; m++) {
                 const float *xm = x + m * H;
@@ -1094,7 +1182,7 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
                     const float *wr = wdq + n * H;
                     double acc = 0;
                     for (int64_t k = 0; k < H; k++) acc += (double)xm[k] * wr[k];
-                    g[n] = acc;
+                    g[n] = acc + (b13 ? b13[n] : 0.0);
                 }
                 nvfp4moe_activation_ref(cfg, g, a);
                 for (int64_t i = 0; i < I; i++) amax2 = fmaxf(amax2, (float)fabs(a[i]));
@@ -1107,6 +1195,10 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
     }
     if (s == NVFP4MOE_OK && src->correction_bias && st->correction_bias)
         memcpy(st->correction_bias, src->correction_bias, sizeof(float) * (size_t)E);
+    if (s == NVFP4MOE_OK && cfg->has_bias) {   // exact: the writer stores them as F32
+        memcpy(st->w13_bias, src->w13_bias, sizeof(float) * (size_t)(E * N1));
+        memcpy(st->w2_bias, src->w2_bias, sizeof(float) * (size_t)(E * H));
+    }
     if (s == NVFP4MOE_OK) nvfp4moe_strlcpy(l->router_name, src->router_name, sizeof l->router_name);
     if (s == NVFP4MOE_OK && src->router) {
         // The router stays unquantized, as real exports exclude it; keep what a bf16 file holds.
@@ -1177,7 +1269,7 @@ static nvfp4moe_status put_bf16(nvfp4moe_st_writer *w, const char *base, const c
 /* One quantized projection of one expert: rows of w13 (half 0/1) or w2 (half -1). */
 static nvfp4moe_status put_proj(nvfp4moe_st_writer *w, const char *base, const nvfp4moe_config *cfg,
                                 const nvfp4moe_weights *wt, int32_t e, int half, const char *proj,
-                                bool ct, uint8_t *bw, uint8_t *bs) {
+                                bool ct, uint8_t *bw, uint8_t *bs, float *bb) {
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, N1 = nvfp4moe_config_n1(cfg);
     const int64_t rows = half < 0 ? H : I, cols = half < 0 ? I : H;
     for (int64_t r = 0; r < rows; r++) {
@@ -1188,6 +1280,8 @@ static nvfp4moe_status put_proj(nvfp4moe_st_writer *w, const char *base, const n
                                      : wt->w13_scale + ((int64_t)e * N1 + sr) * (H / 16);
         memcpy(bw + r * (cols / 2), sw, (size_t)(cols / 2));
         memcpy(bs + r * (cols / 16), ss, (size_t)(cols / 16));
+        if (cfg->has_bias)
+            bb[r] = half < 0 ? wt->w2_bias[(int64_t)e * H + sr] : wt->w13_bias[(int64_t)e * N1 + sr];
     }
     char suf[160];
     int64_t dw[2] = {rows, cols / 2}, ds[2] = {rows, cols / 16};
@@ -1204,6 +1298,11 @@ static nvfp4moe_status put_proj(nvfp4moe_st_writer *w, const char *base, const n
     if (ins && cfg->scheme != NVFP4MOE_SCHEME_W4A16) {
         snprintf(suf, sizeof suf, "experts.%d.%s.%s", e, proj, ct ? "input_global_scale" : "input_scale");
         NVFP4MOE_TRY(put_f32(w, base, suf, ct ? 1 : 0, 1, ct ? 1.0f / ins[e] : ins[e]));
+    }
+    if (cfg->has_bias) {   // the Linear's own bias, unquantized: what proj_resolve reads back
+        int64_t db[1] = {rows};
+        snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
+        NVFP4MOE_TRY(put(w, base, suf, NVFP4MOE_ST_F32, 1, db, bb));
     }
     return NVFP4MOE_OK;
 }
@@ -1244,21 +1343,22 @@ static nvfp4moe_status add_quantized(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format
         }
         return NVFP4MOE_OK;
     }
-    NVFP4MOE_RETURN_IF(cfg->has_bias, NVFP4MOE_ERR_UNSUPPORTED,
-                       "expert biases are only written in the modelopt-fused format");
     const bool ct = fmt == NVFP4MOE_CKPT_COMPRESSED_TENSORS;
     const int64_t big = NVFP4MOE_MAX(I * H, H * I);
     uint8_t *bw = malloc((size_t)(big / 2)), *bs = malloc((size_t)(big / 16));
-    nvfp4moe_status s = bw && bs ? NVFP4MOE_OK
-                                 : nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    float *bb = malloc(sizeof(float) * (size_t)NVFP4MOE_MAX(I, H));
+    nvfp4moe_status s = bw && bs && bb ? NVFP4MOE_OK
+                                       : nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY,
+                                                            "out of memory");
     const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
     for (int32_t e = 0; e < E && s == NVFP4MOE_OK; e++) {
-        if (gated) s = put_proj(w, base, cfg, wt, e, 0, "gate_proj", ct, bw, bs);
-        if (s == NVFP4MOE_OK) s = put_proj(w, base, cfg, wt, e, 1, "up_proj", ct, bw, bs);
-        if (s == NVFP4MOE_OK) s = put_proj(w, base, cfg, wt, e, -1, "down_proj", ct, bw, bs);
+        if (gated) s = put_proj(w, base, cfg, wt, e, 0, "gate_proj", ct, bw, bs, bb);
+        if (s == NVFP4MOE_OK) s = put_proj(w, base, cfg, wt, e, 1, "up_proj", ct, bw, bs, bb);
+        if (s == NVFP4MOE_OK) s = put_proj(w, base, cfg, wt, e, -1, "down_proj", ct, bw, bs, bb);
     }
     free(bw);
     free(bs);
+    free(bb);
     return s;
 }
 
@@ -1267,22 +1367,36 @@ static nvfp4moe_status add_float(nvfp4moe_st_writer *w, const char *base,
     const nvfp4moe_config *cfg = &f->cfg;
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, N1 = nvfp4moe_config_n1(cfg);
     const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
+    NVFP4MOE_RETURN_IF(cfg->has_bias != (f->w13_bias != NULL) || cfg->has_bias != (f->w2_bias != NULL),
+                       NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "float layer: cfg.has_bias is %s but w13_bias is %s and w2_bias %s",
+                       cfg->has_bias ? "set" : "not set", f->w13_bias ? "given" : "NULL",
+                       f->w2_bias ? "given" : "NULL");
     float *buf = malloc(sizeof(float) * (size_t)(I * H));
     NVFP4MOE_RETURN_IF(!buf, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     nvfp4moe_status s = NVFP4MOE_OK;
     char suf[128];
     for (int32_t e = 0; e < cfg->num_experts && s == NVFP4MOE_OK; e++) {
         for (int half = gated ? 0 : 1; half < 2 && s == NVFP4MOE_OK; half++) {
+            const char *proj = half ? "up_proj" : "gate_proj";
             for (int64_t r = 0; r < I; r++)
                 memcpy(buf + r * H, f->w13 + ((int64_t)e * N1 + w13_row(cfg, half, r)) * H,
                        sizeof(float) * (size_t)H);
-            int64_t d[2] = {I, H};
-            snprintf(suf, sizeof suf, "experts.%d.%s.weight", e, half ? "up_proj" : "gate_proj");
+            int64_t d[2] = {I, H}, db[1] = {I};
+            snprintf(suf, sizeof suf, "experts.%d.%s.weight", e, proj);
             s = put_bf16(w, base, suf, 2, d, buf, I * H);
+            if (s != NVFP4MOE_OK || !cfg->has_bias) continue;
+            for (int64_t r = 0; r < I; r++)
+                buf[r] = f->w13_bias[(int64_t)e * N1 + w13_row(cfg, half, r)];
+            snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
+            s = put_bf16(w, base, suf, 1, db, buf, I);
         }
-        int64_t d2[2] = {H, I};
+        int64_t d2[2] = {H, I}, db2[1] = {H};
         snprintf(suf, sizeof suf, "experts.%d.down_proj.weight", e);
         if (s == NVFP4MOE_OK) s = put_bf16(w, base, suf, 2, d2, f->w2 + (int64_t)e * H * I, H * I);
+        snprintf(suf, sizeof suf, "experts.%d.down_proj.bias", e);
+        if (s == NVFP4MOE_OK && cfg->has_bias)
+            s = put_bf16(w, base, suf, 1, db2, f->w2_bias + (int64_t)e * H, H);
     }
     free(buf);
     return s;

@@ -5,7 +5,8 @@
  * checkpoints (missing scale tensor, wrong dtype, wrong shape, bad scale values) each fail with
  * their own message; config.json of real model families maps to the right deployment config;
  * gpt-oss's router bias is loaded, kept through quantization and shifts the routing; gpt-oss's
- * mlp.router keeps its name through quantize --in, and the quantization config excludes it.
+ * mlp.router keeps its name through quantize --in, and the quantization config excludes it;
+ * gpt-oss's expert biases survive quantize --in in every format.
  * Every fixture is generated at test time in a temporary directory.
  */
 #include "harness.h"
@@ -1350,6 +1351,245 @@ static void test_router_name(void) {
     nvfp4moe_float_layer_free(f);
 }
 
+// ---- gpt-oss's expert biases through quantize ----
+
+/* Adds a float array as a BF16 tensor "model.layers.0.mlp.<suffix>". */
+static void add_bf16(nvfp4moe_st_writer *w, const char *suffix, int32_t ndim, const int64_t *shape,
+                     const float *x, int64_t n) {
+    uint16_t *b = malloc(sizeof(uint16_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) b[i] = nvfp4moe_bf16_from_float(x[i]);
+    char name[160];
+    snprintf(name, sizeof name, "model.layers.0.mlp.%s", suffix);
+    CHECK_OK(nvfp4moe_st_writer_add(w, name, NVFP4MOE_ST_BF16, ndim, shape, b));
+    free(b);
+}
+
+/* Writes f as a BF16 source in gpt-oss's own layout: fused experts.gate_up_proj [E, H, 2I] (the
+ * Hugging Face [in, out] layout; columns interleaved gate, up), gate_up_proj_bias [E, 2I],
+ * down_proj [E, I, H], down_proj_bias [E, H], router.{weight,bias}; config.json model_type
+ * gpt_oss (what nvfp4moe_model_config_write writes for swigluoai). */
+static void write_gpt_oss_source(const char *dir, const nvfp4moe_float_layer *f) {
+    const nvfp4moe_config *c = &f->cfg;
+    const int64_t E = c->num_experts, H = c->hidden_size, I = c->intermediate_size, N1 = 2 * I;
+    float *t = malloc(sizeof(float) * (size_t)(E * N1 * H));
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < H; k++)
+            for (int64_t n = 0; n < N1; n++) t[(e * H + k) * N1 + n] = f->w13[(e * N1 + n) * H + k];
+    int64_t dgu[3] = {E, H, N1}, dgb[2] = {E, N1}, ddn[3] = {E, I, H}, ddb[2] = {E, H};
+    int64_t dr[2] = {E, H}, drb[1] = {E};
+    add_bf16(w, "experts.gate_up_proj", 3, dgu, t, E * H * N1);
+    add_bf16(w, "experts.gate_up_proj_bias", 2, dgb, f->w13_bias, E * N1);
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t k = 0; k < I; k++)
+            for (int64_t n = 0; n < H; n++) t[(e * I + k) * H + n] = f->w2[(e * H + n) * I + k];
+    add_bf16(w, "experts.down_proj", 3, ddn, t, E * I * H);
+    add_bf16(w, "experts.down_proj_bias", 2, ddb, f->w2_bias, E * H);
+    add_bf16(w, "router.weight", 2, dr, f->router, E * H);
+    add_bf16(w, "router.bias", 1, drb, f->router_bias, E);
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    free(t);
+    CHECK_OK(nvfp4moe_model_config_write(dir, &f->cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+}
+
+static void test_expert_biases(void) {
+    T_CASE("gpt-oss source: expert biases survive quantize, every format");
+    nvfp4moe_config cfg = small_cfg();
+    cfg.activation = NVFP4MOE_ACT_SWIGLUOAI;
+    const int64_t E = cfg.num_experts, H = cfg.hidden_size, I = cfg.intermediate_size, N1 = 2 * I;
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(&cfg, 83, &f));
+    if (!f) return;
+    CHECK(f->cfg.has_bias && f->w13_bias && f->w2_bias && !strcmp(f->router_name, "router"),
+          "a random gpt-oss-style layer has expert biases and an mlp.router");
+    char src[512];
+    snprintf(src, sizeof src, "%s", dir_in("eb_src"));
+    write_gpt_oss_source(src, f);
+    const nvfp4moe_ckpt_format fmts[3] = {NVFP4MOE_CKPT_MODELOPT, NVFP4MOE_CKPT_MODELOPT_FUSED,
+                                          NVFP4MOE_CKPT_COMPRESSED_TENSORS};
+    const char *dirs[3] = {"eb_mo", "eb_fused", "eb_ct"};
+    enum { M = 6 };
+    for (int i = 0; i < 3; i++) {
+        char d[512];
+        snprintf(d, sizeof d, "%s", dir_in(dirs[i]));
+        nvfp4moe_ckpt_layer *q = quantize_source(src, d, fmts[i]), *l = NULL;
+        if (!q) continue;
+        CHECK(q->layer.cfg.has_bias && same_floats(q->layer.w.w13_bias, f->w13_bias, (size_t)(E * N1)) &&
+                  same_floats(q->layer.w.w2_bias, f->w2_bias, (size_t)(E * H)),
+              "%s: quantized layer keeps the biases", dirs[i]);
+        CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+        if (l) {
+            // Stored as F32, so exactly the source's (BF16) values, in w13's interleaved rows.
+            CHECK(l->layer.cfg.has_bias && l->layer.w.w13_bias && l->layer.w.w2_bias &&
+                      same_floats(l->layer.w.w13_bias, f->w13_bias, (size_t)(E * N1)) &&
+                      same_floats(l->layer.w.w2_bias, f->w2_bias, (size_t)(E * H)),
+                  "%s: expert biases not loaded back exactly", dirs[i]);
+            CHECK(!strcmp(l->router_name, "router") && l->router &&
+                      same_floats(l->router, f->router, (size_t)(E * H)) && l->router_bias &&
+                      same_floats(l->router_bias, f->router_bias, (size_t)E),
+                  "%s: router '%s' does not round-trip", dirs[i], l->router_name);
+            CHECK(file_has(d, "model.layers.0.mlp.router.weight") &&
+                      file_has(d, "model.layers.0.mlp.router.bias") &&
+                      !file_has(d, "model.layers.0.mlp.gate.weight"),
+                  "%s: router not written as mlp.router", dirs[i]);
+            CHECK(excludes(d, "model.layers.0.mlp.router") &&
+                      !excludes(d, "model.layers.0.mlp.experts"),
+                  "%s: the quantization config does not exclude mlp.router (only it)", dirs[i]);
+            // The biases change the layer's output; with them it is the in-memory layer's.
+            float *with = run_layer(&l->layer.cfg, &l->layer.w, l->router, M, 7);
+            float *mem = run_layer(&q->layer.cfg, &q->layer.w, q->router, M, 7);
+            nvfp4moe_config nb = l->layer.cfg;
+            nb.has_bias = false;
+            nvfp4moe_weights wnb = l->layer.w;
+            wnb.w13_bias = wnb.w2_bias = NULL;
+            float *without = run_layer(&nb, &wnb, l->router, M, 7);
+            CHECK(same_floats(with, mem, (size_t)(M * H)), "%s: output differs from in-memory", dirs[i]);
+            double diff = 0;
+            for (int64_t k = 0; k < M * H; k++) diff = fmax(diff, fabs((double)with[k] - without[k]));
+            CHECK(diff > 1e-3, "%s: biases do not change the output (max diff %g)", dirs[i], diff);
+            free(with);
+            free(mem);
+            free(without);
+        }
+        nvfp4moe_ckpt_layer_free(l);
+        nvfp4moe_ckpt_layer_free(q);
+    }
+
+    T_CASE("per-expert biases split gpt-oss's interleaved gate_up_proj_bias");
+    {
+        nvfp4moe_st_dtype dt = NVFP4MOE_ST_U8;
+        int64_t n = 0, n2 = 0;
+        const char *d = dir_in("eb_mo");
+        float *g = file_tensor(d, "model.layers.0.mlp.experts.1.gate_proj.bias", &dt, &n);
+        float *u = file_tensor(d, "model.layers.0.mlp.experts.1.up_proj.bias", &dt, &n2);
+        CHECK(g && u && n == I && n2 == I && dt == NVFP4MOE_ST_F32, "per-expert F32 biases [%lld]",
+              (long long)I);
+        int bad = 0;
+        for (int64_t r = 0; g && u && r < I; r++)
+            bad += g[r] != f->w13_bias[N1 + 2 * r] || u[r] != f->w13_bias[N1 + 2 * r + 1];
+        CHECK(bad == 0, "%d gate/up bias values are not gate_up_proj_bias[..., 0::2] / [..., 1::2]", bad);
+        free(g);
+        free(u);
+        float *fb = file_tensor(dir_in("eb_fused"), "model.layers.0.mlp.experts.gate_up_proj_bias",
+                                &dt, &n);
+        CHECK(fb && n == E * N1 && dt == NVFP4MOE_ST_F32 && same_floats(fb, f->w13_bias, (size_t)n),
+              "fused gate_up_proj_bias keeps gpt-oss's order");
+        free(fb);
+    }
+
+    T_CASE("a source's biases are all there or the quantize fails naming the tensor");
+    {
+        float short_b[4 * 32] = {0};
+        const char *bad = dir_in("eb_bad");
+        struct {
+            edit ed;
+            nvfp4moe_status st;
+            const char *needle;
+        } cases[] = {
+            {{"model.layers.0.mlp.experts.down_proj_bias", 0, 0, 0, {0}, NULL}, NVFP4MOE_ERR_NOT_FOUND,
+             "tensor 'model.layers.0.mlp.experts.down_proj_bias' not found"},
+            {{"model.layers.0.mlp.experts.gate_up_proj_bias", 0, 0, 0, {0}, NULL}, NVFP4MOE_ERR_NOT_FOUND,
+             "tensor 'model.layers.0.mlp.experts.gate_up_proj_bias' not found"},
+            {{"model.layers.0.mlp.experts.gate_up_proj_bias", 1, NVFP4MOE_ST_F32, 2, {4, 32}, short_b},
+             NVFP4MOE_ERR_FORMAT, "gate_up_proj_bias': shape [4, 32], expected [4, 64]"},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            rewrite(src, bad, &cases[i].ed, 1);
+            nvfp4moe_model_info *info = NULL;
+            nvfp4moe_st_model *m = NULL;
+            nvfp4moe_float_layer *g = NULL;
+            CHECK_OK(nvfp4moe_model_info_read(bad, &info));
+            CHECK_OK(nvfp4moe_st_model_open(bad, &m));
+            if (info && m) CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), cases[i].st, cases[i].needle);
+            CHECK(g == NULL, "output written on failure");
+            nvfp4moe_st_model_close(m);
+            nvfp4moe_model_info_free(info);
+        }
+        // Per-expert source (what quantize --random writes): one expert's up bias missing.
+        const char *pe = dir_in("eb_pe"), *pe_bad = dir_in("eb_pe_bad");
+        nvfp4moe_st_writer *w = NULL;
+        CHECK_OK(nvfp4moe_st_writer_create(&w));
+        CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
+        char p[700];
+        snprintf(p, sizeof p, "%s/model.safetensors", pe);
+        CHECK_OK(nvfp4moe_st_writer_save(w, p));
+        nvfp4moe_st_writer_free(w);
+        CHECK_OK(nvfp4moe_model_config_write(pe, &f->cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+        nvfp4moe_model_info *info = NULL;
+        nvfp4moe_st_model *m = NULL;
+        nvfp4moe_float_layer *g = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(pe, &info));
+        CHECK_OK(nvfp4moe_st_model_open(pe, &m));
+        if (info && m) CHECK_OK(nvfp4moe_float_layer_load(info, m, 0, &g));
+        if (g)   // BF16 on disk; the random biases are bf16-rounded, so exact
+            CHECK(g->cfg.has_bias && same_floats(g->w13_bias, f->w13_bias, (size_t)(E * N1)) &&
+                      same_floats(g->w2_bias, f->w2_bias, (size_t)(E * H)) &&
+                      !strcmp(g->router_name, "router"),
+                  "per-expert float source: biases and router name");
+        nvfp4moe_float_layer_free(g);
+        g = NULL;
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+        edit drop = {"model.layers.0.mlp.experts.2.up_proj.bias", 0, 0, 0, {0}, NULL};
+        rewrite(pe, pe_bad, &drop, 1);
+        info = NULL, m = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(pe_bad, &info));
+        CHECK_OK(nvfp4moe_st_model_open(pe_bad, &m));
+        if (info && m)
+            CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), NVFP4MOE_ERR_NOT_FOUND,
+                      "tensor 'model.layers.0.mlp.experts.2.up_proj.bias' not found");
+        CHECK(g == NULL, "output written on failure");
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+    }
+
+    T_CASE("quantize refuses a float layer whose biases and has_bias disagree");
+    {
+        nvfp4moe_float_layer h = *f;
+        nvfp4moe_ckpt_layer *q = NULL;
+        h.w2_bias = NULL;
+        CHECK_ERR(nvfp4moe_float_layer_quantize(&h, 4, 1, &q), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                  "w2_bias NULL");
+        h = *f;
+        h.cfg.has_bias = false;
+        CHECK_ERR(nvfp4moe_float_layer_quantize(&h, 4, 1, &q), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                  "cfg.has_bias is not set but w13_bias is given");
+        CHECK(q == NULL, "output written on failure");
+    }
+
+    if (getenv("NVFP4MOE_CLI")) {
+        T_CASE("quantize --in of the gpt-oss source");
+        const char *formats[3] = {"modelopt", "modelopt-fused", "compressed-tensors"};
+        for (int i = 0; i < 3; i++) {
+            char d[512];
+            snprintf(d, sizeof d, "%s", dir_in(formats[i]));
+            int rc = cli("quantize --in %s --out %s --format %s", src, d, formats[i]);
+            CHECK(rc == 0 && strstr(g_out, "4 experts quantized (with their biases)"), "rc %d: %s", rc, g_out);
+            nvfp4moe_ckpt_layer *l = NULL;
+            CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+            if (l)
+                CHECK(l->layer.cfg.has_bias && same_floats(l->layer.w.w13_bias, f->w13_bias, (size_t)(E * N1)) &&
+                          same_floats(l->layer.w.w2_bias, f->w2_bias, (size_t)(E * H)) &&
+                          !strcmp(l->router_name, "router"),
+                      "%s: biases / router name", formats[i]);
+            nvfp4moe_ckpt_layer_free(l);
+            CHECK(excludes(d, "model.layers.0.mlp.router") && file_has(d, "model.layers.0.mlp.router.weight"),
+                  "%s: mlp.router written and excluded", formats[i]);
+            rc = cli("inspect %s", d);
+            CHECK(rc == 0 && strstr(g_out, "router BF16 [4, 64] with bias, expert biases"), "rc %d: %s", rc, g_out);
+        }
+        char d[512];
+        snprintf(d, sizeof d, "%s", dir_in("modelopt"));
+        int rc = cli("run --model %s --tokens 3 --device cpu", d);
+        CHECK(rc == 0 && strstr(g_out, "(weight and bias)"), "rc %d: %s", rc, g_out);
+    }
+    nvfp4moe_float_layer_free(f);
+}
+
 /* Random damage to a checkpoint file: loading must succeed or fail with FORMAT / NOT_FOUND, never
  * crash or read out of bounds (tests/asan.sh). */
 static void test_checkpoint_mutations(void) {
@@ -1414,6 +1654,7 @@ int main(void) {
     test_schemes_and_bias();
     test_router_bias();
     test_router_name();
+    test_expert_biases();
     test_checkpoint_mutations();
     test_cli();
     char cmd[300];

@@ -19,10 +19,12 @@ static void quantize_usage(FILE *f) {
                "projection: scale_2 = amax / (6*448), gate and up sharing one amax as ModelOpt's export\n"
                "does; input scales calibrated on random N(0, 1) hidden states. The router (and its\n"
                "bias, as gpt-oss has) stays BF16, under the source's module name (mlp.gate, or\n"
-               "gpt-oss's mlp.router), which the quantization config excludes.\n\n"
+               "gpt-oss's mlp.router), which the quantization config excludes. Expert biases (gpt-oss)\n"
+               "are kept, as F32.\n\n"
                "The second form writes a random BF16 source model (weights N(0, 1/sqrt(fan_in))) of the\n"
                "shape the config flags give; default E=8, top-k 2, hidden 256, intermediate 128. With\n"
-               "--activation swigluoai (gpt-oss) the router is mlp.router, with a bias.\n\n"
+               "--activation swigluoai (gpt-oss) the router is mlp.router with a bias, and the experts\n"
+               "have biases; --bias gives any layer expert biases.\n\n"
                "  --in SRC               unquantized model directory\n"
                "  --out DIR              output directory (created; existing files are replaced)\n"
                "  --format F             modelopt (per-expert tensors, default) | modelopt-fused |\n"
@@ -180,7 +182,7 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
             fprintf(stderr, "nvfp4moe quantize: layer %d: %s\n", L, nvfp4moe_last_error());
             goto out;
         }
-        printf("layer %d: %d experts quantized\n", L, qcfg.num_experts);
+        printf("layer %d: %d experts quantized%s\n", L, qcfg.num_experts, qcfg.has_bias ? " (with their biases)" : "");
         done++;
     }
     if (!done) {
