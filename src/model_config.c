@@ -724,6 +724,10 @@ static nvfp4moe_status parse_model(json_t *root, json_t *hfq, const char *name,
     NVFP4MOE_TRY(get_str(c, "hidden_act", src, &act));
     if (!act) NVFP4MOE_TRY(get_str(c, "mlp_hidden_act", src, &act));
     NVFP4MOE_TRY(parse_activation(act, mt, src, &cfg->activation));
+    // gpt-oss's experts have biases (gate_up_proj_bias, down_proj_bias), which config.json does not
+    // say; the oracle checks them (several kernels reject expert biases). Loading a layer sets
+    // has_bias from the tensors actually present.
+    if (mt && !strcmp(mt, "gpt_oss")) cfg->has_bias = true;
     double limit;
     bool has_limit;
     NVFP4MOE_TRY(get_num(c, "swiglu_limit", src, &limit, &has_limit));

@@ -730,7 +730,7 @@ static void test_model_configs(void) {
               NULL);
     if (i)
         CHECK(i->cfg.activation == NVFP4MOE_ACT_SWIGLUOAI && i->cfg.has_swiglu_limit &&
-                  i->cfg.swiglu_limit == 7.0f && i->cfg.top_k == 4 && !i->quantized,
+                  i->cfg.swiglu_limit == 7.0f && i->cfg.top_k == 4 && !i->quantized && i->cfg.has_bias,
               "gpt-oss");
     nvfp4moe_model_info_free(i);
 
