@@ -10,6 +10,11 @@
  * M = 1 (36 % of the memory floor, MARLIN 118 us), 1.07-1.35x MARLIN at M >= 64, 0.63x at M = 16;
  * the issue's targets are missed. Bottlenecks (ncu) and next steps:
  * bench/results/2026-12-02-h200-hopper-gemm.md. Not wired into the oracle or the backend yet.
+ * A faster version (IMAD decode, 4 consumer warpgroups for block_m <= 32, one-add descriptors,
+ * optional producer-side proxy fence, same-run MARLIN bench) is prepared but NOT verified on the
+ * H200: bench/results/2026-12-02-h200-hopper-v2-raw/hopper-v2-untested.patch; its first build
+ * hung in setmaxnreg.inc (fixed in the patch, not re-run): bench/results/2026-12-02-h200-hopper-
+ * gemm-v2.md. This file is still the verified version above. racecheck was never run on it.
  *
  * Design
  * ------
