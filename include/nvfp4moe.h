@@ -764,9 +764,13 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
 // Every step that can fail on one rank (plan creation, routing, overflow, the local experts) is
 // followed by a status exchange, so all ranks fail together instead of deadlocking.
 //
+// Device local plans run a device-resident path (nvfp4moe_ep_forward_device below): rows stay in
+// device memory, and only counts, statuses, top-k ids and row indices pass through the host.
+//
 // Verified with the loopback transport: on the CPU backends (tests/test_ep.c), and on one H200 with
-// device plans for N ranks as threads (tests/gpu_ep_loopback.c). The NCCL transport has NOT RUN: it
-// compiles, and no multi-GPU machine has been lent yet (docs/expert_parallel.md).
+// device plans for N ranks as threads (tests/gpu_ep_loopback.c, device-resident path). The NCCL
+// transport has NOT RUN: it compiles, and no multi-GPU machine has been lent yet
+// (docs/expert_parallel.md).
 
 typedef enum nvfp4moe_ep_format {
     NVFP4MOE_EP_STANDARD = 0,    /* "standard" */
@@ -839,7 +843,12 @@ typedef struct nvfp4moe_ep_xfer {
  * of this rank's sends and receives as one group and returns when the receives have landed and the
  * send buffers may be reused. The k-th send from rank a to rank b matches the k-th receive on b
  * from a; their byte counts must agree. Buffers are host memory. The transport is owned by its
- * creator: destroy(ctx) releases it (may be NULL when there is nothing to release). */
+ * creator: destroy(ctx) releases it (may be NULL when there is nothing to release).
+ * exchange_device() is the same for CUDA device buffers of this rank's device: the caller has
+ * finished writing the send buffers (its stream synchronized) and the receives are complete when it
+ * returns. NULL when the transport cannot move device memory; EP plans whose local plan uses device
+ * memory need it (the loopback's copies device to device, NCCL's ncclSend/ncclRecv on the
+ * buffers themselves). */
 typedef struct nvfp4moe_ep_transport {
     int32_t size, rank;
     void   *ctx;
@@ -847,6 +856,8 @@ typedef struct nvfp4moe_ep_transport {
     nvfp4moe_status (*exchange)(void *ctx, const nvfp4moe_ep_xfer *sends, int32_t nsend,
                                 const nvfp4moe_ep_xfer *recvs, int32_t nrecv);
     void (*destroy)(void *ctx);
+    nvfp4moe_status (*exchange_device)(void *ctx, const nvfp4moe_ep_xfer *sends, int32_t nsend,
+                                       const nvfp4moe_ep_xfer *recvs, int32_t nrecv);
 } nvfp4moe_ep_transport;
 
 /* The in-process loopback: `size` ranks simulated by threads of one process (each rank's thread
@@ -854,7 +865,9 @@ typedef struct nvfp4moe_ep_transport {
  * rank's thread is done. */
 typedef struct nvfp4moe_ep_loopback nvfp4moe_ep_loopback;
 nvfp4moe_status nvfp4moe_ep_loopback_create(int32_t size, nvfp4moe_ep_loopback **out);
-/* Rank `rank`'s transport (borrowing the loopback: destroy is NULL). */
+/* Rank `rank`'s transport (borrowing the loopback: destroy is NULL). In CUDA builds it has
+ * exchange_device (cudaMemcpyAsync between the ranks' device buffers on the calling thread's
+ * per-thread stream; ranks on several GPUs of one process copy peer to peer). */
 nvfp4moe_ep_transport nvfp4moe_ep_loopback_transport(nvfp4moe_ep_loopback *lb, int32_t rank);
 void nvfp4moe_ep_loopback_free(nvfp4moe_ep_loopback *lb);   /* NULL is fine */
 /* Runs fn(rank, transport, ctx) for every rank on its own thread and waits for all; returns the
@@ -868,7 +881,9 @@ nvfp4moe_status nvfp4moe_ep_loopback_run(nvfp4moe_ep_loopback *lb,
 bool nvfp4moe_built_with_nccl(void);
 /* The NCCL transport of rank `rank` of `size`, on CUDA device `device`: rank 0 writes the NCCL
  * unique id to id_file (through id_file.tmp + rename), the others wait for it (up to 120 s).
- * Host buffers are staged through device memory; libnccl.so.2 is loaded at run time (dlopen), so
+ * exchange() stages host buffers through device memory; exchange_device() sends and receives the
+ * device buffers themselves (ncclSend/ncclRecv inside one ncclGroupStart/End, self transfers as
+ * device-to-device copies). libnccl.so.2 is loaded at run time (dlopen), so
  * nothing else in the library needs NCCL. UNSUPPORTED in builds without NCCL or when libnccl
  * cannot be loaded; ERR_CUDA for NCCL/CUDA failures (the message has NCCL's text). Release with
  * t->destroy(t->ctx). */
@@ -924,15 +939,40 @@ typedef struct nvfp4moe_ep_stats {
     /* The all-to-alls alone: seconds inside the transport's exchange() during the dispatch (counts,
      * rows, ids, agreement) and the combine (rows back), and the bytes this rank sent to OTHER
      * ranks in them (self transfers excluded). bytes / seconds is what the EP exchanges achieved,
-     * host staging included for the NCCL transport. */
+     * host staging included for the NCCL transport's exchange() (the host path). */
     double dispatch_xfer_s, combine_xfer_s;
     size_t dispatch_bytes_remote, combine_bytes_remote;
+    /* The path the forward took: true when the rows stayed in device memory (device-resident
+     * dispatch and combine: a local plan in device memory), false for the host path (host plans). */
+    bool device_resident;
+    /* Bytes copied between host and device memory by the forward (device-resident path): the top-k
+     * ids to the host and the dispatch's row indices back (4 bytes per pair and per row), plus,
+     * for nvfp4moe_ep_forward with host io, the io tensors in and the output out. */
+    size_t host_device_bytes;
 } nvfp4moe_ep_stats;
 
 /* One EP forward of this rank's tokens; collective (every rank calls it). io: host memory, as for
  * a single-rank host plan (hidden [M, H], router_logits [M, E] or topk_ids/topk_weights, output
- * [M, H]; workspace unused); M may differ between ranks and be 0. stats may be NULL. */
+ * [M, H]; workspace unused); M may differ between ranks and be 0. stats may be NULL.
+ * Host local plans (CPU_FAST, CPU_REFERENCE) run the host path: routing, gather, exchanges and
+ * the float32 combine on the host. Device local plans copy io to the device and run the
+ * device-resident path of nvfp4moe_ep_forward_device, then copy the output back. */
 nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, nvfp4moe_ep_stats *stats);
+
+/* The device-resident EP forward, for plans whose local plan uses device memory: io in CUDA device
+ * memory of this rank's device (hidden and output 16-byte aligned; router_logits [M, E] or
+ * topk_ids/topk_weights; workspace unused), stream a cudaStream_t (NULL: the default stream).
+ * Routing runs on the device (or the given top-k is used), the rows for each destination are
+ * gathered by a kernel, only the counts, statuses, top-k ids and the dispatch's row indices go
+ * through the host, the rows travel between device buffers (transport exchange_device), the local
+ * plan runs on the received rows, and the top-k weighted sum in slot order (float32, then rounded to
+ * out_dtype: the definition of nvfp4moe_ep_combine) is a kernel. Both formats. Collective, and
+ * returns with the stream synchronized (the exchanges synchronize). Device buffers are allocated
+ * once per plan and grow with M. A rank whose local plan is in host memory fails with
+ * UNSUPPORTED, and so does every other rank with it (the failure is agreed, as every failure of a
+ * forward); builds without CUDA refuse at once. */
+nvfp4moe_status nvfp4moe_ep_forward_device(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, void *stream,
+                                           nvfp4moe_ep_stats *stats);
 void nvfp4moe_ep_plan_destroy(nvfp4moe_ep_plan *p);   /* NULL is fine */
 
 #ifdef __cplusplus

@@ -11,9 +11,12 @@
  *
  * One exchange = one ncclGroupStart/End holding every ncclSend and ncclRecv of the call (standard
  * format: variable byte counts after the count exchange; batched format: the fixed [max_tokens, H]
- * blocks, an all-to-all of equal sizes). Transfers are bytes (ncclUint8). The interface takes host
- * buffers (src/ep.c works in host memory), so sends are staged into one device buffer, receives
- * come back through another; a self transfer (peer == rank) is a host memcpy.
+ * blocks, an all-to-all of equal sizes). Transfers are bytes (ncclUint8). exchange() takes host
+ * buffers (the host path, and the small count/status/id exchanges of every path), so sends are
+ * staged into one device buffer, receives come back through another; a self transfer (peer ==
+ * rank) is a host memcpy. exchange_device() (the device-resident path: EP plans over device local
+ * plans) sends and receives the caller's device buffers directly; a self transfer is a
+ * device-to-device copy. Neither has run over NCCL yet (no multi-GPU machine was lent).
  */
 #include "internal.h"
 
@@ -251,6 +254,40 @@ static nvfp4moe_status nccl_exchange(void *ctx, const nvfp4moe_ep_xfer *sends, i
     return NVFP4MOE_OK;
 }
 
+/* Device buffers: no staging. The caller has finished writing the sends (its stream synchronized),
+ * so the transport's own stream may read them; the receives are complete on return. */
+static nvfp4moe_status nccl_exchange_device(void *ctx, const nvfp4moe_ep_xfer *sends, int32_t nsend,
+                                            const nvfp4moe_ep_xfer *recvs, int32_t nrecv) {
+    nccl_ctx *c = ctx;
+    CUDA_CHECK(c, cudaSetDevice(c->device), "cudaSetDevice");
+    /* Self transfers: device-to-device copies, the k-th self send to the k-th self receive. */
+    int32_t k = 0;
+    for (int32_t i = 0; i < nrecv; i++) {
+        if (recvs[i].peer != c->rank) continue;
+        while (k < nsend && sends[k].peer != c->rank) k++;
+        NVFP4MOE_RETURN_IF(k == nsend || sends[k].bytes != recvs[i].bytes, NVFP4MOE_ERR_INTERNAL,
+                           "NCCL transport: rank %d's self receive %d has no matching send", c->rank, i);
+        if (recvs[i].bytes)
+            CUDA_CHECK(c, cudaMemcpyAsync(recvs[i].buf, sends[k].buf, recvs[i].bytes, cudaMemcpyDeviceToDevice,
+                                          c->stream), "a self copy");
+        k++;
+    }
+    /* One group: NCCL pairs every send with its receive without ordering deadlocks. Empty transfers
+     * are skipped on both sides, as in nccl_exchange. */
+    NCCL_CHECK(c, c->api.GroupStart(), "ncclGroupStart");
+    for (int32_t i = 0; i < nsend; i++) {
+        if (sends[i].peer == c->rank || !sends[i].bytes) continue;
+        NCCL_CHECK(c, c->api.Send(sends[i].buf, sends[i].bytes, ncclUint8, sends[i].peer, c->comm, c->stream), "ncclSend");
+    }
+    for (int32_t i = 0; i < nrecv; i++) {
+        if (recvs[i].peer == c->rank || !recvs[i].bytes) continue;
+        NCCL_CHECK(c, c->api.Recv(recvs[i].buf, recvs[i].bytes, ncclUint8, recvs[i].peer, c->comm, c->stream), "ncclRecv");
+    }
+    NCCL_CHECK(c, c->api.GroupEnd(), "ncclGroupEnd");
+    CUDA_CHECK(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    return NVFP4MOE_OK;
+}
+
 static void nccl_destroy(void *ctx) {
     nccl_ctx *c = ctx;
     if (!c) return;
@@ -327,7 +364,8 @@ nvfp4moe_status nvfp4moe_ep_nccl_create(int32_t size, int32_t rank, int32_t devi
         return st;
     }
     *out = (nvfp4moe_ep_transport){.size = size, .rank = rank, .ctx = c, .name = "nccl",
-                                   .exchange = nccl_exchange, .destroy = nccl_destroy};
+                                   .exchange = nccl_exchange, .destroy = nccl_destroy,
+                                   .exchange_device = nccl_exchange_device};
     return NVFP4MOE_OK;
 }
 

@@ -279,6 +279,7 @@ typedef struct {
     size_t peak_bytes_per_peer;
     double peak_ms, peak_gbps;        /* the transport's plain all-to-all of the same bytes per peer */
     bool ok;
+    bool device_resident;             /* every rank's forwards kept the rows on the device */
 } bench_point;
 
 typedef struct {
@@ -527,12 +528,38 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
             st = NVFP4MOE_ERR_OUT_OF_MEMORY;
         }
     }
+    /* Device local plans: the tokens live on the device, as in a model, and the forward is the
+     * device-resident one (nvfp4moe_ep_forward_device) on a stream of this rank's own. */
+    void *dev_hidden = NULL, *dev_logits = NULL, *dev_out = NULL, *dev_stream = NULL;
+    const bool on_device = st == NVFP4MOE_OK && nvfp4moe_plan_uses_device_memory(nvfp4moe_ep_plan_local(plan));
+#ifdef NVFP4MOE_HAVE_CUDA
+    if (on_device) {
+        cudaStream_t cs = NULL;
+        const bool dok = cudaMalloc(&dev_hidden, (size_t)(Mmax * H) * 2 + 16) == cudaSuccess &&
+                         cudaMalloc(&dev_logits, sizeof(float) * (size_t)(Mmax * E) + 16) == cudaSuccess &&
+                         cudaMalloc(&dev_out, (size_t)(Mmax * H) * 2 + 16) == cudaSuccess &&
+                         cudaMemcpy(dev_hidden, hidden, (size_t)(Mmax * H) * 2, cudaMemcpyHostToDevice) == cudaSuccess &&
+                         cudaMemcpy(dev_logits, logits, sizeof(float) * (size_t)(Mmax * E), cudaMemcpyHostToDevice) ==
+                             cudaSuccess &&
+                         cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) == cudaSuccess &&
+                         cudaDeviceSynchronize() == cudaSuccess;   /* pageable copies may return before their DMA lands */
+        dev_stream = cs;
+        if (!all_ok(t, dok)) {
+            fprintf(stderr, "nvfp4moe bench: rank %d: %s: a rank could not put %lld tokens on its device\n", rank,
+                    pr->name, (long long)Mmax);
+            st = NVFP4MOE_ERR_CUDA;
+        }
+    }
+#endif
     for (int mi = 0; st == NVFP4MOE_OK && mi < b->nM; mi++) {
         const int64_t M = b->Ms[mi];
         nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out};
+        nvfp4moe_io dio = {.num_tokens = M, .hidden = dev_hidden, .router_logits = dev_logits, .output = dev_out};
         for (int it = 0; it < warm + iters && st == NVFP4MOE_OK; it++) {
             rank_stats mine = {0};
-            mine.status = (int32_t)nvfp4moe_ep_forward(plan, &io, &mine.s);   /* failures are agreed */
+            /* failures are agreed */
+            mine.status = (int32_t)(on_device ? nvfp4moe_ep_forward_device(plan, &dio, dev_stream, &mine.s)
+                                              : nvfp4moe_ep_forward(plan, &io, &mine.s));
             st = (nvfp4moe_status)mine.status;
             nvfp4moe_status gst = gather0(t, &mine, all ? all + (size_t)it * N : NULL, sizeof mine);
             if (st == NVFP4MOE_OK) st = gst;
@@ -559,6 +586,7 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
         double *d = tmp, *e = d + iters, *c = e + iters, *tot = c + iters, *x = tot + iters;
         double remote = 0;
         pt->rows_min = INT64_MAX;
+        pt->device_resident = true;
         for (int it = 0; it < iters; it++) {
             d[it] = e[it] = c[it] = tot[it] = x[it] = 0;
             for (int32_t r = 0; r < N; r++) {
@@ -568,6 +596,7 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
                 c[it] = fmax(c[it], s->combine_s);
                 tot[it] = fmax(tot[it], s->dispatch_s + s->experts_s + s->combine_s);
                 x[it] = fmax(x[it], s->dispatch_xfer_s + s->combine_xfer_s);
+                pt->device_resident = pt->device_resident && s->device_resident;
                 if (it == 0) {
                     remote += (double)(s->dispatch_bytes_remote + s->combine_bytes_remote) / N;
                     pt->rows_min = s->rows_received < pt->rows_min ? s->rows_received : pt->rows_min;
@@ -599,6 +628,12 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
     free(hidden);
     free(logits);
     free(out);
+#ifdef NVFP4MOE_HAVE_CUDA
+    cudaFree(dev_hidden);
+    cudaFree(dev_logits);
+    cudaFree(dev_out);
+    if (dev_stream) cudaStreamDestroy((cudaStream_t)dev_stream);
+#endif
     nvfp4moe_ep_plan_destroy(plan);
     all_ok(t, true);   /* no rank frees the shared layer while another still reads it */
     layer_free(&own);
@@ -630,14 +665,15 @@ static int write_ep_outputs(const bench_ep *b, bool quiet) {
     }
     fprintf(f, "preset,E,H,I,top_k,ep,transport,M_per_rank,local_backend,rows_received_min,rows_received_max,"
                "dispatch_ms,experts_ms,combine_ms,total_ms,alltoall_ms,remote_MB_per_rank,alltoall_GBps,"
-               "plain_alltoall_bytes_per_peer,plain_alltoall_ms,plain_alltoall_GBps,pct_of_plain\n");
+               "plain_alltoall_bytes_per_peer,plain_alltoall_ms,plain_alltoall_GBps,pct_of_plain,path\n");
     for (int i = 0; i < b->npts; i++) {
         const bench_point *p = &b->pts[i];
-        fprintf(f, "%s,%d,%d,%d,%d,%d,%s,%lld,%s,%lld,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.3f,%zu,%.4f,%.3f,%.1f\n",
+        fprintf(f, "%s,%d,%d,%d,%d,%d,%s,%lld,%s,%lld,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.3f,%.3f,%zu,%.4f,%.3f,%.1f,%s\n",
                 p->p->name, p->p->E, p->p->H, p->p->I, p->p->k, b->N, b->nccl ? "nccl" : "loopback", (long long)p->M,
                 p->backend, (long long)p->rows_min, (long long)p->rows_max, p->dispatch_ms, p->experts_ms,
                 p->combine_ms, p->total_ms, p->xfer_ms, p->remote_mb, p->ep_gbps, p->peak_bytes_per_peer, p->peak_ms,
-                p->peak_gbps, p->peak_gbps > 0 ? 100 * p->ep_gbps / p->peak_gbps : 0);
+                p->peak_gbps, p->peak_gbps > 0 ? 100 * p->ep_gbps / p->peak_gbps : 0,
+                p->device_resident ? "device" : "host");
     }
     fclose(f);
     snprintf(path, sizeof path, "%s.md", b->out);
@@ -649,19 +685,24 @@ static int write_ep_outputs(const bench_ep *b, bool quiet) {
             b->nccl ? "NCCL, one process per GPU" : "LOOPBACK (not NCCL)");
     if (!b->nccl)
         fprintf(f, "**These are loopback figures, NOT NCCL figures.** The %d ranks are threads of one process on %s; "
-                   "an all-to-all is a host memcpy between threads, and the ranks' experts share that one device. "
+                   "an all-to-all is a memcpy between threads' buffers (device to device on the device-resident "
+                   "path, host memcpy on the host path), and the ranks' experts share that one device. "
                    "They show where a forward's time goes in this implementation, not what %d GPUs over NCCL do.\n\n",
                 b->N, b->where, b->N);
     fprintf(f, "- card: %s\n- date: %s\n- commit: %s\n- command: `%s`\n", b->where, b->date, b->commit, b->command);
     fprintf(f, "- transport: %s\n", b->nccl ? "NCCL (ncclSend/ncclRecv groups, NCCL_NVLS_ENABLE=0), one process per GPU"
-                                           : "in-process loopback (nvfp4moe_ep_loopback): threads, host memcpy");
+                                           : "in-process loopback (nvfp4moe_ep_loopback): threads; rows by "
+                                             "cudaMemcpyAsync between device buffers (device-resident path) or host "
+                                             "memcpy (host path); counts and ids by host memcpy");
     fprintf(f, "- layer: random NVFP4 weights (E2M1 codes, E4M3 scales in [2^-3, 448]), bf16 activations, random "
                "normal router logits (renormalize top-k), standard activation format; M tokens on every rank\n");
-    fprintf(f, "- timing: 1 warm-up, then the median of %d forwards (`nvfp4moe_ep_forward`, wall clock on each rank) "
+    fprintf(f, "- timing: 1 warm-up, then the median of %d forwards (wall clock on each rank) "
                "of the slowest rank's time per stage. dispatch = routing + dispatch plan + gather + the count, "
-               "row and id all-to-alls; experts = the local plan (host-staged on GPUs: copies and allocations "
-               "included) + an agreement that waits for the slowest rank; combine = the rows back + the weighted "
-               "sum on the host. total = the slowest rank's sum\n", b->iters);
+               "row and id all-to-alls; experts = the local plan + an agreement that waits for the slowest rank; "
+               "combine = the rows back + the weighted sum. total = the slowest rank's sum. path: device = "
+               "device local plans, tokens in device memory, `nvfp4moe_ep_forward_device` (routing, gather, "
+               "row exchanges and combine on the device; only counts, statuses, top-k ids and row indices "
+               "through the host); host = host local plans, everything on the host\n", b->iters);
     fprintf(f, "- all-to-all: time inside the transport's exchange() in the dispatch and the combine (slowest "
                "rank); MB/rank = bytes each rank sends to OTHER ranks per forward (mean); GB/s = MB/rank / that "
                "time. plain = the transport's own all-to-all (`nvfp4moe_ep_transport_alltoall_time`: %s) with "
@@ -674,8 +715,9 @@ static int write_ep_outputs(const bench_ep *b, bool quiet) {
         const bench_point *p = &b->pts[i];
         if (p->p != cur) {
             cur = p->p;
-            fprintf(f, "\n## %s (E=%d, H=%d, I=%d, top-%d), ep=%d (%d experts per rank), local experts on %s\n\n",
-                    cur->name, cur->E, cur->H, cur->I, cur->k, b->N, cur->E / b->N, p->backend);
+            fprintf(f, "\n## %s (E=%d, H=%d, I=%d, top-%d), ep=%d (%d experts per rank), local experts on %s, %s path\n\n",
+                    cur->name, cur->E, cur->H, cur->I, cur->k, b->N, cur->E / b->N, p->backend,
+                    p->device_resident ? "device-resident" : "host");
             fprintf(f, "| M per rank | rows received (min-max) | dispatch (ms) | experts (ms) | combine (ms) | total (ms) "
                        "| all-to-all (ms) | MB/rank | all-to-all GB/s | plain all-to-all GB/s | %% of plain |\n");
             fprintf(f, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -881,8 +923,8 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
         rc = launch_ranks("bench", b->N, argc, argv);
         goto done;
     }
-    printf("mode      LOOPBACK, NOT NCCL: %d ranks as threads of this process, all on %s; the all-to-alls are host "
-           "memcpy between threads. These are not multi-GPU figures%s.\n",
+    printf("mode      LOOPBACK, NOT NCCL: %d ranks as threads of this process, all on %s; the all-to-alls are "
+           "copies between threads' buffers (device to device for device plans). These are not multi-GPU figures%s.\n",
            b->N, b->where,
            b->dev.is_cuda ? (gpus >= b->N ? " (--transport nccl runs one process per GPU)"
                                           : "; NCCL needs N GPUs, this machine has fewer")
