@@ -327,6 +327,35 @@ static void rewrite(const char *src_dir, const char *dst_dir, const edit *edits,
     CHECK(system(cmd) == 0, "copy configs");
 }
 
+/* Loading layer 0 of dir fails with st and a message containing needle, writing no layer: through
+ * the full load and through the check-only path (inspect), which must report the same problem. */
+static void ckpt_load_fails(const char *dir, nvfp4moe_status st, const char *needle) {
+    nvfp4moe_ckpt_layer *l = NULL;
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(dir, 0, &l), st, needle);
+    CHECK(l == NULL, "output written on failure");
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(dir, &info));
+    CHECK_OK(nvfp4moe_st_model_open(dir, &m));
+    if (info && m) CHECK_ERR(nvfp4moe_ckpt_layer_load_from(info, m, 0, true, &l), st, needle);
+    CHECK(l == NULL, "output written on failure (check-only)");
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+}
+
+/* The float loader (the source of quantize --in) fails on layer 0 of dir the same way. */
+static void float_load_fails(const char *dir, nvfp4moe_status st, const char *needle) {
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    nvfp4moe_float_layer *g = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(dir, &info));
+    CHECK_OK(nvfp4moe_st_model_open(dir, &m));
+    if (info && m) CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), st, needle);
+    CHECK(g == NULL, "output written on failure");
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+}
+
 /* Halves every block scale of one projection: exact for normal E4M3 values. Returns a malloc'd
  * copy. */
 static uint8_t *halved_scales(const nvfp4moe_st_tensor *t) {
@@ -506,18 +535,7 @@ static void test_broken_layers(void) {
             nvfp4moe_ckpt_layer_free(l);
             continue;
         }
-        CHECK_ERR(nvfp4moe_ckpt_layer_load(dst, 0, &l), cases[i].st, cases[i].needle);
-        CHECK(l == NULL, "output written on failure");
-        // The check-only path (inspect) reports the same problem.
-        nvfp4moe_model_info *info = NULL;
-        nvfp4moe_st_model *m = NULL;
-        CHECK_OK(nvfp4moe_model_info_read(dst, &info));
-        CHECK_OK(nvfp4moe_st_model_open(dst, &m));
-        if (info && m)
-            CHECK_ERR(nvfp4moe_ckpt_layer_load_from(info, m, 0, true, &l), cases[i].st,
-                      cases[i].needle);
-        nvfp4moe_st_model_close(m);
-        nvfp4moe_model_info_free(info);
+        ckpt_load_fails(dst, cases[i].st, cases[i].needle);
     }
 
     T_CASE("config.json that contradicts the tensors");
@@ -1115,15 +1133,8 @@ static void test_router_bias(void) {
         edit ed = {"model.layers.0.mlp.router.bias", 1, NVFP4MOE_ST_F32, 1, {3}, three};
         const char *bs = dir_in("goss_bf16_bad");
         rewrite(src, bs, &ed, 1);
-        info = NULL, m = NULL, g = NULL;
-        CHECK_OK(nvfp4moe_model_info_read(bs, &info));
-        CHECK_OK(nvfp4moe_st_model_open(bs, &m));
-        if (info && m)
-            CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), NVFP4MOE_ERR_FORMAT,
-                      "tensor 'model.layers.0.mlp.router.bias': shape [3], expected [4] (experts)");
-        CHECK(g == NULL, "output written on failure");
-        nvfp4moe_st_model_close(m);
-        nvfp4moe_model_info_free(info);
+        float_load_fails(bs, NVFP4MOE_ERR_FORMAT,
+                         "tensor 'model.layers.0.mlp.router.bias': shape [3], expected [4] (experts)");
     }
 
     T_CASE("broken router biases are named");
@@ -1146,18 +1157,7 @@ static void test_router_bias(void) {
         const char *dst = dir_in("goss_bad");
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             rewrite(d, dst, &cases[i].ed, 1);
-            nvfp4moe_ckpt_layer *b = NULL;
-            CHECK_ERR(nvfp4moe_ckpt_layer_load(dst, 0, &b), cases[i].st, cases[i].needle);
-            CHECK(b == NULL, "output written on failure");
-            nvfp4moe_model_info *info = NULL;
-            nvfp4moe_st_model *m = NULL;
-            CHECK_OK(nvfp4moe_model_info_read(dst, &info));
-            CHECK_OK(nvfp4moe_st_model_open(dst, &m));
-            if (info && m)
-                CHECK_ERR(nvfp4moe_ckpt_layer_load_from(info, m, 0, true, &b), cases[i].st,
-                          cases[i].needle);
-            nvfp4moe_st_model_close(m);
-            nvfp4moe_model_info_free(info);
+            ckpt_load_fails(dst, cases[i].st, cases[i].needle);
         }
         // A bias with no router weight to go with it is not loaded, with a warning.
         edit drop = {"model.layers.0.mlp.router.weight", 0, 0, 0, {0}, NULL};
@@ -1499,15 +1499,7 @@ static void test_expert_biases(void) {
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             rewrite(src, bad, &cases[i].ed, 1);
-            nvfp4moe_model_info *info = NULL;
-            nvfp4moe_st_model *m = NULL;
-            nvfp4moe_float_layer *g = NULL;
-            CHECK_OK(nvfp4moe_model_info_read(bad, &info));
-            CHECK_OK(nvfp4moe_st_model_open(bad, &m));
-            if (info && m) CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), cases[i].st, cases[i].needle);
-            CHECK(g == NULL, "output written on failure");
-            nvfp4moe_st_model_close(m);
-            nvfp4moe_model_info_free(info);
+            float_load_fails(bad, cases[i].st, cases[i].needle);
         }
         // Per-expert source (what quantize --random writes): one expert's up bias missing.
         const char *pe = dir_in("eb_pe"), *pe_bad = dir_in("eb_pe_bad");
@@ -1536,15 +1528,7 @@ static void test_expert_biases(void) {
         nvfp4moe_model_info_free(info);
         edit drop = {"model.layers.0.mlp.experts.2.up_proj.bias", 0, 0, 0, {0}, NULL};
         rewrite(pe, pe_bad, &drop, 1);
-        info = NULL, m = NULL;
-        CHECK_OK(nvfp4moe_model_info_read(pe_bad, &info));
-        CHECK_OK(nvfp4moe_st_model_open(pe_bad, &m));
-        if (info && m)
-            CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), NVFP4MOE_ERR_NOT_FOUND,
-                      "tensor 'model.layers.0.mlp.experts.2.up_proj.bias' not found");
-        CHECK(g == NULL, "output written on failure");
-        nvfp4moe_st_model_close(m);
-        nvfp4moe_model_info_free(info);
+        float_load_fails(pe_bad, NVFP4MOE_ERR_NOT_FOUND, "tensor 'model.layers.0.mlp.experts.2.up_proj.bias' not found");
     }
 
     T_CASE("quantize refuses a float layer whose biases and has_bias disagree");
