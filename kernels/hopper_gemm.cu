@@ -4,23 +4,20 @@
  * gathered through the moe-align grouping, on sm_90a tensor cores with wgmma and fp32
  * accumulation. Interface: kernels/hopper_gemm.h (same shape as kernels/moe_gemm.h).
  *
- * STATUS (2026-12-02, H200): correct, not yet fast. tests/gpu_hopper_gemm passes 18/18 (block_m
- * 8..128, odd N/K, gather, bias, row scale, bf16/fp16, split-K, graph replay), memcheck clean;
- * SASS has HGMMA.64xBMx16 with A from registers, no spills. DeepSeek-V3 GEMM1+GEMM2: 130 us at
- * M = 1 (36 % of the memory floor, MARLIN 118 us), 1.07-1.35x MARLIN at M >= 64, 0.63x at M = 16;
- * the issue's targets are missed. Bottlenecks (ncu) and next steps:
- * bench/results/2026-12-02-h200-hopper-gemm.md. Not wired into the oracle or the backend yet.
- * A faster version (IMAD decode, 4 consumer warpgroups for block_m <= 32, one-add descriptors,
- * optional producer-side proxy fence, same-run MARLIN bench) is prepared but NOT verified on the
- * H200: bench/results/2026-12-02-h200-hopper-v2-raw/hopper-v2-untested.patch; its first build
- * hung in setmaxnreg.inc (fixed in the patch, not re-run): bench/results/2026-12-02-h200-hopper-
- * gemm-v2.md. This file is still the verified version above. racecheck was never run on it.
+ * STATUS (2026-12-02, H200, v2): correct and faster than v1, not at the issue's targets.
+ * tests/gpu_hopper_gemm 18/18 (block_m 8..128, odd N/K, gather, bias, row scale, bf16/fp16,
+ * split-K, graph replay), compute-sanitizer memcheck and racecheck clean (case 1), gpu_test 159/159
+ * through the HOPPER_WGMMA backend. DeepSeek-V3 GEMM1+GEMM2, same-run MARLIN: 122 us at M = 1
+ * (38 % of the memory floor; MARLIN 124), 1.24x MARLIN at M = 16..64, 1.05x at 1024, 1.19x at 4096.
+ * Whole-layer figures for every preset, and where MARLIN still wins (small experts, few experts,
+ * M = 4): bench/results/2026-12-02-h200-backends.md; v1 -> v2 and the next steps:
+ * bench/results/2026-12-02-h200-hopper-gemm-v2.md.
  *
  * Design
  * ------
  * Swapped product. For one block of BM sorted rows (tokens) of expert e and a tile of 128 weight
  * rows (output columns n), the CTA computes D[n, m] = W_e[n, :] . A[m, :]^T: the weights are
- * wgmma's M side (64 rows per consumer warpgroup, two consumer warpgroups) and come from
+ * wgmma's M side (64 rows per consumer warpgroup, two warpgroups across the 128 rows) and come from
  * REGISTERS after decoding; the tokens are wgmma's N side (N = BM = 8..128) and come from shared
  * memory. Small M then costs a narrow wgmma (m64n8k16 at decode) instead of a 64-row MMA tile
  * filled with padding, and the weights are never written back to shared memory.
@@ -48,7 +45,11 @@
  * become normal; Eb is 5..22, so neither the exponent nor the sign overflows). One HMUL2 then
  * gives W * sf * 2^-7 EXACTLY in both types (W*sf has <= 6 significant bits); the 2^7 and the
  * expert's scale_2 are applied to the fp32 accumulator in the epilogue. Zero scales zero the
- * codes, negative scales flip the code signs (both exact).
+ * codes, negative scales flip the code signs (both exact). Per k16 step and lane (4 A registers,
+ * 8 weights): one SHF (q >> 8), 4 x (LOP3 isolate, IMAD making both shifted copies, LOP3 mask)
+ * as in kernels/marlin_gemm.cu, one PRMT + one IMAD expanding the two rows' scales into one
+ * register [row g | row g+8], and 4 HMUL2 that pick their half with an operand selector: ~19
+ * instructions (the first version: ~24).
  *
  * Activations. Gathered rows (A row = pair / a_row_div; sentinel rows zero-filled) of one k tile
  * (128 values = 256 B) land in shared memory as two K-major 128-byte-swizzle atoms:
@@ -59,23 +60,35 @@
  * 1024 B (8-row group pitch) in bits 32..45, layout type 1 (128B swizzle) in bits 62..63, base
  * offset 0 (every atom is 1024-byte aligned).
  *
- * Pipeline. 384 threads, one CTA per SM: warpgroup 0 is the producer (setmaxnreg.dec to 56),
- * warpgroups 1 and 2 the consumers (setmaxnreg.inc to 224). A ring of STAGES shared-memory stages
- * (16 at BM=8 down to 5 at BM=128, ~210 KB), each [activations BM*256 B | weights 9216 B], with a
- * "full" and an "empty" mbarrier per stage.
+ * Pipeline. One CTA per SM: warpgroup 0 is the producer (setmaxnreg.dec to 56), 2*KS consumer
+ * warpgroups follow. KS = 1 (block_m > NVFP4MOE_HOPPER_KS2_MAX_BM): 384 threads, 2 consumer
+ * warpgroups (setmaxnreg.inc to 224), each 64 weight rows x all 8 k16 steps of a k tile. KS = 2
+ * (small block_m): 640 threads, 4 consumer warpgroups (104 registers each): warpgroups wg and
+ * wg + 2 share rows 64*wg.. and split each k tile's steps 0..3 / 4..7 (k group kg), each with its
+ * own accumulators; once per work item k group 1 hands its sums to k group 0 through shared
+ * memory (named barrier 4 + wg, 256 threads), which runs the epilogue. KS = 2 doubles the
+ * consumer warps per scheduler (4 instead of 2) so the FP4 decode's latency is hidden. A ring of
+ * STAGES shared-memory stages (16 at BM=8 down to 5 at BM=128, ~210 KB), each [activations
+ * BM*256 B | weights 9216 B], with a "full" and an "empty" mbarrier per stage.
  *   producer: wait empty (parity trick: the first pass over the ring does not block), thread 0
  *     posts expect_tx(9216) and issues ONE cp.async.bulk of the weight chunk completing on the full
  *     barrier (async proxy, complete_tx); all 128 threads issue 16-byte cp.async.cg (zero-fill
  *     for sentinel rows and the K tail) for the gathered activations into the swizzled slots and
- *     then cp.async.mbarrier.arrive.noinc on the full barrier. Full barrier count = 128 + 1.
- *   consumer warpgroup: wait full; fence.proxy.async (the cp.async writes are generic-proxy,
- *     wgmma reads through the async proxy); LDS its codes and scales; decode k16 steps 0..3 into
- *     register set A0, wgmma.fence, 4 x wgmma m64nBMk16 (A0 from registers, B descriptor),
- *     commit; wait_group 1 (now the previous tile's second group is done, so its stage is
- *     released: lane 0 of each warp arrives on the empty barrier, count 8); decode steps 4..7
- *     into A1, 4 wgmmas, commit; before the next tile's A0 decode, wait_group 1 retires the A0
- *     group of this tile. So the decode of one half overlaps the tensor-core work of the other
- *     and A registers are never rewritten while a wgmma may still read them.
+ *     then arrive on the full barrier (count 128 + 1): with NVFP4MOE_HOPPER_PFENCE = 0 through
+ *     cp.async.mbarrier.arrive.noinc, and each consumer thread runs fence.proxy.async after its
+ *     full-barrier wait (cp.async writes are generic-proxy, wgmma reads through the async proxy);
+ *     with PFENCE = 1 the producer thread instead waits for its copies of the previous stage
+ *     (cp.async.wait_group 1, or wait_all before it would block on an empty slot), fences the
+ *     proxies itself and then arrives (release), so no consumer fences per tile.
+ *   consumer warpgroup (STEPS = 8 / KS k16 steps per tile, in two halves): wait full; LDS its
+ *     codes and scales; decode the first half into register set A0, wgmma.fence, STEPS/2 x wgmma
+ *     m64nBMk16 (A0 from registers, B descriptor), commit; wait_group 1 (now the previous tile's
+ *     second group is done, so its stage is released: lane 0 of each consumer warp arrives on
+ *     the empty barrier, count 8 * KS); decode the second half into A1, wgmmas, commit; before
+ *     the next tile's A0 decode, wait_group 1 retires the A0 group of this tile. So the decode
+ *     of one half overlaps the tensor-core work of the other and A registers are never
+ *     rewritten while a wgmma may still read them. Descriptors are the low 32-bit word only
+ *     (one add per k16 step), the high word is a constant.
  * Scheduler. Persistent: every CTA reads num_blocks on the device and walks work items
  * item = blockIdx.x + i * gridDim.x over (block, n tile, k split); the producer and consumers walk
  * the same sequence, so the stage counter (stage, phase) stays in lock step across items. The
@@ -112,21 +125,41 @@ constexpr int kTN = 128;                   // weight rows per CTA tile: 2 consum
 constexpr int kCodeBytes = kTN * kTK / 2;  // 8192
 constexpr int kScaleBytes = kTN * kTK / 16;  // 1024
 constexpr int kWChunk = kCodeBytes + kScaleBytes;  // 9216: one cp.async.bulk per stage
-constexpr int kThreads = 384;
 constexpr int kMaxSplits = 16;
 constexpr int kMinTilesPerSplit = 4;
 constexpr uint8_t kScaleDontCare = 5 << 3; // Eb = 5: any valid scale, used where codes are 0
 constexpr int kSmemBudget = 220 * 1024;    // dynamic shared memory for the stages
 constexpr size_t kMaxSplitWsBytes = size_t(64) << 20;
 
+// Consumer k groups per block_m: KS = 2 splits every k tile's 8 k16 steps between two pairs of
+// consumer warpgroups (4 consumer warpgroups, 16 consumer warps: 4 per scheduler instead of 2, to
+// hide the decode's latency), each pair with its own accumulators, summed through shared memory
+// once per work item. KS = 1: the original 2 consumer warpgroups, each over all 8 steps.
+#ifndef NVFP4MOE_HOPPER_KS2_MAX_BM
+#define NVFP4MOE_HOPPER_KS2_MAX_BM 32
+#endif
+// Where the cp.async -> wgmma proxy fence sits: 1 = in the producer, after its copies of a stage
+// have landed and before it arrives on the stage's full barrier; 0 = in every consumer thread
+// after the full barrier, once per tile.
+#ifndef NVFP4MOE_HOPPER_PFENCE
+#define NVFP4MOE_HOPPER_PFENCE 0
+#endif
+template <int BM>
+struct KSplit {
+    static constexpr int value = BM <= NVFP4MOE_HOPPER_KS2_MAX_BM ? 2 : 1;
+};
+
 template <int BM>
 struct Cfg {
+    static constexpr int KS = KSplit<BM>::value;
+    static constexpr int THREADS = 128 * (1 + 2 * KS);  // producer warpgroup + 2*KS consumers
     static constexpr int ACT = BM * kTK * 2;            // activation bytes per stage
     static constexpr int STAGE = ACT + kWChunk;
-    static constexpr int S0 = kSmemBudget / STAGE;
-    static constexpr int STAGES = S0 > 16 ? 16 : S0;
-    static constexpr int SMEM = STAGES * STAGE + 1024;  // + slack to align the base to 1024
     static constexpr int NACC = BM / 2;                 // fp32 accumulators per thread
+    static constexpr int RED = KS == 2 ? 2 * NACC * 128 * 4 : 0;  // k-group reduction buffer
+    static constexpr int S0 = (kSmemBudget - RED) / STAGE;
+    static constexpr int STAGES = S0 > 16 ? 16 : S0;
+    static constexpr int SMEM = STAGES * STAGE + RED + 1024;  // + slack to align the base to 1024
     static constexpr int CPT = BM * (kTK / 8) / 128;    // 16-byte activation chunks per producer thread
     static_assert(BM % 8 == 0 && BM >= 8 && BM <= 128, "wgmma N = BM");
     static_assert(NACC * 2 == BM && CPT * 128 == BM * (kTK / 8), "whole chunks per thread");
@@ -155,7 +188,17 @@ struct Params {
 
 #if NVFP4MOE_HOPPER_DEVICE
 constexpr int kProducerRegs = 56;
-constexpr int kConsumerRegs = 224;         // 128*56 + 256*224 = 64512 <= 65536
+// setmaxnreg only moves registers inside the CTA's launch allocation: the producer's .dec
+// releases what the consumers' .inc takes, and an .inc that asks for more than was released
+// blocks forever. KS = 1: launch 384 x 168, 128*56 + 256*224 = 384*168. KS = 2: launch
+// 640 x 96 (the __launch_bounds__(640, 1) cap), 128*56 + 512*104 = 60416 <= 640*96 = 61440
+// (112 per consumer, the first version, needed 64512 and hung in setmaxnreg.inc).
+template <int KS>
+struct ConsumerRegs {
+    static constexpr int value = KS == 2 ? 104 : 224;
+};
+static_assert(128 * kProducerRegs + 256 * 224 <= 384 * 168, "KS = 1 register budget");
+static_assert(128 * kProducerRegs + 512 * 104 <= 640 * 96, "KS = 2 register budget");
 constexpr float kAccUnscale = 128.0f;      // 2^7: the decoded product is W*sf*2^-7
 
 // ---- wgmma wrappers (generated) -----------------------------------------------------------
@@ -192,6 +235,22 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
             : "memory");
     } while (!done);
 }
+#if NVFP4MOE_HOPPER_PFENCE
+// Non-blocking: has the phase with the given parity completed?
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+#endif
 // One bulk copy global -> shared through the copy engine, completing bytes on the mbarrier.
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes,
                                          uint32_t bar) {
@@ -207,11 +266,13 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, uint32
                  "r"(src_bytes)
                  : "memory");
 }
+#if !NVFP4MOE_HOPPER_PFENCE
 // The mbarrier receives one arrival when all of this thread's earlier cp.async have landed
 // (.noinc: the arrival is counted in the barrier's init count, not added to it).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+#endif
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -258,42 +319,70 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
     return v;
 }
 
-// wgmma shared-memory descriptor of a K-major, 128-byte-swizzled operand (see the top comment).
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(16 >> 4) << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+[[maybe_unused]] __device__ __forceinline__ uint2 lds64(uint32_t addr) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+    return v;
+}
+// Barrier among the 256 threads of the two k groups of consumer row half wg (ids 4, 5).
+__device__ __forceinline__ void pair_barrier(int wg) {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(4 + wg) : "memory");
+}
+
+// wgmma shared-memory descriptor of a K-major, 128-byte-swizzled operand (see the top comment):
+// the low word is (address >> 4) | (leading byte offset 16 >> 4) << 16 (shared addresses are
+// below 2^18, so address >> 4 fits its 14 bits), the high word the stride byte offset 1024 >> 4
+// and layout type 1 (128B swizzle) in bits 62..63. Built from the low word alone so the k16-step
+// advance is one 32-bit add.
+constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr) { return (addr >> 4) | (1u << 16); }
+__device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
+    return ((uint64_t)kDescHi << 32) | (uint64_t)lo;
 }
 
 // Pair J of word q (nibbles J and J+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16).
+// The sign (nibble bit 3) must land on bit 15 (31) and the magnitude (bits 0..2) on bits 6..8
+// (bf16) or 9..11 (fp16). As in kernels/marlin_gemm.cu: for bf16 one IMAD makes both shifted
+// copies of the isolated nibble pair at once (x * (2^a + 2^b); the copies never overlap, so the
+// add never carries), moving a third of the decode from the integer (ALU) pipe to the FMA pipe:
+// 3 instructions per pair. Pairs 2 and 3 read q8 = q >> 8 (one shift per word) because a multiply
+// cannot shift right. fp16's two copies would overlap by one bit, so it ORs two shifts.
 template <bool BF16, int J>
-__device__ __forceinline__ uint32_t decode_pair(uint32_t q) {
-    constexpr int kSignShift = 12 - 4 * J;             // nibble sign bit 4J+3 -> bit 15 (and 31)
-    constexpr int kMagShift = (BF16 ? 6 : 9) - 4 * J;  // magnitude bits 4J..4J+2 -> 6..8 / 9..11
-    constexpr uint32_t kMagMask = BF16 ? 0x01C001C0u : 0x0E000E00u;
-    const uint32_t s = q << kSignShift;
-    const uint32_t m = kMagShift >= 0 ? (q << (kMagShift >= 0 ? kMagShift : 0))
-                                      : (q >> (kMagShift < 0 ? -kMagShift : 0));
-    return (s & 0x80008000u) | (m & kMagMask);
+__device__ __forceinline__ uint32_t decode_pair(uint32_t q, uint32_t q8) {
+    constexpr int jj = J & 1;
+    const uint32_t x = (J < 2 ? q : q8) & (0x000F000Fu << (4 * jj));
+    if constexpr (BF16) {
+        constexpr uint32_t kCopies = (1u << (12 - 4 * jj)) + (1u << (6 - 4 * jj));
+        return (x * kCopies) & 0x81C081C0u;
+    } else {
+        return ((x << (9 - 4 * jj)) | (x << (12 - 4 * jj))) & 0x8E008E00u;
+    }
 }
 
-// Scale byte B of word w -> the same 16-bit float in both halves (sf*2^119 bf16, sf*2^7 fp16).
+// Scale bytes B (row g) and B+1 (row g+8) of word w -> the two 16-bit floats [row g | row g+8]
+// (sf*2^119 bf16, sf*2^7 fp16): one PRMT and one IMAD for both rows. The HMUL2 that applies them
+// picks its half with an operand selector (.H0_H0 / .H1_H1), so no per-row broadcast is built.
 template <bool BF16, int B>
-__device__ __forceinline__ uint32_t expand_scale(uint32_t w) {
-    constexpr uint32_t kSel = B | (4 << 4) | (B << 8) | (4 << 12);  // bytes [b, 0, b, 0]
+__device__ __forceinline__ uint32_t expand_scales(uint32_t w) {
+    constexpr uint32_t kSel = B | (4 << 4) | ((B + 1) << 8) | (4 << 12);  // bytes [b, 0, b+1, 0]
     const uint32_t x = __byte_perm(w, 0u, kSel);
-    return BF16 ? (x << 4) + ((232u << 7) | (232u << 23)) : (x << 7) + ((8u << 10) | (8u << 26));
+    return BF16 ? x * 16u + ((232u << 7) | (232u << 23)) : x * 128u + ((8u << 10) | (8u << 26));
 }
 
-template <bool BF16>
-__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
+// a * (low or high half of s, broadcast), as 16-bit float pairs in 32-bit registers.
+template <bool BF16, bool HIGH>
+__device__ __forceinline__ uint32_t hmul2_half(uint32_t a, uint32_t s) {
     uint32_t r;
     if constexpr (BF16) {
-        __nv_bfloat162 z = __hmul2(*reinterpret_cast<__nv_bfloat162 *>(&a),
-                                   *reinterpret_cast<__nv_bfloat162 *>(&b));
-        r = *reinterpret_cast<uint32_t *>(&z);
+        const __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a);
+        const __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162 *>(&s);
+        const __nv_bfloat162 z = __hmul2(x, HIGH ? __high2bfloat162(y) : __low2bfloat162(y));
+        r = *reinterpret_cast<const uint32_t *>(&z);
     } else {
-        __half2 z = __hmul2(*reinterpret_cast<__half2 *>(&a), *reinterpret_cast<__half2 *>(&b));
-        r = *reinterpret_cast<uint32_t *>(&z);
+        const __half2 x = *reinterpret_cast<__half2 *>(&a);
+        const __half2 y = *reinterpret_cast<__half2 *>(&s);
+        const __half2 z = __hmul2(x, HIGH ? __high2half2(y) : __low2half2(y));
+        r = *reinterpret_cast<const uint32_t *>(&z);
     }
     return r;
 }
@@ -304,15 +393,15 @@ __device__ __forceinline__ uint16_t to_half_bits(float x) {
     else return __half_as_ushort(__float2half_rn(x));
 }
 
-// One k16 step's A fragment: word q of codes, scale bytes 2s (row g) and 2s+1 (row g+8) of sw.
+// One k16 step's A fragment: word q of codes, scale bytes SB (row g) and SB+1 (row g+8) of sw.
 template <bool BF16, int SB>
 __device__ __forceinline__ void decode_step(uint32_t q, uint32_t sw, uint32_t (&a)[4]) {
-    const uint32_t s_lo = expand_scale<BF16, SB>(sw);      // row g
-    const uint32_t s_hi = expand_scale<BF16, SB + 1>(sw);  // row g + 8
-    a[0] = hmul2_u32<BF16>(decode_pair<BF16, 0>(q), s_lo);
-    a[1] = hmul2_u32<BF16>(decode_pair<BF16, 1>(q), s_hi);
-    a[2] = hmul2_u32<BF16>(decode_pair<BF16, 2>(q), s_lo);
-    a[3] = hmul2_u32<BF16>(decode_pair<BF16, 3>(q), s_hi);
+    const uint32_t sc = expand_scales<BF16, SB>(sw);  // [row g | row g + 8]
+    const uint32_t q8 = q >> 8;
+    a[0] = hmul2_half<BF16, false>(decode_pair<BF16, 0>(q, q8), sc);
+    a[1] = hmul2_half<BF16, true>(decode_pair<BF16, 1>(q, q8), sc);
+    a[2] = hmul2_half<BF16, false>(decode_pair<BF16, 2>(q, q8), sc);
+    a[3] = hmul2_half<BF16, true>(decode_pair<BF16, 3>(q, q8), sc);
 }
 
 // The K split count, the same in every thread of the grid: the smallest s whose last wave of
@@ -361,6 +450,9 @@ struct Kernel {
         // is r0 & 7 for every j since rows step by 8.
         const uint32_t dst0 = (uint32_t)((cc / 8) * BM * 128 + r0 * 128 + (((cc % 8) ^ (r0 & 7)) * 16));
         uint32_t it = 0;
+#if NVFP4MOE_HOPPER_PFENCE
+        int pending = -1;  // stage whose copies were issued but whose full barrier waits on them
+#endif
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
             const Item w = item_of(item, splits, p);
             const int e = p.block_expert[w.blk];
@@ -379,6 +471,15 @@ struct Kernel {
                 const uint32_t st = it % C::STAGES;
                 const uint32_t ph = (it / C::STAGES) & 1;
                 const uint32_t full = bars + 8 * st, empty = bars + 8 * (C::STAGES + st);
+#if NVFP4MOE_HOPPER_PFENCE
+                // Before blocking on a slot, publish the stage still pending (see below).
+                if (pending >= 0 && !mbar_test(empty, ph ^ 1)) {
+                    asm volatile("cp.async.wait_all;\n" ::: "memory");
+                    fence_proxy_async();
+                    mbar_arrive(bars + 8 * pending);
+                    pending = -1;
+                }
+#endif
                 mbar_wait(empty, ph ^ 1);  // the first pass finds the previous parity complete
                 uint8_t *stage = smem + st * C::STAGE;
                 if (tid == 0) {
@@ -394,23 +495,67 @@ struct Kernel {
                     const uint16_t *src = ok ? p.a + (size_t)arow * p.K + k : p.a;
                     cp_async16(sdst + j * 8 * 128, src, ok ? 16u : 0u);
                 }
+#if NVFP4MOE_HOPPER_PFENCE
+                // The activations are written by cp.async (generic proxy) and read by wgmma
+                // (async proxy): this thread waits for its copies of the previous stage, fences
+                // the proxies and only then arrives on that stage's full barrier, so the
+                // consumers need no proxy fence of their own on every tile.
+                asm volatile("cp.async.commit_group;\n" ::: "memory");
+                if (pending >= 0) {
+                    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                    fence_proxy_async();
+                    mbar_arrive(bars + 8 * pending);
+                }
+                pending = (int)st;
+#else
                 cp_async_arrive_noinc(full);
+#endif
             }
         }
         // Leave only after this thread's copies have landed (the consumers may still wait).
         asm volatile("cp.async.wait_all;\n" ::: "memory");
+#if NVFP4MOE_HOPPER_PFENCE
+        if (pending >= 0) {
+            fence_proxy_async();
+            mbar_arrive(bars + 8 * pending);
+        }
+#endif
     }
 
-    // ---- consumer warpgroup ----
+    // ---- consumer warpgroups ----
+    // Consumer warpgroup cw (0 .. 2*KS-1) owns weight rows 64*wg .. 64*wg+63 (wg = cw % 2) and,
+    // of every k tile, the STEPS k16 steps of k group kg = cw / 2. Per tile: decode the first
+    // half of its steps into A0, issue them (one wgmma group), then - once the previous tile's
+    // second group has retired (wait_group 1) and its stage is released - decode the second
+    // half into A1 and issue it; before the next tile's A0 decode, wait_group 1 retires this
+    // tile's A0 group. So a decode always overlaps the tensor-core work of the other half, and
+    // A registers are never rewritten while a wgmma may still read them.
+    static constexpr int KS = C::KS;
+    static constexpr int STEPS = 8 / KS;  // k16 steps per tile per consumer warpgroup
+    static constexpr int HS = STEPS / 2;  // steps per wgmma group
+
+    // Descriptor low-word offset (16-byte units) of local k16 step j: K half j/4 of the stage's
+    // activations (BM*128 bytes each), then 32 bytes per step inside the swizzle atom.
+    static __device__ __forceinline__ constexpr uint32_t step_off16(int j) {
+        return (uint32_t)((j / 4) * BM * 8 + (j % 4) * 2);
+    }
+
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
                                    int splits, int *s_flag) {
-        const int wg = threadIdx.x / 128 - 1;  // 0 or 1: weight rows 64*wg .. 64*wg+63
+        const int cw = threadIdx.x / 128 - 1;
+        const int wg = cw % 2;   // weight rows 64*wg .. 64*wg+63
+        const int kg = cw / 2;   // k group: steps STEPS*kg .. STEPS*kg + STEPS-1 of each tile
         const int warp = (threadIdx.x / 32) % 4;
         const int lane = threadIdx.x % 32;
+        const int tid = threadIdx.x % 128;
         const int g = lane / 4, t = lane % 4;
-        const uint32_t code_off = (uint32_t)(C::ACT + wg * 4096 + warp * 1024 + lane * 16);
-        const uint32_t scale_off = (uint32_t)(C::ACT + kCodeBytes + wg * 512 + warp * 128 + g * 16);
+        const uint32_t code_off =
+            (uint32_t)(C::ACT + wg * 4096 + warp * 1024 + lane * 16 + kg * 512);
+        const uint32_t scale_off =
+            (uint32_t)(C::ACT + kCodeBytes + wg * 512 + warp * 128 + g * 16 + kg * 8);
         const uint32_t smem0 = smem_u32(smem);
+        // The k group's first step is 4*kg (KS = 2): K half kg of the activations.
+        const uint32_t dlo0 = desc_lo(smem0) + (uint32_t)(kg * BM * 8);
         uint32_t it = 0;
         float acc[C::NACC];
 
@@ -424,42 +569,74 @@ struct Kernel {
                 const uint32_t st = it % C::STAGES;
                 const uint32_t ph = (it / C::STAGES) & 1;
                 mbar_wait(bars + 8 * st, ph);
-                fence_proxy_async();
+#if !NVFP4MOE_HOPPER_PFENCE
+                fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+#endif
                 const uint32_t sbase = smem0 + st * C::STAGE;
-                const uint4 q0 = lds128(sbase + code_off);
-                const uint4 q1 = lds128(sbase + code_off + 512);
-                const uint4 sc = lds128(sbase + scale_off);
-                uint32_t a0[4][4], a1[4][4];
+                const uint32_t dlo = dlo0 + st * (uint32_t)(C::STAGE / 16);
+                uint32_t cwd[STEPS], swd[STEPS / 2];
+                if constexpr (KS == 1) {
+                    const uint4 q0 = lds128(sbase + code_off);
+                    const uint4 q1 = lds128(sbase + code_off + 512);
+                    const uint4 sc = lds128(sbase + scale_off);
+                    cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+                    cwd[4] = q1.x; cwd[5] = q1.y; cwd[6] = q1.z; cwd[7] = q1.w;
+                    swd[0] = sc.x; swd[1] = sc.y; swd[2] = sc.z; swd[3] = sc.w;
+                } else {
+                    const uint4 q0 = lds128(sbase + code_off);
+                    const uint2 sc = lds64(sbase + scale_off);
+                    cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+                    swd[0] = sc.x; swd[1] = sc.y;
+                }
+                uint32_t a0[HS][4], a1[HS][4];
 
-                // First half: k16 steps 0..3 (scale words sc.x: steps 0,1; sc.y: steps 2,3).
                 wgmma_wait<1>();  // the previous tile's A0 group is done: A0 may be rewritten
-                decode_step<BF16, 0>(q0.x, sc.x, a0[0]);
-                decode_step<BF16, 2>(q0.y, sc.x, a0[1]);
-                decode_step<BF16, 0>(q0.z, sc.y, a0[2]);
-                decode_step<BF16, 2>(q0.w, sc.y, a0[3]);
+#pragma unroll
+                for (int j = 0; j < HS; j++) {
+                    if (j % 2 == 0) decode_step<BF16, 0>(cwd[j], swd[j / 2], a0[j]);
+                    else decode_step<BF16, 2>(cwd[j], swd[j / 2], a0[j]);
+                }
                 wgmma_fence();
 #pragma unroll
-                for (int s = 0; s < 4; s++)
-                    wgmma_rs<BM, BF16>(acc, a0[s], desc_sw128(sbase + s * 32));
+                for (int j = 0; j < HS; j++)
+                    wgmma_rs<BM, BF16>(acc, a0[j], desc_of(dlo + step_off16(j)));
                 wgmma_commit();
 
                 // The previous tile's A1 group is done: release its stage, rewrite A1.
                 wgmma_wait<1>();
                 if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
-                decode_step<BF16, 0>(q1.x, sc.z, a1[0]);
-                decode_step<BF16, 2>(q1.y, sc.z, a1[1]);
-                decode_step<BF16, 0>(q1.z, sc.w, a1[2]);
-                decode_step<BF16, 2>(q1.w, sc.w, a1[3]);
+#pragma unroll
+                for (int j = 0; j < HS; j++) {
+                    if (j % 2 == 0) decode_step<BF16, 0>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
+                    else decode_step<BF16, 2>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
+                }
                 wgmma_fence();
 #pragma unroll
-                for (int s = 0; s < 4; s++)
-                    wgmma_rs<BM, BF16>(acc, a1[s], desc_sw128(sbase + BM * 128 + s * 32));
+                for (int j = 0; j < HS; j++)
+                    wgmma_rs<BM, BF16>(acc, a1[j], desc_of(dlo + step_off16(HS + j)));
                 wgmma_commit();
                 prev_stage = (int)st;
             }
             wgmma_wait<0>();
             fence_operands(acc);
             if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
+            if constexpr (KS == 2) {
+                // k group 1 hands its partial sums to k group 0 of the same rows through shared
+                // memory ([wg][i][128 threads]: conflict-free); barrier 4 + wg = those 256 threads.
+                float *red = reinterpret_cast<float *>(smem + C::STAGES * C::STAGE) +
+                             wg * C::NACC * 128 + tid;
+                if (kg == 1) {
+#pragma unroll
+                    for (int i = 0; i < C::NACC; i++) red[i * 128] = acc[i];
+                }
+                pair_barrier(wg);
+                if (kg == 0) {
+#pragma unroll
+                    for (int i = 0; i < C::NACC; i++) acc[i] += red[i * 128];
+                }
+                pair_barrier(wg);  // read before k group 1 rewrites it for the next item
+                if (kg == 1) continue;
+            }
             epilogue(p, acc, w, splits, wg, warp, g, t, s_flag);
         }
     }
@@ -540,7 +717,7 @@ struct Kernel {
         if (threadIdx.x == 0) {
             for (int s = 0; s < C::STAGES; s++) {
                 mbar_init(bars + 8 * s, 128 + 1);           // 128 cp.async arrivals + expect_tx
-                mbar_init(bars + 8 * (C::STAGES + s), 8);   // lane 0 of the 8 consumer warps
+                mbar_init(bars + 8 * (C::STAGES + s), 8 * C::KS);  // lane 0 of each consumer warp
             }
             // Make the initialized barriers visible to the async proxy (the bulk copies).
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -556,7 +733,7 @@ struct Kernel {
             setmaxnreg_dec<kProducerRegs>();
             produce(p, smem, bars, items, splits, s_rows);
         } else {
-            setmaxnreg_inc<kConsumerRegs>();
+            setmaxnreg_inc<ConsumerRegs<C::KS>::value>();
             consume(p, smem, bars, items, splits, s_flag);
         }
     }
@@ -564,7 +741,7 @@ struct Kernel {
 #endif  // NVFP4MOE_HOPPER_DEVICE
 
 template <int BM, bool BF16>
-__global__ void __launch_bounds__(kThreads, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_HOPPER_DEVICE
     Kernel<BM, BF16>::run(p);
 #elif defined(__CUDA_ARCH__)
@@ -733,7 +910,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     long long most = (long long)args->max_blocks * p.n_tiles * p.max_splits;
     int grid = args->sm_count > 0 ? args->sm_count : 1;
     if (most < grid) grid = (int)most;
-    hopper_moe_gemm_kernel<BM, BF16><<<grid, kThreads, Cfg<BM>::SMEM, stream>>>(p);
+    hopper_moe_gemm_kernel<BM, BF16><<<grid, Cfg<BM>::THREADS, Cfg<BM>::SMEM, stream>>>(p);
     return cudaGetLastError();
 }
 

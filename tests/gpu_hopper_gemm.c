@@ -6,9 +6,13 @@
  *
  *   gpu_hopper_gemm            correctness grid against a CPU float64 reference
  *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer)
- *   gpu_hopper_gemm --bench [M]  DeepSeek-V3 GEMM1 + GEMM2 shapes at M in {1,16,64,256,1024,4096}
- *                              (or M alone), cold L2 by rotating 4 copies of the weights, median
- *                              of 24
+ *   gpu_hopper_gemm --bench [M,M..] [--sets N] [--model NAME|all] [--marlin]
+ *                              GEMM1 + GEMM2 of a model's routed experts (deepseek-v3 default;
+ *                              qwen3-30b-a3b, mixtral-8x7b, gpt-oss-120b) at M in
+ *                              {1,16,64,256,1024,4096} (or M alone), cold L2 by rotating N (4)
+ *                              separately repacked weight copies, median of 24; --marlin also
+ *                              times nvfp4moe_marlin_gemm the same way in the same run
+ *                              (env HOPPER_BENCH_BLOCK_M=B forces the Hopper block_m, for tuning)
  *
  * Each case: random top-k routing (distinct experts per token, some experts left empty), the
  * moe-align grouping built on the host, random E2M1 codes, realistic random E4M3 block scales
@@ -27,6 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../kernels/hopper_gemm.h"
+#include "../kernels/moe_gemm.h"
 
 #include "gpu_gemm_common.h"
 
@@ -227,162 +232,225 @@ static void fill_random(void *d, size_t bytes, int scales) {
     free(h);
 }
 
-#define BENCH_SETS 4   // weight copies rotated so every launch reads cold (4 x 6.4 GB >> 60 MB L2)
-#define BENCH_REPS 24  // timed launches per GEMM and M; the median is reported
+#define BENCH_MAX_SETS 8  // weight copies rotated so every launch reads cold (default 4)
+#define BENCH_REPS 24      // timed launches per GEMM and M; the median is reported
 
-static int bench(int sm_count, int only_m) {
-    const int E = 256, H = 7168, I = 2048, topk = 8;
+typedef struct {
+    const char *name;
+    int E, H, I, topk;
+} bench_model;
+
+static const bench_model bench_models[] = {
+    {"deepseek-v3", 256, 7168, 2048, 8},
+    {"qwen3-30b-a3b", 128, 2048, 768, 8},
+    {"mixtral-8x7b", 8, 4096, 14336, 2},
+    {"gpt-oss-120b", 128, 2880, 2880, 4},
+};
+
+// The two GEMMs of one kernel (Hopper or MARLIN) at one M: args, buffers, per-set weights.
+typedef struct {
+    nvfp4moe_hopper_args g1, g2;  // (nvfp4moe_marlin_args: the same struct)
+    void *ws1, *ws2;
+    int32_t *sorted, *bexp, *nb;
+    int bm;
+} bench_side;
+
+static void side_init(bench_side *sd, int marlin, const int32_t *ids, int P, int E, int N1, int K1,
+                      int N2, int K2, int topk, void *a1, void *a2, void *c1, void *c2, float *rs,
+                      float *s2, int sm_count) {
+    memset(sd, 0, sizeof *sd);
+    sd->bm = marlin ? nvfp4moe_marlin_block_m(P, E) : nvfp4moe_hopper_block_m(P, E);
+    const char *force = marlin ? NULL : getenv("HOPPER_BENCH_BLOCK_M");  // tuning experiments
+    if (force && atoi(force) > 0) sd->bm = atoi(force);
+    grouping g = make_grouping(ids, P, E, sd->bm);
+    CUDA_OK(cudaMalloc((void **)&sd->sorted, sizeof(int32_t) * g.cap));
+    CUDA_OK(cudaMalloc((void **)&sd->bexp, sizeof(int32_t) * g.max_blocks));
+    CUDA_OK(cudaMalloc((void **)&sd->nb, sizeof(int32_t)));
+    CUDA_OK(cudaMemcpy(sd->sorted, g.sorted_ids, sizeof(int32_t) * g.cap, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(sd->bexp, g.block_expert, sizeof(int32_t) * g.max_blocks,
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(sd->nb, &g.num_blocks, sizeof(int32_t), cudaMemcpyHostToDevice));
+    size_t w1 = marlin ? nvfp4moe_marlin_workspace_bytes(P, N1, K1, g.max_blocks, sd->bm, sm_count)
+                       : nvfp4moe_hopper_workspace_bytes(P, N1, K1, g.max_blocks, sd->bm, sm_count);
+    size_t w2 = marlin ? nvfp4moe_marlin_workspace_bytes(P, N2, K2, g.max_blocks, sd->bm, sm_count)
+                       : nvfp4moe_hopper_workspace_bytes(P, N2, K2, g.max_blocks, sd->bm, sm_count);
+    if (w1) CUDA_OK(cudaMalloc(&sd->ws1, w1));
+    if (w2) CUDA_OK(cudaMalloc(&sd->ws2, w2));
+    nvfp4moe_hopper_args *x = &sd->g1;
+    x->a = a1; x->a_row_div = topk; x->scale_2 = s2; x->c = c1;
+    x->sorted_ids = sd->sorted; x->block_expert = sd->bexp; x->num_blocks = sd->nb;
+    x->P = P; x->N = N1; x->K = K1; x->E = E; x->block_m = sd->bm; x->max_blocks = g.max_blocks;
+    x->is_bf16 = 1; x->workspace = sd->ws1; x->sm_count = sm_count;
+    sd->g2 = sd->g1;
+    sd->g2.a = a2; sd->g2.a_row_div = 1; sd->g2.c = c2; sd->g2.N = N2; sd->g2.K = K2;
+    sd->g2.row_scale = rs; sd->g2.workspace = sd->ws2;
+    free(g.sorted_ids);
+    free(g.block_expert);
+}
+
+static void side_free(bench_side *sd) {
+    cudaFree(sd->sorted); cudaFree(sd->bexp); cudaFree(sd->nb);
+    if (sd->ws1) cudaFree(sd->ws1);
+    if (sd->ws2) cudaFree(sd->ws2);
+}
+
+// Median times (us) of GEMM1 and GEMM2, rotating the weight sets (the first `sets` launches are
+// warm-up), CUDA events around each GEMM call.
+static void side_time(bench_side *sd, int marlin, void **b1, void **b2, int sets, double *us1,
+                      double *us2) {
+    cudaEvent_t ev[4];
+    for (int i = 0; i < 4; i++) CUDA_OK(cudaEventCreate(&ev[i]));
+    float t1[BENCH_REPS], t2[BENCH_REPS];
+    for (int r = -sets; r < BENCH_REPS; r++) {
+        const int set = (r + sets) % sets;
+        sd->g1.b = b1[set];
+        sd->g2.b = b2[set];
+        CUDA_OK(cudaEventRecord(ev[0], 0));
+        CUDA_OK(marlin ? nvfp4moe_marlin_gemm(&sd->g1, 0) : nvfp4moe_hopper_gemm(&sd->g1, 0));
+        CUDA_OK(cudaEventRecord(ev[1], 0));
+        CUDA_OK(cudaEventRecord(ev[2], 0));
+        CUDA_OK(marlin ? nvfp4moe_marlin_gemm(&sd->g2, 0) : nvfp4moe_hopper_gemm(&sd->g2, 0));
+        CUDA_OK(cudaEventRecord(ev[3], 0));
+        CUDA_OK(cudaEventSynchronize(ev[3]));
+        CUDA_OK(cudaGetLastError());
+        if (r >= 0) {
+            CUDA_OK(cudaEventElapsedTime(&t1[r], ev[0], ev[1]));
+            CUDA_OK(cudaEventElapsedTime(&t2[r], ev[2], ev[3]));
+        }
+    }
+    qsort(t1, BENCH_REPS, sizeof(float), cmp_float);
+    qsort(t2, BENCH_REPS, sizeof(float), cmp_float);
+    *us1 = t1[BENCH_REPS / 2] * 1e3;
+    *us2 = t2[BENCH_REPS / 2] * 1e3;
+    for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
+}
+
+// GEMM1 ([2I, H]) + GEMM2 ([H, I]) of one model's routed experts, bf16, both kernels (the MARLIN
+// one only with `marlin`) timed the same way in the same process: cold L2 by rotating `sets`
+// separately repacked weight copies per kernel and GEMM.
+// only_m: 0 = every M, else a comma-separated list of the M values to run ("1,64,1024").
+static int m_selected(const char *only_m, int M) {
+    if (!only_m) return 1;
+    for (const char *q = only_m; *q;) {
+        char *end;
+        long v = strtol(q, &end, 10);
+        if (end == q) break;
+        if (v == M) return 1;
+        q = *end == ',' ? end + 1 : end;
+    }
+    return 0;
+}
+
+static int bench(int sm_count, const char *only_m, int sets, const bench_model *md, int marlin) {
+    const int E = md->E, H = md->H, I = md->I, topk = md->topk;
     const int Ms[] = {1, 16, 64, 256, 1024, 4096};
     const double bw_floor = 4.27e12, tf_floor = 788e12;  // measured on this H200 (perf_anchors)
     const int N1 = 2 * I, K1 = H, N2 = H, K2 = I;
 
-    // One random canonical tensor (sized for GEMM1, the larger), repacked BENCH_SETS times per
-    // GEMM shape into separate buffers.
-    void *b1[BENCH_SETS], *b2[BENCH_SETS];
+    // One random canonical tensor per GEMM shape, repacked `sets` times into separate buffers.
+    void *b1[BENCH_MAX_SETS], *b2[BENCH_MAX_SETS], *m1[BENCH_MAX_SETS], *m2[BENCH_MAX_SETS];
     size_t p1 = nvfp4moe_hopper_packed_bytes(E, N1, K1), p2 = nvfp4moe_hopper_packed_bytes(E, N2, K2);
-    {
+    size_t q1 = nvfp4moe_marlin_packed_bytes(E, N1, K1), q2 = nvfp4moe_marlin_packed_bytes(E, N2, K2);
+    for (int gi = 0; gi < 2; gi++) {
+        const int N = gi ? N2 : N1, K = gi ? K2 : K1;
         uint8_t *w, *sf;
-        size_t wb = (size_t)E * N1 * K1 / 2, sb = (size_t)E * N1 * K1 / 16;
+        size_t wb = (size_t)E * N * K / 2, sb = (size_t)E * N * K / 16;
         CUDA_OK(cudaMalloc((void **)&w, wb));
         CUDA_OK(cudaMalloc((void **)&sf, sb));
         fill_random(w, wb, 0);
         fill_random(sf, sb, 1);
-        cudaEvent_t r0, r1;
-        CUDA_OK(cudaEventCreate(&r0));
-        CUDA_OK(cudaEventCreate(&r1));
-        for (int s = 0; s < BENCH_SETS; s++) {
-            CUDA_OK(cudaMalloc(&b1[s], p1));
-            CUDA_OK(cudaMalloc(&b2[s], p2));
-            CUDA_OK(cudaEventRecord(r0, 0));
-            CUDA_OK(nvfp4moe_hopper_repack(w, sf, E, N1, K1, b1[s], 0));
-            CUDA_OK(cudaEventRecord(r1, 0));
-            CUDA_OK(nvfp4moe_hopper_repack(w, sf, E, N2, K2, b2[s], 0));
-            CUDA_OK(cudaDeviceSynchronize());
-            if (s == 0) {
-                float ms;
-                CUDA_OK(cudaEventElapsedTime(&ms, r0, r1));
-                printf("repack GEMM1 weights (%.2f GB canonical -> %.2f GB): %.2f ms\n",
-                       (wb + sb) / 1e9, p1 / 1e9, ms);
+        for (int s = 0; s < sets; s++) {
+            void **hb = gi ? &b2[s] : &b1[s], **mb = gi ? &m2[s] : &m1[s];
+            CUDA_OK(cudaMalloc(hb, gi ? p2 : p1));
+            CUDA_OK(nvfp4moe_hopper_repack(w, sf, E, N, K, *hb, 0));
+            if (marlin) {
+                CUDA_OK(cudaMalloc(mb, gi ? q2 : q1));
+                CUDA_OK(nvfp4moe_marlin_repack(w, sf, E, N, K, *mb, 0));
             }
         }
-        cudaEventDestroy(r0);
-        cudaEventDestroy(r1);
+        CUDA_OK(cudaDeviceSynchronize());
         cudaFree(w);
         cudaFree(sf);
     }
     float *s2;
     CUDA_OK(cudaMalloc((void **)&s2, sizeof(float) * E));
     {
-        float hs[256];
+        float *hs = malloc(sizeof(float) * E);
         for (int e = 0; e < E; e++) hs[e] = 1.0f / 2688.0f;
-        CUDA_OK(cudaMemcpy(s2, hs, sizeof hs, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(s2, hs, sizeof(float) * E, cudaMemcpyHostToDevice));
+        free(hs);
     }
 
-    printf("\nDeepSeek-V3 routed experts (E=256, H=7168, I=2048, top-8), bf16, cold L2 (%d weight "
-           "copies rotated), median of %d, CUDA events per launch\n",
-           BENCH_SETS, BENCH_REPS);
+    printf("\n%s routed experts (E=%d, H=%d, I=%d, top-%d), bf16, cold L2 (%d weight copies "
+           "rotated per kernel), median of %d, CUDA events per GEMM call\n",
+           md->name, E, H, I, topk, sets, BENCH_REPS);
     printf("floors: weight bytes touched / 4.27 TB/s and FLOPs / 788 TFLOP/s (measured on this H200)\n\n");
-    printf("| M | P | block_m | experts | GEMM1 us | GEMM2 us | total us | weight GB/s | %% of 4.27 TB/s "
-           "| TFLOP/s | %% of 788 TF | floor us | %% of floor |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| M | P | block_m | experts | GEMM1 us | GEMM2 us | total us | weight GB/s | TFLOP/s "
+           "| floor us | %% of floor | MARLIN bm | MARLIN G1 us | MARLIN G2 us | MARLIN us | vs MARLIN |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
         const int M = Ms[mi], P = M * topk;
-        if (only_m > 0 && M != only_m) continue;
+        if (!m_selected(only_m, M)) continue;
         int32_t *ids = malloc(sizeof(int32_t) * P);
         route(M, topk, E, ids);
-        const int bm = nvfp4moe_hopper_block_m(P, E);
-        grouping g = make_grouping(ids, P, E, bm);
+        int *hit = calloc((size_t)E, sizeof(int));
         int touched = 0;
-        for (int e = 0; e < E; e++) {
-            int any = 0;
-            for (int p = 0; p < P; p++) any |= ids[p] == e;
-            touched += any;
-        }
-        void *a1, *a2, *c1, *c2, *ws1 = NULL, *ws2 = NULL;
+        for (int p = 0; p < P; p++) hit[ids[p]] = 1;
+        for (int e = 0; e < E; e++) touched += hit[e];
+        free(hit);
+        void *a1, *a2, *c1, *c2;
         float *rs;
-        int32_t *sorted, *bexp, *nb;
         CUDA_OK(cudaMalloc(&a1, (size_t)M * K1 * 2));
         CUDA_OK(cudaMalloc(&a2, (size_t)P * K2 * 2));
         CUDA_OK(cudaMalloc(&c1, (size_t)P * N1 * 2));
         CUDA_OK(cudaMalloc(&c2, (size_t)P * N2 * 2));
         CUDA_OK(cudaMalloc((void **)&rs, sizeof(float) * P));
-        CUDA_OK(cudaMalloc((void **)&sorted, sizeof(int32_t) * g.cap));
-        CUDA_OK(cudaMalloc((void **)&bexp, sizeof(int32_t) * g.max_blocks));
-        CUDA_OK(cudaMalloc((void **)&nb, sizeof(int32_t)));
         {
-            uint16_t *h = malloc((size_t)P * K2 * 2 > (size_t)M * K1 * 2 ? (size_t)P * K2 * 2
-                                                                            : (size_t)M * K1 * 2);
-            for (size_t i = 0; i < (size_t)M * K1; i++) h[i] = f2bf((float)rng_normal());
-            CUDA_OK(cudaMemcpy(a1, h, (size_t)M * K1 * 2, cudaMemcpyHostToDevice));
+            size_t n1 = (size_t)M * K1, n2 = (size_t)P * K2;
+            uint16_t *h = malloc(2 * (n1 > n2 ? n1 : n2));
+            for (size_t i = 0; i < n1; i++) h[i] = f2bf((float)rng_normal());
+            CUDA_OK(cudaMemcpy(a1, h, n1 * 2, cudaMemcpyHostToDevice));
             // GEMM2's activations: what the SiLU-and-mul stage would produce, magnitude ~1.
-            for (size_t i = 0; i < (size_t)P * K2; i++) h[i] = f2bf((float)rng_normal());
-            CUDA_OK(cudaMemcpy(a2, h, (size_t)P * K2 * 2, cudaMemcpyHostToDevice));
+            for (size_t i = 0; i < n2; i++) h[i] = f2bf((float)rng_normal());
+            CUDA_OK(cudaMemcpy(a2, h, n2 * 2, cudaMemcpyHostToDevice));
             free(h);
             float *hr = malloc(sizeof(float) * P);
             for (int p = 0; p < P; p++) hr[p] = 1.0f / topk;
             CUDA_OK(cudaMemcpy(rs, hr, sizeof(float) * P, cudaMemcpyHostToDevice));
             free(hr);
         }
-        CUDA_OK(cudaMemcpy(sorted, g.sorted_ids, sizeof(int32_t) * g.cap, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(bexp, g.block_expert, sizeof(int32_t) * g.max_blocks,
-                           cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(nb, &g.num_blocks, sizeof(int32_t), cudaMemcpyHostToDevice));
-        size_t w1 = nvfp4moe_hopper_workspace_bytes(P, N1, K1, g.max_blocks, bm, sm_count);
-        size_t w2 = nvfp4moe_hopper_workspace_bytes(P, N2, K2, g.max_blocks, bm, sm_count);
-        if (w1) CUDA_OK(cudaMalloc(&ws1, w1));
-        if (w2) CUDA_OK(cudaMalloc(&ws2, w2));
-
-        nvfp4moe_hopper_args g1, g2;
-        memset(&g1, 0, sizeof g1);
-        g1.a = a1; g1.a_row_div = topk; g1.b = b1[0]; g1.scale_2 = s2; g1.c = c1;
-        g1.sorted_ids = sorted; g1.block_expert = bexp; g1.num_blocks = nb;
-        g1.P = P; g1.N = N1; g1.K = K1; g1.E = E; g1.block_m = bm; g1.max_blocks = g.max_blocks;
-        g1.is_bf16 = 1; g1.workspace = ws1; g1.sm_count = sm_count;
-        g2 = g1;
-        g2.a = a2; g2.a_row_div = 1; g2.b = b2[0]; g2.c = c2; g2.N = N2; g2.K = K2;
-        g2.row_scale = rs; g2.workspace = ws2;
-
-        cudaEvent_t ev[4];
-        for (int i = 0; i < 4; i++) CUDA_OK(cudaEventCreate(&ev[i]));
-        float t1[BENCH_REPS], t2[BENCH_REPS];
-        for (int r = -BENCH_SETS; r < BENCH_REPS; r++) {  // the first BENCH_SETS are warm-up
-            const int set = (r + BENCH_SETS) % BENCH_SETS;
-            g1.b = b1[set];
-            g2.b = b2[set];
-            CUDA_OK(cudaEventRecord(ev[0], 0));
-            CUDA_OK(nvfp4moe_hopper_gemm(&g1, 0));
-            CUDA_OK(cudaEventRecord(ev[1], 0));
-            CUDA_OK(cudaEventRecord(ev[2], 0));
-            CUDA_OK(nvfp4moe_hopper_gemm(&g2, 0));
-            CUDA_OK(cudaEventRecord(ev[3], 0));
-            CUDA_OK(cudaEventSynchronize(ev[3]));
-            CUDA_OK(cudaGetLastError());
-            if (r >= 0) {
-                CUDA_OK(cudaEventElapsedTime(&t1[r], ev[0], ev[1]));
-                CUDA_OK(cudaEventElapsedTime(&t2[r], ev[2], ev[3]));
-            }
+        bench_side hs, ms;
+        double us1, us2, mu1 = 0, mu2 = 0;
+        side_init(&hs, 0, ids, P, E, N1, K1, N2, K2, topk, a1, a2, c1, c2, rs, s2, sm_count);
+        side_time(&hs, 0, b1, b2, sets, &us1, &us2);
+        side_free(&hs);
+        if (marlin) {
+            side_init(&ms, 1, ids, P, E, N1, K1, N2, K2, topk, a1, a2, c1, c2, rs, s2, sm_count);
+            side_time(&ms, 1, m1, m2, sets, &mu1, &mu2);
+            side_free(&ms);
         }
-        qsort(t1, BENCH_REPS, sizeof(float), cmp_float);
-        qsort(t2, BENCH_REPS, sizeof(float), cmp_float);
-        double us1 = t1[BENCH_REPS / 2] * 1e3, us2 = t2[BENCH_REPS / 2] * 1e3, us = us1 + us2;
+        const double us = us1 + us2, mu = mu1 + mu2;
         double bytes = (double)touched * ((double)N1 * K1 + (double)N2 * K2) * 0.5625;
         double flops = 2.0 * P * ((double)N1 * K1 + (double)N2 * K2);
         double floor_us = fmax(bytes / bw_floor, flops / tf_floor) * 1e6;
-        printf("| %d | %d | %d | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
-               M, P, bm, touched, us1, us2, us, bytes / (us * 1e-6) / 1e9,
-               100.0 * bytes / (us * 1e-6) / bw_floor, flops / (us * 1e-6) / 1e12,
-               100.0 * flops / (us * 1e-6) / tf_floor, floor_us, 100.0 * floor_us / us);
+        printf("| %d | %d | %d | %d | %.1f | %.1f | %.1f | %.0f | %.1f | %.1f | %.1f ", M, P, hs.bm,
+               touched, us1, us2, us, bytes / (us * 1e-6) / 1e9, flops / (us * 1e-6) / 1e12,
+               floor_us, 100.0 * floor_us / us);
+        if (marlin)
+            printf("| %d | %.1f | %.1f | %.1f | %.2fx |\n", ms.bm, mu1, mu2, mu, mu / us);
+        else
+            printf("| - | - | - | - | - |\n");
         fflush(stdout);
-        for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
-        cudaFree(a1); cudaFree(a2); cudaFree(c1); cudaFree(c2); cudaFree(rs); cudaFree(sorted);
-        cudaFree(bexp); cudaFree(nb);
-        if (ws1) cudaFree(ws1);
-        if (ws2) cudaFree(ws2);
-        free(ids); free(g.sorted_ids); free(g.block_expert);
+        cudaFree(a1); cudaFree(a2); cudaFree(c1); cudaFree(c2); cudaFree(rs);
+        free(ids);
     }
-    for (int s = 0; s < BENCH_SETS; s++) {
+    for (int s = 0; s < sets; s++) {
         cudaFree(b1[s]);
         cudaFree(b2[s]);
+        if (marlin) {
+            cudaFree(m1[s]);
+            cudaFree(m2[s]);
+        }
     }
     cudaFree(s2);
     return 0;
@@ -422,7 +490,23 @@ int main(int argc, char **argv) {
         printf("gpu_hopper_gemm: %d passed, %d failed\n", n_passed, n_failed);
         return n_failed ? 1 : 0;
     }
-    if (argc > 1 && strcmp(argv[1], "--bench") == 0) return bench(sm_count, argc > 2 ? atoi(argv[2]) : 0);
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        // --bench [M,M..] [--sets N] [--model NAME|all] [--marlin]
+        int sets = 4, marlin = 0, rc = 0;
+        const char *only_m = NULL;
+        const char *model = "deepseek-v3";
+        for (int i = 2; i < argc; i++) {
+            if (strcmp(argv[i], "--sets") == 0 && i + 1 < argc) sets = atoi(argv[++i]);
+            else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
+            else if (strcmp(argv[i], "--marlin") == 0) marlin = 1;
+            else only_m = argv[i];
+        }
+        if (sets < 1 || sets > BENCH_MAX_SETS) sets = 4;
+        for (size_t i = 0; i < sizeof bench_models / sizeof bench_models[0]; i++)
+            if (strcmp(model, "all") == 0 || strcmp(model, bench_models[i].name) == 0)
+                rc |= bench(sm_count, only_m, sets, &bench_models[i], marlin);
+        return rc;
+    }
 
     // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used, no_ws, graph
     static const test_case cases[] = {
