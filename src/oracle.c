@@ -389,9 +389,10 @@ static const backend_def k_backends[] = {
      {&k_fi_moe_ep_cutedsl}},
     /* Excluded from auto until the upstream CUTLASS SM121 MMA op guard is resolved. */
     {"FLASHINFER_B12X", "flashinfer_b12x", 0, false, false, NVFP4MOE_LIB_FLASHINFER, {&k_fi_b12x}},
-    /* Ours: W4A16 on Hopper's wgmma (src/backend_cuda.c, kernels/hopper_gemm.cu). Ranked ahead of
-     * MARLIN (and so of HUMMING, which prioritize_humming puts just before MARLIN) because it is
-     * faster than MARLIN on every measured shape: bench/results/2026-12-02-h200-hopper-backend.md. */
+    /* Ours: W4A16 on Hopper's wgmma (src/backend_cuda.c, kernels/hopper_gemm.cu). Rank 55: ahead
+     * of MARLIN (and of HUMMING, which prioritize_humming puts just before MARLIN), where the
+     * layers it is faster on want it; auto_list moves it behind MARLIN for the others
+     * (hopper_ahead_of_marlin). */
     {"HOPPER_WGMMA", "hopper_wgmma", 55, true, true, 0, {&k_hopper_wgmma}},
     {"MARLIN", "marlin", 60, true, false, 0, {&k_marlin}},
     /* Standard format: the indexed class by default; batched under DeepEP-LL / NIXL EP. */
@@ -659,6 +660,20 @@ const char *nvfp4moe_verdict_name(nvfp4moe_verdict v) {
 
 // ---- selection ----
 
+/* HOPPER_WGMMA or MARLIN first? From the committed H200 table of whole-layer times,
+ * bench/results/2026-12-02-h200-backends.md (MARLIN us / HOPPER_WGMMA us, M = 1 4 16 64 256 1024 4096):
+ *   deepseek-v3     (H 7168, 256 experts)  0.98 0.91 1.26 1.26 1.18 1.05 1.18
+ *   kimi-k2         (H 7168, 384 experts)  0.99 1.04 1.25 1.26 1.26 1.17 1.34
+ *   qwen3-235b-a22b (H 4096, 128 experts)  1.03 0.79 1.17 0.86 0.63 1.00 1.11
+ *   qwen3-30b-a3b   (H 2048, 128 experts)  1.01 0.80 0.87 0.86 0.69 0.55 1.01
+ *   mixtral-8x7b    (H 4096,   8 experts)  0.80 0.95 0.97 0.91 0.78 1.01 1.39
+ *   gpt-oss-120b    (H 2880, 128 experts)  0.79 0.77 0.75 0.67 0.97 0.84 1.11
+ * The large-expert layers (hidden 7168) gain 1.05-1.34x from M = 16 up and lose at most 9 % below;
+ * every other measured layer loses at most batch sizes. The oracle sees the shape, not the batch
+ * size, so: ahead of MARLIN for hidden_size >= 7168, behind it otherwise. */
+#define HOPPER_MIN_HIDDEN 7168
+static bool hopper_ahead_of_marlin(const nvfp4moe_config *cfg) { return cfg->hidden_size >= HOPPER_MIN_HIDDEN; }
+
 static bool visible(const backend_def *b, const nvfp4moe_oracle_options *opt) {
     return !(opt->vllm_only && b->ours);
 }
@@ -687,6 +702,19 @@ static int auto_list(const oracle_ctx *c, const nvfp4moe_oracle_options *opt, co
         if (h > m && m >= 0) {
             const backend_def *hb = out[h];
             for (int i = h; i > m; i--) out[i] = out[i - 1];
+            out[m] = hb;
+        }
+    }
+    /* HOPPER_WGMMA goes just behind MARLIN on the layers where MARLIN is faster. */
+    if (!hopper_ahead_of_marlin(c->cfg)) {
+        int h = -1, m = -1;
+        for (int i = 0; i < n; i++) {
+            if (!strcmp(out[i]->name, "HOPPER_WGMMA")) h = i;
+            if (!strcmp(out[i]->name, "MARLIN")) m = i;
+        }
+        if (h >= 0 && m > h) {
+            const backend_def *hb = out[h];
+            for (int i = h; i < m; i++) out[i] = out[i + 1];
             out[m] = hb;
         }
     }
@@ -919,6 +947,14 @@ nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_devic
             chosen = list[i];
     }
     add_rest(r, &c, &opt, list, n, filtered, nf, true, "");
+    /* Say why HOPPER_WGMMA lost to MARLIN when both run (the list order alone would not). */
+    for (int i = 0; i < r->n_candidates && !hopper_ahead_of_marlin(cfg); i++) {
+        nvfp4moe_candidate *cd = &r->candidates[i];
+        if (!strcmp(cd->backend, "HOPPER_WGMMA") && cd->verdict == NVFP4MOE_VERDICT_SUPPORTED)
+            snprintf(cd->reason, sizeof cd->reason, "ranked behind MARLIN for hidden_size=%d < %d: MARLIN "
+                     "is faster on such layers on the H200 (bench/results/2026-12-02-h200-backends.md); "
+                     "moe_backend='hopper_wgmma' selects it", cfg->hidden_size, HOPPER_MIN_HIDDEN);
+    }
     if (chosen) {
         make_log(r, chosen, list, n);
         return NVFP4MOE_OK;
