@@ -712,6 +712,31 @@ static nvfp4moe_status run_local(nvfp4moe_ep_plan *p, int64_t n, const void *row
     return nvfp4moe_plan_forward(p->local, &io, NULL);
 }
 
+/* The count exchange that opens a dispatch, on either path: standard sends one count per peer,
+ * batched its per-expert counts (per = L per peer). A rank whose dispatch already failed (st) sends
+ * -1, so every rank stops here together. scnt and rcnt hold R*per counts, xs 2R transfers. Returns
+ * st, the exchange's failure, or "rank r failed" for the first peer that sent -1. */
+static nvfp4moe_status exchange_counts(nvfp4moe_ep_plan *p, const nvfp4moe_ep_dispatch *d, nvfp4moe_status st,
+                                       int64_t per, int64_t *scnt, int64_t *rcnt, nvfp4moe_ep_xfer *xs,
+                                       xfer_acct dacct, nvfp4moe_ep_stats *S) {
+    const int32_t R = p->part.ep_size;
+    const int64_t L = p->part.local_experts;
+    for (int32_t r = 0; r < R; r++) {
+        for (int64_t q = 0; q < per; q++)
+            scnt[r * per + q] = st != NVFP4MOE_OK ? -1 : per == 1 ? d->send_counts[r] : d->expert_counts[r * L + q];
+        xs[r] = (nvfp4moe_ep_xfer){r, scnt + r * per, sizeof(int64_t) * (size_t)per};
+        xs[R + r] = (nvfp4moe_ep_xfer){r, rcnt + r * per, sizeof(int64_t) * (size_t)per};
+    }
+    nvfp4moe_status tst = exchange_acct(&p->t, xs, R, xs + R, R, dacct);
+    S->bytes_sent += sizeof(int64_t) * (size_t)(R * per);
+    S->bytes_received += sizeof(int64_t) * (size_t)(R * per);
+    if (tst != NVFP4MOE_OK) return tst;
+    for (int32_t r = 0; st == NVFP4MOE_OK && r < R; r++)
+        if (rcnt[r * per] < 0)
+            st = nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "ep dispatch: rank %d failed; see its message", r);
+    return st;
+}
+
 /* The host path (host local plans): routing, gather, exchanges and combine on the host. */
 static nvfp4moe_status forward_host(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, nvfp4moe_ep_stats *stats) {
     nvfp4moe_ep_stats local_stats = {0};
@@ -780,24 +805,7 @@ static nvfp4moe_status forward_host(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY,
                                   "ep dispatch: out of memory before the count exchange (the other ranks will wait)");
     }
-    for (int32_t r = 0; r < R; r++) {
-        for (int64_t e = 0; e < per; e++)
-            scnt[r * per + e] = st != NVFP4MOE_OK ? -1
-                                : per == 1 ? d->send_counts[r] : d->expert_counts[r * L + e];
-        xs[r] = (nvfp4moe_ep_xfer){r, scnt + r * per, sizeof(int64_t) * (size_t)per};
-        xs[R + r] = (nvfp4moe_ep_xfer){r, rcnt + r * per, sizeof(int64_t) * (size_t)per};
-    }
-    nvfp4moe_status tst = exchange_acct(&p->t, xs, R, xs + R, R, dacct);
-    S->bytes_sent += sizeof(int64_t) * (size_t)(R * per);
-    S->bytes_received += sizeof(int64_t) * (size_t)(R * per);
-    if (tst != NVFP4MOE_OK) {
-        st = tst;
-        goto done;
-    }
-    for (int32_t r = 0; st == NVFP4MOE_OK && r < R; r++)
-        if (rcnt[r * per] < 0)
-            st = nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "ep dispatch: rank %d failed; see its message", r);
-    if (st != NVFP4MOE_OK) goto done;
+    if ((st = exchange_counts(p, d, st, per, scnt, rcnt, xs, dacct, S)) != NVFP4MOE_OK) goto done;
 
     /* Receive layout. Standard: rows concatenated by source rank. Batched: [L, R*max_tokens]: the
      * block of (local expert e, source s) at rows e*R*max_tokens + s*max_tokens. */
@@ -1074,23 +1082,7 @@ static nvfp4moe_status forward_device(nvfp4moe_ep_plan *p, const nvfp4moe_io *io
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY,
                                   "ep dispatch: out of memory before the count exchange (the other ranks will wait)");
     }
-    for (int32_t r = 0; r < R; r++) {
-        for (int64_t q = 0; q < per; q++)
-            scnt[r * per + q] = st != NVFP4MOE_OK ? -1 : per == 1 ? d->send_counts[r] : d->expert_counts[r * L + q];
-        xs[r] = (nvfp4moe_ep_xfer){r, scnt + r * per, sizeof(int64_t) * (size_t)per};
-        xs[R + r] = (nvfp4moe_ep_xfer){r, rcnt + r * per, sizeof(int64_t) * (size_t)per};
-    }
-    nvfp4moe_status tst = exchange_acct(&p->t, xs, R, xs + R, R, dacct);
-    S->bytes_sent += sizeof(int64_t) * (size_t)(R * per);
-    S->bytes_received += sizeof(int64_t) * (size_t)(R * per);
-    if (tst != NVFP4MOE_OK) {
-        st = tst;
-        goto done;
-    }
-    for (int32_t r = 0; st == NVFP4MOE_OK && r < R; r++)
-        if (rcnt[r * per] < 0)
-            st = nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "ep dispatch: rank %d failed; see its message", r);
-    if (st != NVFP4MOE_OK) goto done;
+    if ((st = exchange_counts(p, d, st, per, scnt, rcnt, xs, dacct, S)) != NVFP4MOE_OK) goto done;
 
     const int64_t cap = p->max_tokens;
     int64_t nrecv = 0;
