@@ -221,7 +221,11 @@ static int cmp_float(const void *x, const void *y) {
 static void fill_random(void *d, size_t bytes, int scales) {
     size_t blk = (size_t)16 << 20;
     if (blk > bytes) blk = bytes;
-    uint8_t *h = malloc(blk);
+    uint8_t *h = calloc(blk ? blk : 1, 1);  // calloc: gcc cannot see that the loop fills it
+    if (!h) {
+        fprintf(stderr, "fill_random: out of memory\n");
+        exit(1);
+    }
     for (size_t i = 0; i < blk; i++) h[i] = scales ? rand_scale(0) : (uint8_t)rng_next();
     CUDA_OK(cudaMemcpy(d, h, blk, cudaMemcpyHostToDevice));
     for (size_t off = blk; off < bytes;) {
