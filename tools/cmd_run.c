@@ -163,7 +163,8 @@ int cmd_run(int argc, char **argv) {
     const nvfp4moe_weights *weights = ck ? &ck->layer.w : NULL;
     if (ck) {
         printf("weights   %s layer %d (%s checkpoint)%s\n", model, ck->index, nvfp4moe_ckpt_format_name(ck->format),
-               !ck->router        ? ", no router weight: random router logits"
+               cfg.parallel.ep_size > 1 ? ", random router logits per rank (--ep does not apply the checkpoint's router)"
+               : !ck->router        ? ", no router weight: random router logits"
                : ck->router_bias ? ", router from the checkpoint (weight and bias)"
                                  : ", router from the checkpoint");
     } else if ((st = nvfp4moe_layer_random(&cfg, cfg.seed, &layer)) != NVFP4MOE_OK) {
