@@ -327,6 +327,18 @@ static void rewrite(const char *src_dir, const char *dst_dir, const edit *edits,
     CHECK(system(cmd) == 0, "copy configs");
 }
 
+/* Writes float layer f as layer 0 of an unquantized (BF16) model in dir, with its config.json. */
+static void write_float_model(const char *dir, const nvfp4moe_config *cfg, const nvfp4moe_float_layer *f) {
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    CHECK_OK(nvfp4moe_model_config_write(dir, cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+}
+
 /* Loading layer 0 of dir fails with st and a message containing needle, writing no layer: through
  * the full load and through the check-only path (inspect), which must report the same problem. */
 static void ckpt_load_fails(const char *dir, nvfp4moe_status st, const char *needle) {
@@ -556,14 +568,7 @@ static void test_broken_layers(void) {
     nvfp4moe_float_layer *f = NULL;
     CHECK_OK(nvfp4moe_float_layer_random(&cfg, 3, &f));
     const char *bf = dir_in("bf16_src");
-    nvfp4moe_st_writer *w = NULL;
-    CHECK_OK(nvfp4moe_st_writer_create(&w));
-    CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
-    char p[700];
-    snprintf(p, sizeof p, "%s/model.safetensors", bf);
-    CHECK_OK(nvfp4moe_st_writer_save(w, p));
-    nvfp4moe_st_writer_free(w);
-    CHECK_OK(nvfp4moe_model_config_write(bf, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+    write_float_model(bf, &cfg, f);
     CHECK_ERR(nvfp4moe_ckpt_layer_load(bf, 0, &l), NVFP4MOE_ERR_UNSUPPORTED,
               "is not NVFP4-quantized");
     // ... but it loads as a float layer, exactly (the random weights are bf16-rounded).
@@ -1075,14 +1080,7 @@ static void test_router_bias(void) {
         char src[512];
         snprintf(src, sizeof src, "%s", dir_in("goss_bf16"));
         const char *ftmp = dir_in("goss_bf16_gate");
-        nvfp4moe_st_writer *w = NULL;
-        CHECK_OK(nvfp4moe_st_writer_create(&w));
-        CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
-        char p[700];
-        snprintf(p, sizeof p, "%s/model.safetensors", ftmp);
-        CHECK_OK(nvfp4moe_st_writer_save(w, p));
-        nvfp4moe_st_writer_free(w);
-        CHECK_OK(nvfp4moe_model_config_write(ftmp, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+        write_float_model(ftmp, &cfg, f);
         copy_as_gpt_oss(ftmp, src);
         nvfp4moe_model_info *info = NULL;
         nvfp4moe_st_model *m = NULL;
@@ -1278,14 +1276,7 @@ static void test_router_name(void) {
     CHECK(!strcmp(f->router_name, "router"), "random gpt-oss-style router_name '%s'", f->router_name);
     char src[512];
     snprintf(src, sizeof src, "%s", dir_in("rn_src"));
-    nvfp4moe_st_writer *w = NULL;
-    CHECK_OK(nvfp4moe_st_writer_create(&w));
-    CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
-    char p[700];
-    snprintf(p, sizeof p, "%s/model.safetensors", src);
-    CHECK_OK(nvfp4moe_st_writer_save(w, p));
-    nvfp4moe_st_writer_free(w);
-    CHECK_OK(nvfp4moe_model_config_write(src, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+    write_float_model(src, &cfg, f);
     CHECK(file_has(src, "model.layers.0.mlp.router.weight") &&
               !file_has(src, "model.layers.0.mlp.gate.weight"),
           "the BF16 source names its router mlp.router");
@@ -1503,14 +1494,7 @@ static void test_expert_biases(void) {
         }
         // Per-expert source (what quantize --random writes): one expert's up bias missing.
         const char *pe = dir_in("eb_pe"), *pe_bad = dir_in("eb_pe_bad");
-        nvfp4moe_st_writer *w = NULL;
-        CHECK_OK(nvfp4moe_st_writer_create(&w));
-        CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
-        char p[700];
-        snprintf(p, sizeof p, "%s/model.safetensors", pe);
-        CHECK_OK(nvfp4moe_st_writer_save(w, p));
-        nvfp4moe_st_writer_free(w);
-        CHECK_OK(nvfp4moe_model_config_write(pe, &f->cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+        write_float_model(pe, &f->cfg, f);
         nvfp4moe_model_info *info = NULL;
         nvfp4moe_st_model *m = NULL;
         nvfp4moe_float_layer *g = NULL;
