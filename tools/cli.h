@@ -41,4 +41,11 @@ int cli_parse_float(const char *flag, const char *s, float *out);
 /* Value of a flag that needs one: argv[*i + 1], advancing *i; NULL (and a message) if missing. */
 const char *cli_flag_value(int argc, char **argv, int *i);
 
+/* Monotonic wall-clock seconds, for the timings the commands print. */
+double cli_now_s(void);
+
+/* FNV-1a 64 over n bytes continuing from h (start with CLI_FNV1A_INIT): the outputs' checksum. */
+#define CLI_FNV1A_INIT 0xCBF29CE484222325ull
+uint64_t cli_fnv1a(const void *p, size_t n, uint64_t h);
+
 #endif // NVFP4MOE_CLI_H

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *cli_flag_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
@@ -171,4 +172,16 @@ int cli_config_flag(int argc, char **argv, int *i, nvfp4moe_config *cfg) {
         snprintf(cfg->moe_backend, sizeof cfg->moe_backend, "%s", v);
     } else if (!strcmp(flag, "--seed")) cfg->seed = (uint64_t)n;
     return 1;
+}
+
+double cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t cli_fnv1a(const void *p, size_t n, uint64_t h) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
 }

@@ -33,18 +33,6 @@ static void run_usage(FILE *f) {
     cli_config_flags_help(f);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
-    return h;
-}
-
 #ifdef NVFP4MOE_HAVE_CUDA
 /* Runs a device plan: copies the inputs to the GPU, runs, copies the output back. */
 static int forward_on_device(nvfp4moe_plan *plan, const nvfp4moe_io *host, size_t hidden_bytes,
@@ -70,7 +58,7 @@ static int forward_on_device(nvfp4moe_plan *plan, const nvfp4moe_io *host, size_
     io.workspace_size = ws;
     /* The first forward loads the kernels; time the second one. */
     for (int rep = 0; rep < 2; rep++) {
-        double t0 = now_s();
+        double t0 = cli_now_s();
         nvfp4moe_status st = nvfp4moe_plan_forward(plan, &io, NULL);
         if (st == NVFP4MOE_OK && (e = cudaDeviceSynchronize()) != cudaSuccess) st = NVFP4MOE_ERR_CUDA;
         if (st != NVFP4MOE_OK) {
@@ -78,7 +66,7 @@ static int forward_on_device(nvfp4moe_plan *plan, const nvfp4moe_io *host, size_
                     e != cudaSuccess ? cudaGetErrorString(e) : nvfp4moe_last_error());
             goto out;
         }
-        *seconds = now_s() - t0;
+        *seconds = cli_now_s() - t0;
     }
     if ((e = cudaMemcpy(host->output, d_out, out_bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) {
         fprintf(stderr, "nvfp4moe run: CUDA: %s\n", cudaGetErrorString(e));
@@ -158,7 +146,7 @@ int cmd_run(int argc, char **argv) {
     char desc[256];
     nvfp4moe_config_describe(&cfg, desc, sizeof desc);
     printf("layer     %s%s\n", custom ? "" : "Qwen3-30B-A3B MoE layer (built-in default): ", desc);
-    double t0 = now_s();
+    double t0 = cli_now_s();
     nvfp4moe_layer *layer = NULL;
     const nvfp4moe_weights *weights = ck ? &ck->layer.w : NULL;
     if (ck) {
@@ -176,7 +164,7 @@ int cmd_run(int argc, char **argv) {
     if (!ck) {
         weights = &layer->w;
         printf("weights   random bf16 -> NVFP4 (seed %llu): %.1f MB, made in %.2f s\n", (unsigned long long)cfg.seed,
-               mb, now_s() - t0);
+               mb, cli_now_s() - t0);
     }
 
     if (cfg.parallel.ep_size > 1) {   /* --ep N: expert parallelism (tools/cmd_run_ep.c) */
@@ -240,12 +228,12 @@ int cmd_run(int argc, char **argv) {
         if (forward_on_device(plan, &io, hidden_bytes, logits_bytes, out_bytes, &secs) != CLI_EXIT_OK) goto done;
 #endif
     } else {
-        t0 = now_s();
+        t0 = cli_now_s();
         if ((st = nvfp4moe_plan_forward(plan, &io, NULL)) != NVFP4MOE_OK) {
             fprintf(stderr, "nvfp4moe run: forward failed: %s\n", nvfp4moe_last_error());
             goto done;
         }
-        secs = now_s() - t0;
+        secs = cli_now_s() - t0;
     }
     printf("tokens    %lld: hidden [%lld, %lld] %s -> output [%lld, %lld] %s\n", (long long)M, (long long)M,
            (long long)H, nvfp4moe_dtype_name(cfg.in_dtype), (long long)M, (long long)H,
@@ -259,7 +247,7 @@ int cmd_run(int argc, char **argv) {
         asum += fabs(v);
     }
     printf("checksum  sum=%.6g abs_sum=%.6g fnv1a=%016llx\n", sum, asum,
-           (unsigned long long)fnv1a(out, out_bytes, 0xCBF29CE484222325ull));
+           (unsigned long long)cli_fnv1a(out, out_bytes, CLI_FNV1A_INIT));
     rc = CLI_EXIT_OK;
 done:
     free(hidden); free(logits); free(out);

@@ -46,18 +46,6 @@ typedef struct {
     char backend[64][40];
 } ep_run;
 
-static double now_s_ep(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
-    return h;
-}
-
 /* One rank: its own tokens (seeded by rank), its EP plan, one forward. Shared by both modes. */
 static nvfp4moe_status one_rank(int32_t rank, const nvfp4moe_ep_transport *t, void *ctx) {
     ep_run *r = ctx;
@@ -99,7 +87,7 @@ static nvfp4moe_status one_rank(int32_t rank, const nvfp4moe_ep_transport *t, vo
             sum += v;
         }
         r->sum[rank] = sum;
-        r->checksum[rank] = fnv1a(out, (size_t)(M * H) * osz, 0xCBF29CE484222325ull);
+        r->checksum[rank] = cli_fnv1a(out, (size_t)(M * H) * osz, CLI_FNV1A_INIT);
         snprintf(r->backend[rank], sizeof r->backend[rank], "%s", nvfp4moe_plan_backend(nvfp4moe_ep_plan_local(p)));
     }
     free(hidden);
@@ -478,11 +466,11 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
         fprintf(stderr, "nvfp4moe bench: rank %d: %s: a rank could not allocate the layer\n", rank, pr->name);
         return NVFP4MOE_ERR_OUT_OF_MEMORY;
     }
-    const double t0 = now_s_ep();
+    const double t0 = cli_now_s();
     /* The CPUs are shared by the ranks of this machine (threads or processes alike). */
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     layer_fill(lay, &cfg, (int64_t)rank * L, L, cpus > N ? (int)(cpus / N) : 1);
-    const double fill_s = now_s_ep() - t0;
+    const double fill_s = cli_now_s() - t0;
     all_ok(t, true);   /* every rank's experts are written before any plan reads the scales */
     nvfp4moe_weights w = {.w13 = lay->w13, .w13_scale = lay->s13, .w13_scale_2 = lay->g13, .w13_input_scale = lay->in13,
                           .w2 = lay->w2, .w2_scale = lay->s2, .w2_scale_2 = lay->g2, .w2_input_scale = lay->in2};
@@ -491,12 +479,12 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
     nvfp4moe_plan_options po = {.device = &dev};
     nvfp4moe_ep_options eo = {.plan = &po, .local_backend = b->local_backend};
     nvfp4moe_ep_plan *plan = NULL;
-    const double t1 = now_s_ep();
+    const double t1 = cli_now_s();
     nvfp4moe_status st = nvfp4moe_ep_plan_create(&cfg, &w, t, &eo, &plan);   /* collective */
     if (rank == 0 && st == NVFP4MOE_OK) {
         printf("\n== %s: E=%d H=%d I=%d top_k=%d, %d ranks x %lld experts; weights made in %.1f s (rank 0), plans in "
                "%.1f s; local experts on %s (oracle: %s)\n",
-               pr->name, pr->E, pr->H, pr->I, pr->k, N, (long long)L, fill_s, now_s_ep() - t1,
+               pr->name, pr->E, pr->H, pr->I, pr->k, N, (long long)L, fill_s, cli_now_s() - t1,
                nvfp4moe_plan_backend(nvfp4moe_ep_plan_local(plan)),
                nvfp4moe_ep_plan_report(plan)->backend[0] ? nvfp4moe_ep_plan_report(plan)->backend : "none");
         printf("  %6s %9s %9s %9s %9s %9s %9s %10s %9s %12s %7s\n", "M/rank", "rows max", "dispatch", "experts",
