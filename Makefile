@@ -9,8 +9,8 @@
 #   make DEPS=0 JANSSON_PREFIX=DIR   no package installs; jansson unpacked under DIR (the GPU
 #                   machine has no package registry: see bench/device.sh)
 #
-# Source lists are globs: a new src/*.c, kernels/*.cu, tools/*.c or tests/test_*.c is picked up
-# without editing this file. Debian packages the build needs are installed by `make deps`, which
+# Source lists are globs: a new src/<subsystem>/*.c, kernels/*.cu, tools/*.c, tools/*.cu or
+# tests/test_*.c is picked up without editing this file. Debian packages the build needs are installed by `make deps`, which
 # run/test/all call first (as root, or through sudo).
 
 PREFIX   ?= /usr/local
@@ -38,7 +38,7 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT      ?= -O2 -g
 # No fused multiply-add contraction: the codec must round exactly as vLLM's reference does.
 CFLAGS   += -ffp-contract=off
-CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread -Iinclude -Isrc
+CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread -Iinclude -Isrc -I.
 LDLIBS   += -ljansson -lm -pthread
 ifneq ($(JANSSON_PREFIX),)
   JANSSON_LIB := $(JANSSON_PREFIX)/usr/lib/x86_64-linux-gnu
@@ -52,9 +52,11 @@ CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,c
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -Xcompiler -fPIC -Xcompiler -Wall \
              -Iinclude -Isrc -Ikernels --expt-relaxed-constexpr -lineinfo
 
-SRC_C    := $(sort $(wildcard src/*.c))
+SRC_C    := $(sort $(wildcard src/*/*.c))
 SRC_CU   := $(sort $(wildcard kernels/*.cu))
 TOOL_C   := $(sort $(wildcard tools/*.c))
+# The bench tool's own kernels (random weights, the cuBLAS baseline's helpers): not in the library.
+TOOL_CU  := $(sort $(wildcard tools/*.cu))
 TEST_C   := $(sort $(wildcard tests/test_*.c))
 GPU_TEST_C := $(sort $(wildcard tests/gpu_*.c))
 
@@ -63,13 +65,16 @@ ifeq ($(CUDA),1)
   CFLAGS += -DNVFP4MOE_HAVE_CUDA -I$(CUDA_HOME)/include
   OBJ    += $(SRC_CU:%.cu=$(BUILD)/obj/%.o)
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
-  # Expert parallelism's NCCL transport (src/ep_nccl.c): compiled when nccl.h is there; libnccl
+  # Expert parallelism's NCCL transport (src/ep/nccl.c): compiled when nccl.h is there; libnccl
   # is loaded at run time (dlopen), so nothing links -lnccl and CPU runs never need it.
   ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h),)
     CFLAGS += -DNVFP4MOE_HAVE_NCCL
   endif
 endif
 TOOL_OBJ := $(TOOL_C:%.c=$(BUILD)/obj/%.o)
+ifeq ($(CUDA),1)
+  TOOL_OBJ += $(TOOL_CU:%.cu=$(BUILD)/obj/%.o)
+endif
 
 LIB_A    := $(BUILD)/libnvfp4moe.a
 LIB_SO   := $(BUILD)/libnvfp4moe.so
@@ -94,16 +99,18 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
+HDRS     := $(wildcard include/*.h src/*/*.h tools/*.h tests/*.h kernels/*.h)
+
+$(BUILD)/obj/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h kernels/*.cuh kernels/*.h)
+$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h kernels/*.cuh kernels/*.h tools/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # Every .cu file, compiled (CI runs this: it has nvcc but no GPU).
-cuda-objs: $(SRC_CU:%.cu=$(BUILD)/obj/%.o)
+cuda-objs: $(SRC_CU:%.cu=$(BUILD)/obj/%.o) $(TOOL_CU:%.cu=$(BUILD)/obj/%.o)
 
 $(LIB_A): $(OBJ)
 	@mkdir -p $(dir $@)

@@ -1,5 +1,5 @@
 /*
- * moe_gemm.h - the C interface between the host glue (src/backend_cuda.c) and the MoE GEMM kernels
+ * moe_gemm.h - the C interface between the host glue (src/backends/cuda.c) and the MoE GEMM kernels
  * of the MARLIN-class W4A16 backend (kernels/marlin_*.cu). Plain C, C linkage; includable from C
  * and CUDA. All pointers are device pointers unless a comment says otherwise.
  *

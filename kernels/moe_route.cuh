@@ -44,7 +44,7 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
-// splitmix64, the library's generator (src/util.c), so "simulated" matches the CPU bit for bit.
+// splitmix64, the library's generator (src/core/util.c), so "simulated" matches the CPU bit for bit.
 __device__ __forceinline__ uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -52,7 +52,7 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-// Routes token t exactly as src/route.c does (selection and weights in float64, the same
+// Routes token t exactly as src/reference/route.c does (selection and weights in float64, the same
 // comparisons): the top-k ids are bit-identical on tie-free data and follow the same tie rule.
 // VPL: experts per lane held in registers (E <= 32 * VPL); the launchers pick the smallest that
 // fits, which keeps the unrolled loops (and the code a cold instruction cache must fetch) short.

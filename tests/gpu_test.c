@@ -18,7 +18,7 @@
  * for being written and finite. CPU work runs on all cores, GPU work one case at a time.
  * Ends with "gpu_test: N passed, N failed".
  */
-#include "internal.h"
+#include "core/internal.h"
 #include "../kernels/pipeline.h"
 
 #include <cuda_runtime_api.h>

@@ -4,7 +4,7 @@
  * and the 128x4 scale swizzle against the reshape/permute definition.
  */
 #include "harness.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #include <float.h>
 

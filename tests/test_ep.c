@@ -7,7 +7,7 @@
  * overflow; bad parallel configs; the oracle's EP verdicts.
  */
 #include "harness.h"
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 

@@ -61,8 +61,9 @@ int cmd_bench(int argc, char **argv) {
 
 #else
 
-#include "internal.h"
-#include "../kernels/pipeline.h"
+#include "core/internal.h"
+#include "kernels/pipeline.h"
+#include "bench_kernels.h"
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>

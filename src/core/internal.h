@@ -57,7 +57,7 @@ double nvfp4moe_rand_uniform(uint64_t *state);
 /* Standard normal (Box-Muller). */
 double nvfp4moe_rand_normal(uint64_t *state);
 
-// ---- reference pieces (src/moe_ref.c, src/activation.c) ----
+// ---- reference pieces (src/reference/moe_ref.c, src/reference/activation.c) ----
 
 /* Applies cfg's activation to one row: in has nvfp4moe_config_n1(cfg) values (gated: [g | u], or
  * interleaved for swigluoai), out has I values. */
@@ -100,7 +100,7 @@ nvfp4moe_status nvfp4moe_check_per_expert(const char *name, const float *v, int6
 // ---- backends that run ----
 //
 // One per runnable oracle row (CPU_REFERENCE, MARLIN, EMULATION, ...). The oracle table in
-// src/oracle.c points at these; a row whose impl is NULL is "not available in this build".
+// src/oracle/oracle.c points at these; a row whose impl is NULL is "not available in this build".
 
 typedef struct nvfp4moe_backend_impl {
     const char *name;          /* the oracle row's name, e.g. "CPU_REFERENCE" */

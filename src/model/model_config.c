@@ -7,7 +7,7 @@
  * nvfp4moe_model_info_read in the header. A field of the wrong JSON type is an error naming it,
  * never a silent default.
  */
-#include "ckpt_internal.h"
+#include "model/model.h"
 
 #include <errno.h>
 #include <fnmatch.h>

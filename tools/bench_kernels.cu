@@ -3,7 +3,7 @@
 // cuBLAS baseline, and the baseline's gather / weighted-combine steps.
 #include "nvfp4moe.h"
 #include "nvfp4_dev.cuh"
-#include "pipeline.h"
+#include "bench_kernels.h"
 
 using namespace nvfp4moe_dev;
 

@@ -1,11 +1,11 @@
 /*
- * ckpt_internal.h - what src/safetensors.c, src/checkpoint.c and src/model_config.c share.
- * Not installed.
+ * model.h - what the model subsystem's files (src/model/: config.json, checkpoint loading and
+ * writing) share. Not installed.
  */
-#ifndef NVFP4MOE_CKPT_INTERNAL_H
-#define NVFP4MOE_CKPT_INTERNAL_H
+#ifndef NVFP4MOE_MODEL_H
+#define NVFP4MOE_MODEL_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* Appends a formatted warning to w (counted in w->dropped once full). */
 void nvfp4moe_warn(nvfp4moe_warnings *w, const char *fmt, ...)
@@ -21,4 +21,4 @@ nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char
 /* Writes text to path through path.tmp + rename. */
 nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text);
 
-#endif // NVFP4MOE_CKPT_INTERNAL_H
+#endif // NVFP4MOE_MODEL_H

@@ -2,7 +2,7 @@
  * layer.c - weights validation and the owning layer container, including random layers quantized
  * the ModelOpt way (the built-in default of `nvfp4moe run`, the tests' data).
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -9,7 +9,7 @@
  * printed. Expert biases and the router (under the module name the source used: gpt-oss's
  * mlp.router or mlp.gate) go through quantization and the writer unchanged.
  */
-#include "ckpt_internal.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdio.h>

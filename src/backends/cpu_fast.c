@@ -1,7 +1,7 @@
 /*
  * backend_cpu_fast.c - CPU_FAST: the layer on the CPU, multi-threaded, in float32.
  *
- * Same function as the reference (src/moe_ref.c), organised for speed:
+ * Same function as the reference (src/reference/moe_ref.c), organised for speed:
  *   1. route (the reference router: selections are bit-identical) and quantize the activations
  *      per scheme, once per token (W4A4 uses one global scale for every expert);
  *   2. group the (token, slot) pairs by expert;
@@ -14,7 +14,7 @@
  * Each dot product runs in a fixed order (8 float partial sums), so the result of a token does not
  * depend on the batch it is in (batch invariant) nor on the number of threads.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <pthread.h>

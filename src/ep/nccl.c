@@ -2,7 +2,7 @@
  * ep_nccl.c - the NCCL transport of expert parallelism (one process per GPU).
  *
  * NOT YET RUN ON GPUS: written and compiled in a session without a multi-GPU machine; only the
- * transport-independent logic (src/ep.c) was verified, with the loopback transport on the CPU.
+ * transport-independent logic (src/ep/ep.c) was verified, with the loopback transport on the CPU.
  *
  * Built with NCCL's types (nvcc-less: nccl.h is plain C) when the Makefile finds nccl.h in a CUDA
  * build (NVFP4MOE_HAVE_NCCL). libnccl.so.2 is loaded with dlopen at nvfp4moe_ep_nccl_create, not
@@ -18,7 +18,7 @@
  * plans) sends and receives the caller's device buffers directly; a self transfer is a
  * device-to-device copy. Neither has run over NCCL yet (no multi-GPU machine was lent).
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,11 +18,11 @@
  */
 #ifdef NVFP4MOE_HAVE_CUDA
 
-#include "internal.h"
+#include "core/internal.h"
 
-#include "../kernels/hopper_gemm.h"
-#include "../kernels/moe_gemm.h"
-#include "../kernels/pipeline.h"
+#include "kernels/hopper_gemm.h"
+#include "kernels/moe_gemm.h"
+#include "kernels/pipeline.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>

@@ -1,7 +1,7 @@
 /*
  * config.c - the deployment config: defaults, names of the enumerations, validation.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <stdio.h>

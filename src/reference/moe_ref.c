@@ -15,7 +15,7 @@
  * Where a quantizer consumes an intermediate, the intermediate is first rounded to the activation
  * dtype, as every real kernel stores it in that dtype. The output is rounded to cfg.out_dtype.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <stdlib.h>

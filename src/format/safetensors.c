@@ -6,7 +6,7 @@
  * before a byte behind it is touched, and all arithmetic on sizes is overflow-checked. JSON is
  * parsed by jansson with an explicit length, so the header needs no terminator.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <dirent.h>
 #include <errno.h>

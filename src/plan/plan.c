@@ -2,19 +2,19 @@
  * plan.c - plans: the oracle's choice, prepared for one layer's weights; and the CPU_REFERENCE
  * backend, the reference layer wrapped as a runnable backend (always present, always last).
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 // ---- runnable backends ----
 //
-// To add one: write src/backend_<name>.c defining a `const nvfp4moe_backend_impl`, declare it in
-// internal.h, add it below, and give the oracle table (src/oracle.c) its row.
+// To add one: write src/backends/<name>.c defining a `const nvfp4moe_backend_impl`, declare it in
+// internal.h, add it below, and give the oracle table (src/oracle/oracle.c) its row.
 
 static const nvfp4moe_backend_impl *const k_impls[] = {
 #ifdef NVFP4MOE_HAVE_CUDA
-    &nvfp4moe_impl_marlin,      /* src/backend_cuda.c */
+    &nvfp4moe_impl_marlin,      /* src/backends/cuda.c */
     &nvfp4moe_impl_hopper_wgmma,
     &nvfp4moe_impl_emulation,
 #endif

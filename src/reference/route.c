@@ -5,7 +5,7 @@
  * sigmoid), so that every implementation that also compares logits selects bit-identically. Ties go
  * to the lower expert index. Weights are computed in float64.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <math.h>
 #include <stdlib.h>

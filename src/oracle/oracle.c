@@ -17,7 +17,7 @@
  * is shown, because installing the library would not help; only a kernel that would otherwise run
  * gets "FlashInfer is not available in this build", the one thing the user can change.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -335,7 +335,7 @@ static const kernel_def k_hopper_wgmma = {
     .activations = ACTS_ALL, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl_two_sided,
     .extra = extra_16bit_io,
 };
-/* Ours: the float64 host reference (src/moe_ref.c). Any device, since it runs on the host; every
+/* Ours: the float64 host reference (src/reference/moe_ref.c). Any device, since it runs on the host; every
  * activation and scheme; deterministic (batch invariant). It computes the whole layer on one rank,
  * so no expert parallelism and no batched (all2all-dispatched) input; no LoRA. */
 static const kernel_def k_cpu_reference = {
@@ -346,7 +346,7 @@ static const kernel_def k_cpu_reference = {
 // ---- the backend table ----
 //
 // How to add a backend (say a fast CPU one, or a Hopper wgmma one):
-//   1. Write its implementation in one file, src/backend_<name>.c, exporting a
+//   1. Write its implementation in one file, src/backends/<name>.c, exporting a
 //      nvfp4moe_backend_impl whose .name is the backend's name below (and list it where
 //      nvfp4moe_impl_find looks), so that the row counts as available.
 //   2. Add one line to k_backends: its name, the moe_backend string users type, its auto rank
@@ -389,7 +389,7 @@ static const backend_def k_backends[] = {
      {&k_fi_moe_ep_cutedsl}},
     /* Excluded from auto until the upstream CUTLASS SM121 MMA op guard is resolved. */
     {"FLASHINFER_B12X", "flashinfer_b12x", 0, false, false, NVFP4MOE_LIB_FLASHINFER, {&k_fi_b12x}},
-    /* Ours: W4A16 on Hopper's wgmma (src/backend_cuda.c, kernels/hopper_gemm.cu). Rank 55: ahead
+    /* Ours: W4A16 on Hopper's wgmma (src/backends/cuda.c, kernels/hopper_gemm.cu). Rank 55: ahead
      * of MARLIN (and of HUMMING, which prioritize_humming puts just before MARLIN), where the
      * layers it is faster on want it; auto_list moves it behind MARLIN for the others
      * (hopper_ahead_of_marlin). */
@@ -399,7 +399,7 @@ static const backend_def k_backends[] = {
     {"HUMMING", "humming", 70, true, false, NVFP4MOE_LIB_HUMMING,
      {&k_humming_batched, &k_humming_grouped, &k_humming_indexed}},
     {"EMULATION", "emulation", 80, true, false, 0, {&k_emulation}},
-    /* Ours: the multi-threaded float32 host backend (src/backend_cpu_fast.c), the same function as
+    /* Ours: the multi-threaded float32 host backend (src/backends/cpu_fast.c), the same function as
      * the reference, ahead of it because it is faster; fixed-order sums make it batch invariant. */
     {"CPU_FAST", "cpu_fast", 900, true, true, 0, {&(const kernel_def){.name = "CpuFastExperts",
      .device = dev_any, .no_act_and_mul = true, .activations = ACTS_ALL, .schemes = SCHEMES_ALL,

@@ -1,7 +1,7 @@
 /*
  * util.c - errors, version, dtype conversions and the pseudo-random generator.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ctype.h>
 #include <math.h>

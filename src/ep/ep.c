@@ -2,10 +2,10 @@
  * ep.c - expert parallelism, the transport-independent part: expert partition, dispatch plans
  * (standard and batched formats), the EP plan (local experts on a single-rank plan), the combine,
  * and the in-process loopback transport that simulates N ranks with threads (the CPU tests' one).
- * The NCCL transport is in src/ep_nccl.c. The design is described at the declarations in
+ * The NCCL transport is in src/ep/nccl.c. The design is described at the declarations in
  * include/nvfp4moe.h ("expert parallelism") and in docs/expert_parallel.md.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,9 +15,9 @@
 #ifdef NVFP4MOE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "../kernels/ep_kernels.h"
-#include "../kernels/moe_gemm.h"
-#include "../kernels/pipeline.h"
+#include "kernels/ep_kernels.h"
+#include "kernels/moe_gemm.h"
+#include "kernels/pipeline.h"
 #endif
 
 const char *nvfp4moe_ep_format_name(nvfp4moe_ep_format f) {
@@ -28,7 +28,7 @@ const char *nvfp4moe_ep_format_name(nvfp4moe_ep_format f) {
     return "?";
 }
 
-/* The oracle's rule (src/oracle.c: use_ep, use_all2all, batched), kept in one expression here so
+/* The oracle's rule (src/oracle/oracle.c: use_ep, use_all2all, batched), kept in one expression here so
  * the run and the verdict cannot disagree; test_ep checks both on the same configs. */
 nvfp4moe_ep_format nvfp4moe_ep_format_of(const nvfp4moe_config *cfg) {
     const nvfp4moe_parallel *p = &cfg->parallel;

@@ -2,7 +2,7 @@
  * device.c - the device the oracle plans for: detected at run time (the first CUDA GPU, else the
  * CPU) or given by the user as sm_XY / a product name, for what-if planning on any machine.
  */
-#include "internal.h"
+#include "core/internal.h"
 
 #include <ctype.h>
 #include <stdio.h>
