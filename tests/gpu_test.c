@@ -18,7 +18,8 @@
  * for being written and finite. CPU work runs on all cores, GPU work one case at a time.
  * Ends with "gpu_test: N passed, N failed".
  */
-#include "core/internal.h"
+#include "backends/backends.h"
+#include "reference/reference.h"
 #include "../kernels/pipeline.h"
 
 #include <cuda_runtime_api.h>
@@ -241,12 +242,16 @@ static const struct {
     const char *name;
     const nvfp4moe_backend_impl *impl;
     bool w4a16;
-    int sm_only;   /* 0: any sm_80+ GPU */
 } k_be[BE_COUNT] = {
-    {"MARLIN", &nvfp4moe_impl_marlin, true, 0},
-    {"HOPPER_WGMMA", &nvfp4moe_impl_hopper_wgmma, true, 90},
-    {"EMULATION", &nvfp4moe_impl_emulation, false, 0},
+    {"MARLIN", &nvfp4moe_impl_marlin, true},
+    {"HOPPER_WGMMA", &nvfp4moe_impl_hopper_wgmma, true},
+    {"EMULATION", &nvfp4moe_impl_emulation, false},
 };
+
+/* Whether backend b's kernels run on this GPU (its implementation's sm range). */
+static bool be_runs_here(int b, char *why, size_t len) {
+    return nvfp4moe_impl_runs_on_sm(k_be[b].impl, g_dev.sm, why, len);
+}
 
 typedef struct layer_case {
     int be;                   /* BE_* */
@@ -620,7 +625,8 @@ static void add_route(route_case rc) {
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_route = true, .rc = rc};
 }
 static void add_layer(layer_case lc) {
-    if (k_be[lc.be].sm_only && g_dev.sm != k_be[lc.be].sm_only) return;  /* announced in main */
+    char why[96];
+    if (!be_runs_here(lc.be, why, sizeof why)) return;  /* announced in main */
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_route = false, .lc = lc};
 }
 
@@ -705,10 +711,10 @@ int main(int argc, char **argv) {
                                false, false, SP_PLAN_API});
     }
 
-    for (int b = 0; b < BE_COUNT; b++)
-        if (k_be[b].sm_only && g_dev.sm != k_be[b].sm_only)
-            printf("%s: not tested: its kernel runs on sm_%d only (device is sm_%d)\n", k_be[b].name,
-                   k_be[b].sm_only, g_dev.sm);
+    for (int b = 0; b < BE_COUNT; b++) {
+        char why[96];
+        if (!be_runs_here(b, why, sizeof why)) printf("%s: not tested: %s\n", k_be[b].name, why);
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nthreads = (int)NVFP4MOE_MAX(1, NVFP4MOE_MIN(ncpu, 16));
     printf("%d cases on %d threads\n", g_njobs, nthreads);

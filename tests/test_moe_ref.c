@@ -4,7 +4,7 @@
  * the public codec) over a grid of shapes, activations, routings, schemes and dtypes.
  */
 #include "harness.h"
-#include "core/internal.h"
+#include "reference/reference.h"
 
 static nvfp4moe_config small_cfg(int E, int K, int H, int I) {
     nvfp4moe_config c;

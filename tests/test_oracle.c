@@ -4,7 +4,7 @@
  * `nvfp4moe select` command's exit codes and JSON (the binary from $NVFP4MOE_CLI).
  */
 #include "harness.h"
-#include "core/internal.h"
+#include "oracle/oracle.h"
 #include "nvfp4moe.h"
 
 #include <jansson.h>
@@ -311,9 +311,9 @@ static const nvfp4moe_candidate *find_cand(const nvfp4moe_report *r, const char 
  * so the "sm_100, auto" row's outcome depends on the build; patch the expectation. */
 static oracle_case adjust_for_build(oracle_case c) {
     if (c.inst == THIS_BUILD && !strcmp(c.device, "sm_100") && !c.args[0]) {
-        if (nvfp4moe_impl_find("MARLIN")) {
+        if (nvfp4moe_backend_impl_find("MARLIN")) {
             c.st = OK; c.backend = "MARLIN"; c.kernel = "MarlinExperts";
-        } else if (nvfp4moe_impl_find("EMULATION")) {
+        } else if (nvfp4moe_backend_impl_find("EMULATION")) {
             c.st = OK; c.backend = "EMULATION"; c.kernel = "Nvfp4QuantizationEmulationTritonExperts";
         } else {
             c.msg = NOTHING;
@@ -590,8 +590,42 @@ static void test_cli(void) {
     CHECK(run_cli(cli, "--help", out, sizeof out) == 0 && strstr(out, "--installed"), "help");
 }
 
+/* The oracle and the plans read one implementation per row, so they agree on what runs where: a
+ * row whose implementation is in this build is available exactly on the devices its kernels run
+ * on (an sm_75 GPU gets no MARLIN from the oracle that plan_create would then refuse). */
+static void test_available_where_it_runs(void) {
+    static const char *const backends[] = {"MARLIN", "HOPPER_WGMMA", "EMULATION", "CPU_FAST", "CPU_REFERENCE"};
+    static const char *const devices[] = {"sm_75", "sm_80", "sm_89", "sm_90", "sm_100", "sm_120", "cpu"};
+    for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
+        const nvfp4moe_backend_impl *impl = nvfp4moe_backend_impl_find(backends[b]);
+        for (size_t d = 0; d < sizeof devices / sizeof devices[0]; d++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s on %s", backends[b], devices[d]);
+            T_CASE(name);
+            nvfp4moe_config cfg;
+            nvfp4moe_config_init(&cfg);
+            nvfp4moe_strlcpy(cfg.moe_backend, backends[b], sizeof cfg.moe_backend);
+            nvfp4moe_device dev;
+            CHECK_OK(nvfp4moe_device_parse(devices[d], &dev));
+            nvfp4moe_report r;
+            nvfp4moe_status st = nvfp4moe_select(&cfg, &dev, NULL, &r);
+            char why[96] = "";
+            bool runs = impl && (!dev.is_cuda || nvfp4moe_impl_runs_on_sm(impl, dev.sm, why, sizeof why));
+            bool device_ok = !impl || !impl->device_memory || dev.is_cuda;
+            if (runs && device_ok)
+                CHECK(st == NVFP4MOE_OK, "select: %s: %s", nvfp4moe_status_str(st), r.error);
+            else
+                CHECK(st != NVFP4MOE_OK, "select chose %s, whose implementation does not run here", r.backend);
+            if (impl && dev.is_cuda && !runs)   /* the kernel's own device predicate may say it first */
+                CHECK(strstr(r.error, why) || strstr(r.error, "does not support current device"),
+                      "the refusal '%s' does not say '%s'", r.error, why);
+        }
+    }
+}
+
 int main(void) {
     int n = (int)(sizeof k_cases / sizeof k_cases[0]);
+    test_available_where_it_runs();
     for (int i = 0; i < n; i++) run_case(i, k_cases[i]);
     test_devices();
     test_libs_parse();

@@ -61,7 +61,7 @@ int cmd_bench(int argc, char **argv) {
 
 #else
 
-#include "core/internal.h"
+#include "oracle/oracle.h"
 #include "kernels/pipeline.h"
 #include "bench_kernels.h"
 
@@ -798,7 +798,7 @@ int cmd_bench(int argc, char **argv) {
     for (char *save = NULL, *tok = strtok_r(be_list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const nvfp4moe_backend_impl *im = NULL;
         for (char *c = tok; *c; c++) *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c == '-' ? '_' : *c);
-        if (!(im = nvfp4moe_impl_find(tok)) || !im->device_memory) {
+        if (!(im = nvfp4moe_backend_impl_find(tok)) || !im->device_memory) {
             fprintf(stderr, "nvfp4moe bench: --backend: '%s' is not a GPU backend of this build (try MARLIN, "
                             "HOPPER_WGMMA, EMULATION)\n", tok);
             return CLI_EXIT_FAILURE;

@@ -14,7 +14,8 @@
  * Each dot product runs in a fixed order (8 float partial sums), so the result of a token does not
  * depend on the batch it is in (batch invariant) nor on the number of threads.
  */
-#include "core/internal.h"
+#include "backends/backends.h"
+#include "reference/reference.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -256,7 +257,6 @@ static void fast_destroy(void *state) {
 }
 
 const nvfp4moe_backend_impl nvfp4moe_impl_cpu_fast = {
-    .name = "CPU_FAST",
     .device_memory = false,
     .effective_scheme = same_scheme,
     .create = fast_create,

@@ -1,5 +1,5 @@
 /*
- * backend_cuda.c - the three CUDA backends of the oracle: MARLIN (W4A16: NVFP4 weights decoded in
+ * cuda.c - the three CUDA backends of the oracle: MARLIN (W4A16: NVFP4 weights decoded in
  * the Marlin-class mma.sync GEMM, kernels/marlin_gemm.cu), HOPPER_WGMMA (W4A16 on sm_90a's wgmma,
  * kernels/hopper_gemm.cu, same arguments as MARLIN's GEMM) and EMULATION (vLLM's W4A4 emulation:
  * activations NVFP4 quantize-dequantized, weights dequantized in our own GEMM, float accumulation).
@@ -18,7 +18,7 @@
  */
 #ifdef NVFP4MOE_HAVE_CUDA
 
-#include "core/internal.h"
+#include "backends/backends.h"
 
 #include "kernels/hopper_gemm.h"
 #include "kernels/moe_gemm.h"
@@ -33,7 +33,6 @@
  * the same grouping, and differ in weight layout, block_m rule and workspace. */
 typedef struct w4a16_gemm {
     const char *backend;          /* "MARLIN" */
-    int sm_min, sm_max;           /* compute capability the kernel is built for (sm_max 0: any newer) */
     size_t (*packed_bytes)(int32_t E, int32_t N, int32_t K);
     cudaError_t (*repack)(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N, int32_t K, void *out,
                           cudaStream_t stream);
@@ -44,10 +43,10 @@ typedef struct w4a16_gemm {
 } w4a16_gemm;
 
 static const w4a16_gemm k_marlin_gemm = {
-    "MARLIN", 80, 0, nvfp4moe_marlin_packed_bytes, nvfp4moe_marlin_repack,
+    "MARLIN", nvfp4moe_marlin_packed_bytes, nvfp4moe_marlin_repack,
     nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m};
 static const w4a16_gemm k_hopper_gemm = {
-    "HOPPER_WGMMA", 90, 90, nvfp4moe_hopper_packed_bytes, nvfp4moe_hopper_repack,
+    "HOPPER_WGMMA", nvfp4moe_hopper_packed_bytes, nvfp4moe_hopper_repack,
     nvfp4moe_hopper_workspace_bytes, nvfp4moe_hopper_gemm, nvfp4moe_hopper_block_m};
 
 typedef struct cuda_state {
@@ -242,8 +241,9 @@ done:
     return s;
 }
 
-static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                   bool on_device, const nvfp4moe_device *dev, void **state) {
+static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backend_impl *impl,
+                                   const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
+                                   const nvfp4moe_device *dev, void **state) {
     const bool w4a16 = gemm != NULL;
     const char *name = w4a16 ? gemm->backend : "EMULATION";
     NVFP4MOE_RETURN_IF(!cfg || !w || !state, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: create: %s is NULL", name,
@@ -306,17 +306,9 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_config
     CFAIL(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, st->device), "cudaDeviceGetAttribute");
     CFAIL(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, st->device), "cudaDeviceGetAttribute");
     CFAIL(cudaDeviceGetAttribute(&st->sm_count, cudaDevAttrMultiProcessorCount, st->device), "cudaDeviceGetAttribute");
-    const int sm = major * 10 + minor;
-    const int sm_min = w4a16 ? gemm->sm_min : 80, sm_max = w4a16 ? gemm->sm_max : 0;
-    if (sm < sm_min || (sm_max && sm > sm_max)) {
-        if (sm_max == sm_min)
-            s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
-                                   "%s: not available: its kernel is built for sm_%d only (device is sm_%d)", name,
-                                   sm_min, sm);
-        else
-            s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
-                                   "%s: not available: this build's kernels need sm_%d or newer (device is sm_%d)",
-                                   name, sm_min, sm);
+    char why[96];
+    if (!nvfp4moe_impl_runs_on_sm(impl, major * 10 + minor, why, sizeof why)) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED, "%s: not available: %s", name, why);
         goto fail;
     }
 
@@ -384,15 +376,15 @@ fail:
 
 static nvfp4moe_status marlin_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
                                      const nvfp4moe_device *dev, void **state) {
-    return cuda_create(&k_marlin_gemm, cfg, w, on_device, dev, state);
+    return cuda_create(&k_marlin_gemm, &nvfp4moe_impl_marlin, cfg, w, on_device, dev, state);
 }
 static nvfp4moe_status hopper_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
                                      const nvfp4moe_device *dev, void **state) {
-    return cuda_create(&k_hopper_gemm, cfg, w, on_device, dev, state);
+    return cuda_create(&k_hopper_gemm, &nvfp4moe_impl_hopper_wgmma, cfg, w, on_device, dev, state);
 }
 static nvfp4moe_status emulation_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                         bool on_device, const nvfp4moe_device *dev, void **state) {
-    return cuda_create(NULL, cfg, w, on_device, dev, state);
+    return cuda_create(NULL, &nvfp4moe_impl_emulation, cfg, w, on_device, dev, state);
 }
 
 static size_t cuda_workspace(const void *state, int64_t num_tokens) {
@@ -500,8 +492,8 @@ static nvfp4moe_scheme marlin_scheme(nvfp4moe_scheme s) { return NVFP4MOE_SCHEME
 static nvfp4moe_scheme same_scheme(nvfp4moe_scheme s) { return s; }
 
 const nvfp4moe_backend_impl nvfp4moe_impl_marlin = {
-    .name = "MARLIN",
     .device_memory = true,
+    .sm_min = NVFP4MOE_SM_AMPERE_KERNELS,
     .effective_scheme = marlin_scheme,
     .create = marlin_create,
     .workspace_size = cuda_workspace,
@@ -510,8 +502,9 @@ const nvfp4moe_backend_impl nvfp4moe_impl_marlin = {
 };
 
 const nvfp4moe_backend_impl nvfp4moe_impl_hopper_wgmma = {
-    .name = "HOPPER_WGMMA",
     .device_memory = true,
+    .sm_min = NVFP4MOE_SM_HOPPER_KERNELS,
+    .sm_max = NVFP4MOE_SM_HOPPER_KERNELS,
     .effective_scheme = marlin_scheme,
     .create = hopper_create,
     .workspace_size = cuda_workspace,
@@ -520,8 +513,8 @@ const nvfp4moe_backend_impl nvfp4moe_impl_hopper_wgmma = {
 };
 
 const nvfp4moe_backend_impl nvfp4moe_impl_emulation = {
-    .name = "EMULATION",
     .device_memory = true,
+    .sm_min = NVFP4MOE_SM_AMPERE_KERNELS,
     .effective_scheme = same_scheme,
     .create = emulation_create,
     .workspace_size = cuda_workspace,

@@ -201,6 +201,15 @@ static const char *const k_all2all_names[] = {
     "flashinfer_nvlink_two_sided",
 };
 
+bool nvfp4moe_config_uses_all2all(const nvfp4moe_config *cfg) {
+    return cfg->parallel.ep_size > 1 && cfg->parallel.dp_size > 1;
+}
+
+bool nvfp4moe_config_batched_format(const nvfp4moe_config *cfg) {
+    const char *a = cfg->parallel.all2all;
+    return nvfp4moe_config_uses_all2all(cfg) && (!strcmp(a, "deepep_low_latency") || !strcmp(a, "nixl_ep"));
+}
+
 #define INVALID(...) nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
 nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *c) {

@@ -5,7 +5,8 @@
  * The NCCL transport is in src/ep/nccl.c. The design is described at the declarations in
  * include/nvfp4moe.h ("expert parallelism") and in docs/expert_parallel.md.
  */
-#include "core/internal.h"
+#include "oracle/oracle.h"
+#include "reference/reference.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,13 +29,10 @@ const char *nvfp4moe_ep_format_name(nvfp4moe_ep_format f) {
     return "?";
 }
 
-/* The oracle's rule (src/oracle/oracle.c: use_ep, use_all2all, batched), kept in one expression here so
- * the run and the verdict cannot disagree; test_ep checks both on the same configs. */
+/* The oracle reads the same rule (nvfp4moe_config_batched_format), so the run and the verdict
+ * cannot disagree. */
 nvfp4moe_ep_format nvfp4moe_ep_format_of(const nvfp4moe_config *cfg) {
-    const nvfp4moe_parallel *p = &cfg->parallel;
-    bool all2all = p->ep_size > 1 && p->dp_size > 1;
-    bool batched = all2all && (!strcmp(p->all2all, "deepep_low_latency") || !strcmp(p->all2all, "nixl_ep"));
-    return batched ? NVFP4MOE_EP_BATCHED : NVFP4MOE_EP_STANDARD;
+    return nvfp4moe_config_batched_format(cfg) ? NVFP4MOE_EP_BATCHED : NVFP4MOE_EP_STANDARD;
 }
 
 nvfp4moe_status nvfp4moe_ep_partition_of(const nvfp4moe_config *cfg, nvfp4moe_ep_partition *out) {
@@ -616,17 +614,8 @@ static nvfp4moe_status plan_create_rank(const nvfp4moe_config *cfg, const nvfp4m
     }
     /* Host backends return float32 expert outputs, so the combine rounds once, at the end, as a
      * single rank does; device backends return cfg.out_dtype (bf16/fp16: what their GEMMs store). */
-    const nvfp4moe_backend_impl *impl = nvfp4moe_impl_find(backend);
+    const nvfp4moe_backend_impl *impl = nvfp4moe_backend_impl_find(backend);
     bool device = impl ? impl->device_memory : false;
-    if (!impl) {   /* a vLLM name ("marlin", "cpu_fast"): the row names are upper case */
-        char up[40];
-        size_t i = 0;
-        for (; backend[i] && i + 1 < sizeof up; i++)
-            up[i] = (char)(backend[i] >= 'a' && backend[i] <= 'z' ? backend[i] - 32 : backend[i] == '-' ? '_' : backend[i]);
-        up[i] = '\0';
-        impl = nvfp4moe_impl_find(up);
-        device = impl ? impl->device_memory : false;
-    }
     if (!device) p->local_cfg.out_dtype = NVFP4MOE_DTYPE_F32;
     po.backend = backend;
     po.device = &dev;

@@ -7,7 +7,7 @@
  * (nvfp4_emulation_utils.ref_nvfp4_quant) evaluates it, so that results are bit-exact with it.
  * Build with -ffp-contract=off: a fused multiply-add would change roundings.
  */
-#include "core/internal.h"
+#include "format/format.h"
 
 #include <math.h>
 #include <string.h>

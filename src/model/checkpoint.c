@@ -10,6 +10,7 @@
  * mlp.router or mlp.gate) go through quantization and the writer unchanged.
  */
 #include "model/model.h"
+#include "reference/reference.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,66 +1,11 @@
 /*
- * plan.c - plans: the oracle's choice, prepared for one layer's weights; and the CPU_REFERENCE
- * backend, the reference layer wrapped as a runnable backend (always present, always last).
+ * plan.c - plans: the oracle's choice, prepared for one layer's weights by the implementation the
+ * backend table gives that row.
  */
-#include "core/internal.h"
+#include "oracle/oracle.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-// ---- runnable backends ----
-//
-// To add one: write src/backends/<name>.c defining a `const nvfp4moe_backend_impl`, declare it in
-// internal.h, add it below, and give the oracle table (src/oracle/oracle.c) its row.
-
-static const nvfp4moe_backend_impl *const k_impls[] = {
-#ifdef NVFP4MOE_HAVE_CUDA
-    &nvfp4moe_impl_marlin,      /* src/backends/cuda.c */
-    &nvfp4moe_impl_hopper_wgmma,
-    &nvfp4moe_impl_emulation,
-#endif
-    &nvfp4moe_impl_cpu_fast,
-    &nvfp4moe_impl_cpu_reference,
-};
-
-const nvfp4moe_backend_impl *nvfp4moe_impl_find(const char *backend_name) {
-    if (!backend_name) return NULL;
-    for (size_t i = 0; i < sizeof k_impls / sizeof k_impls[0]; i++)
-        if (!strcmp(k_impls[i]->name, backend_name)) return k_impls[i];
-    return NULL;
-}
-
-// ---- CPU_REFERENCE ----
-
-static nvfp4moe_scheme same_scheme(nvfp4moe_scheme s) { return s; }
-
-static nvfp4moe_status cpu_ref_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                      bool weights_on_device, const nvfp4moe_device *dev, void **state) {
-    NVFP4MOE_RETURN_IF(weights_on_device, NVFP4MOE_ERR_INVALID_ARGUMENT,
-                       "backend CPU_REFERENCE runs on the host but the weights are in device memory");
-    nvfp4moe_layer *copy;
-    NVFP4MOE_TRY(nvfp4moe_layer_copy(cfg, w, &copy));
-    *state = copy;
-    return NVFP4MOE_OK;
-}
-
-static size_t cpu_ref_workspace(const void *state, int64_t num_tokens) { return 0; }
-
-static nvfp4moe_status cpu_ref_forward(void *state, const nvfp4moe_io *io, void *stream) {
-    const nvfp4moe_layer *l = state;
-    return nvfp4moe_reference_forward(&l->cfg, &l->w, io);
-}
-
-static void cpu_ref_destroy(void *state) { nvfp4moe_layer_free(state); }
-
-const nvfp4moe_backend_impl nvfp4moe_impl_cpu_reference = {
-    .name = "CPU_REFERENCE",
-    .device_memory = false,
-    .effective_scheme = same_scheme,
-    .create = cpu_ref_create,
-    .workspace_size = cpu_ref_workspace,
-    .forward = cpu_ref_forward,
-    .destroy = cpu_ref_destroy,
-};
 
 // ---- plans ----
 
@@ -103,7 +48,7 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
             nvfp4moe_set_error(st, "%s: %s", plan->report.error_kind, plan->report.error);
     }
     if (st == NVFP4MOE_OK) {
-        plan->impl = nvfp4moe_impl_find(plan->report.backend);
+        plan->impl = nvfp4moe_backend_impl_find(plan->report.backend);
         if (!plan->impl)
             st = nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED,
                                     "the oracle chose %s, but this build cannot run it (no implementation compiled in)",

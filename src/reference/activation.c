@@ -5,7 +5,7 @@
  * swigluoai (gpt-oss), whose rows interleave them: g0, u0, g1, u1, ... Clamp rules are vLLM's:
  * the gate is clamped from above only, the up half on both sides.
  */
-#include "core/internal.h"
+#include "reference/reference.h"
 
 #include <math.h>
 

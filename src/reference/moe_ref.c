@@ -15,7 +15,8 @@
  * Where a quantizer consumes an intermediate, the intermediate is first rounded to the activation
  * dtype, as every real kernel stores it in that dtype. The output is rounded to cfg.out_dtype.
  */
-#include "core/internal.h"
+#include "format/format.h"
+#include "reference/reference.h"
 
 #include <math.h>
 #include <stdlib.h>

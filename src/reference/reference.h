@@ -1,0 +1,36 @@
+/*
+ * reference.h - the float64 reference layer's pieces (src/reference/) that the host backends, the
+ * random layers, the checkpoint calibration and EP reuse. Not installed.
+ */
+#ifndef NVFP4MOE_REFERENCE_H
+#define NVFP4MOE_REFERENCE_H
+
+#include "core/internal.h"
+
+/* Applies cfg's activation to one row: in has nvfp4moe_config_n1(cfg) values (gated: [g | u], or
+ * interleaved for swigluoai), out has I values. */
+void nvfp4moe_activation_ref(const nvfp4moe_config *cfg, const double *in, double *out);
+
+/* Quantize-dequantize one activation row of n values as scheme prescribes (src already rounded to
+ * the activation dtype): W4A4 with global scale gs, per-token, MXFP8; W4A16 copies. */
+void nvfp4moe_quantize_activation_row(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst);
+/* W4A4's activation global scales: 1 / max over experts of the input scales (vLLM EMULATION's
+ * rule); 1 for the other schemes. */
+void nvfp4moe_w4a4_global_scales(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, float *a1_gs,
+                                 float *a2_gs);
+/* The inputs of a host forward: hidden [M, H] to float, times the top-1 weight when the router
+ * weight goes on the input, then quantize-dequantized per scheme. Writes x [M, H] and the W4A4
+ * global scale of GEMM2's input (1 for the other schemes). */
+void nvfp4moe_prepare_inputs(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, const void *hidden,
+                             int64_t M, const float *wts, float *x, float *a2_gs);
+/* Groups P (token, slot) pairs by expert with a counting sort (token order kept within an expert):
+ * expert e's pairs are order[start[e] .. start[e + 1]). start has E + 1 entries. */
+nvfp4moe_status nvfp4moe_group_by_expert(const int32_t *ids, int64_t P, int64_t E, int64_t *start, int64_t *order);
+/* Checks the io tensors a host forward needs. */
+nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *io);
+/* The routing of a host forward: io's precomputed top-k (checked) or the reference router on its
+ * logits. ids/wts: [M, top_k]. */
+nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                       const nvfp4moe_io *io, int32_t *ids, float *wts);
+
+#endif // NVFP4MOE_REFERENCE_H
