@@ -1,0 +1,69 @@
+/*
+ * ckpt.h - what the checkpoint files of src/model/ share: the loading context and the tensor
+ * helpers (ckpt_tensors.c). Not installed.
+ */
+#ifndef NVFP4MOE_CKPT_H
+#define NVFP4MOE_CKPT_H
+
+#include "model/model.h"
+
+typedef struct {
+    uint8_t *w13, *w13_scale, *w2, *w2_scale;
+    float *w13_scale_2, *w13_input_scale, *w2_scale_2, *w2_input_scale;
+    float *w13_bias, *w2_bias, *correction_bias, *router, *router_bias;
+} ckpt_storage;
+
+typedef struct {
+    const nvfp4moe_model_info *info;
+    const nvfp4moe_st_model *tensors;
+    char where[256];            /* the model directory, for messages */
+    bool router_found;          /* a float router weight of the right shape exists */
+    const nvfp4moe_st_tensor *router_t, *router_bias_t; /* what load_router accepted, or NULL */
+    int32_t layer;
+    nvfp4moe_config cfg;
+    char base[160];             /* "model.layers.3.mlp." */
+    const char *gate, *up, *down; /* projection names: gate_proj/up_proj/down_proj or w1/w3/w2 */
+    bool check_only;
+    nvfp4moe_warnings *warn;
+    ckpt_storage *st;
+    /* reconciliation statistics */
+    int32_t n_differ, first_differ;
+    float first_g, first_u;
+    int32_t n_inexact;
+    double max_change;
+    int32_t n_input_differ;
+} load_ctx;
+
+
+/* Shared by the loaders (ckpt_tensors.c defines these). */
+float nvfp4moe_ckpt_tensor_float(const nvfp4moe_st_tensor *t, int64_t i);   /* one value as float */
+bool nvfp4moe_ckpt_is_float_dtype(nvfp4moe_st_dtype d);
+bool nvfp4moe_ckpt_shape_is(const nvfp4moe_st_tensor *t, int32_t ndim, const int64_t *dims);
+/* The tensor base+suffix, or NOT_FOUND naming it; maybe: NULL when absent. */
+nvfp4moe_status nvfp4moe_ckpt_need(const load_ctx *c, const char *suffix, const nvfp4moe_st_tensor **out);
+const nvfp4moe_st_tensor *nvfp4moe_ckpt_maybe(const load_ctx *c, const char *suffix);
+/* FORMAT errors naming the file and tensor. */
+nvfp4moe_status nvfp4moe_ckpt_bad_shape(const nvfp4moe_st_tensor *t, const char *want);
+nvfp4moe_status nvfp4moe_ckpt_want_dtype(const nvfp4moe_st_tensor *t, nvfp4moe_st_dtype a, nvfp4moe_st_dtype b);
+/* A per-tensor scale: one float value; a global scale (finite, > 0; reciprocal for
+ * compressed-tensors). */
+nvfp4moe_status nvfp4moe_ckpt_scalar(const nvfp4moe_st_tensor *t, float *v);
+nvfp4moe_status nvfp4moe_ckpt_global_scale(const nvfp4moe_st_tensor *t, float v, bool reciprocal, float *out);
+/* Canonical w13 row of element i of a half (0 gate, 1 up). */
+int64_t nvfp4moe_ckpt_w13_row(const nvfp4moe_config *cfg, int half, int64_t i);
+/* The router weight and bias and the correction bias: checks, and copies unless check_only. */
+nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out);
+/* The directory of the model's first file: what messages name. */
+void nvfp4moe_ckpt_model_where(const nvfp4moe_st_model *m, char *buf, size_t len);
+/* The layer's tensor prefix and projection names; the checkpoint format of its experts. */
+nvfp4moe_status nvfp4moe_ckpt_find_layer(load_ctx *c);
+nvfp4moe_status nvfp4moe_ckpt_detect_format(load_ctx *c, nvfp4moe_ckpt_format *fmt, bool *quantized);
+/* The owning containers: a*b*c*d bytes without overflow; allocation for a config; the weights'
+ * pointers into them. */
+bool nvfp4moe_ckpt_checked_size(int64_t a, int64_t b, int64_t cc, int64_t d, size_t *out);
+void nvfp4moe_ckpt_storage_free(ckpt_storage *s);
+nvfp4moe_status nvfp4moe_ckpt_storage_alloc(const nvfp4moe_config *cfg, bool router, bool router_bias,
+                                   ckpt_storage **out);
+void nvfp4moe_ckpt_point_weights(nvfp4moe_ckpt_layer *l, const ckpt_storage *s);
+
+#endif // NVFP4MOE_CKPT_H

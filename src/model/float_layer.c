@@ -1,0 +1,421 @@
+/*
+ * float_layer.c - unquantized (BF16/F16/F32) MoE layers: random ones, ones read from a model
+ * directory, and their quantization to NVFP4 the ModelOpt way. Expert biases and the router go
+ * through quantization unchanged.
+ */
+#include "model/ckpt.h"
+#include "reference/reference.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FP4_E4M3_RANGE (6.0f * 448.0f) /* ModelOpt: scale_2 = amax / (6 * 448) */
+
+// ---- float layers ----
+
+typedef struct {
+    float *w13, *w2, *router, *bias, *router_bias, *w13_bias, *w2_bias;
+} float_storage;
+
+void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l) {
+    if (!l) return;
+    float_storage *s = l->storage_;
+    if (s) {
+        free(s->w13);
+        free(s->w2);
+        free(s->router);
+        free(s->bias);
+        free(s->router_bias);
+        free(s->w13_bias);
+        free(s->w2_bias);
+        free(s);
+    }
+    free(l);
+}
+
+static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router, bool router_bias,
+                                   nvfp4moe_float_layer **out) {
+    const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t N1 = nvfp4moe_config_n1(cfg);
+    size_t n13, n2;
+    NVFP4MOE_RETURN_IF(!nvfp4moe_ckpt_checked_size(E, N1, H, 1, &n13) || !nvfp4moe_ckpt_checked_size(E, H, I, 1, &n2),
+                       NVFP4MOE_ERR_SHAPE, "layer of E=%lld H=%lld I=%lld is absurdly large",
+                       (long long)E, (long long)H, (long long)I);
+    nvfp4moe_float_layer *l = calloc(1, sizeof *l);
+    float_storage *s = calloc(1, sizeof *s);
+    bool ok = l && s;
+    if (ok) {
+        l->storage_ = s;
+        l->cfg = *cfg;
+        ok = (s->w13 = malloc(n13 * sizeof(float))) && (s->w2 = malloc(n2 * sizeof(float)));
+        if (ok && router) ok = (s->router = malloc((size_t)(E * H) * sizeof(float)));
+        if (ok && cfg->has_correction_bias) ok = (s->bias = calloc((size_t)E, sizeof(float)));
+        if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
+        if (ok && cfg->has_bias)
+            ok = (s->w13_bias = calloc((size_t)(E * N1), sizeof(float))) &&
+                 (s->w2_bias = calloc((size_t)(E * H), sizeof(float)));
+    }
+    if (!ok) {
+        if (l) nvfp4moe_float_layer_free(l);
+        else free(s);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    l->w13 = s->w13, l->w2 = s->w2, l->router = s->router, l->correction_bias = s->bias;
+    l->router_bias = s->router_bias;
+    l->w13_bias = s->w13_bias, l->w2_bias = s->w2_bias;
+    *out = l;
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
+                                            nvfp4moe_float_layer **out) {
+    NVFP4MOE_RETURN_IF(!cfg || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "float_layer_random: NULL");
+    NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
+    nvfp4moe_float_layer *l;
+    // gpt-oss (the swigluoai activation) is the family whose router carries a bias, whose experts
+    // have biases, and whose router module is mlp.router.
+    const bool goss = cfg->activation == NVFP4MOE_ACT_SWIGLUOAI;
+    nvfp4moe_config fcfg = *cfg;
+    fcfg.has_bias = cfg->has_bias || goss;
+    NVFP4MOE_TRY(float_alloc(&fcfg, true, goss, &l));
+    nvfp4moe_strlcpy(l->router_name, goss ? "router" : "gate", sizeof l->router_name);
+    const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t N1 = nvfp4moe_config_n1(cfg);
+    uint64_t st = seed ^ 0x6a09e667f3bcc909ull;
+    // bf16-rounded, as a real BF16 source checkpoint would be.
+    const double s13 = 1.0 / sqrt((double)H), s2 = 1.0 / sqrt((double)I);
+    for (int64_t i = 0; i < E * N1 * H; i++)
+        l->w13[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                            (float)(nvfp4moe_rand_normal(&st) * s13));
+    for (int64_t i = 0; i < E * H * I; i++)
+        l->w2[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                           (float)(nvfp4moe_rand_normal(&st) * s2));
+    for (int64_t i = 0; i < E * H; i++)
+        l->router[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                               (float)(nvfp4moe_rand_normal(&st) * s13));
+    if (l->correction_bias)
+        for (int64_t e = 0; e < E; e++)
+            l->correction_bias[e] = (float)(0.1 * nvfp4moe_rand_normal(&st));
+    if (l->router_bias)
+        for (int64_t e = 0; e < E; e++)
+            l->router_bias[e] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                        (float)(0.5 * nvfp4moe_rand_normal(&st)));
+    // Drawn last, so the weights above do not depend on whether there are biases.
+    if (l->w13_bias) {
+        for (int64_t i = 0; i < E * N1; i++)
+            l->w13_bias[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                     (float)(0.1 * nvfp4moe_rand_normal(&st)));
+        for (int64_t i = 0; i < E * H; i++)
+            l->w2_bias[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                    (float)(0.1 * nvfp4moe_rand_normal(&st)));
+    }
+    *out = l;
+    return NVFP4MOE_OK;
+}
+
+/* A float matrix [rows, cols] from a float tensor, optionally transposed ([cols, rows] stored). */
+static nvfp4moe_status float_matrix(const nvfp4moe_st_tensor *t, int64_t rows, int64_t cols,
+                                    int64_t offset_elems, bool transposed, float *dst) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t k = 0; k < cols; k++)
+            dst[r * cols + k] = nvfp4moe_ckpt_tensor_float(t, offset_elems + (transposed ? k * rows + r
+                                                                           : r * cols + k));
+    return NVFP4MOE_OK;
+}
+
+/* Whether an unquantized layer has expert biases: every one the layout names (fused
+ * experts.{gate_up,down}_proj_bias; per expert experts.E.{gate,up,down}_proj.bias) or none, else
+ * NOT_FOUND naming the first missing one, so no bias is dropped or half-applied. */
+static nvfp4moe_status float_bias_presence(const load_ctx *c, bool fused, bool *has) {
+    const bool gated = nvfp4moe_activation_is_gated(c->cfg.activation);
+    const nvfp4moe_st_tensor *present = NULL;
+    char suf[160], missing[320] = "";
+    const int32_t E = fused ? 1 : c->cfg.num_experts;
+    for (int32_t e = 0; e < E; e++) {
+        for (int p = fused || gated ? 0 : 1; p < 3; p++) {
+            if (fused && p == 2) break;
+            if (fused) snprintf(suf, sizeof suf, "experts.%s_bias", p ? "down_proj" : "gate_up_proj");
+            else snprintf(suf, sizeof suf, "experts.%d.%s.bias", e,
+                          p == 0 ? c->gate : p == 1 ? c->up : c->down);
+            const nvfp4moe_st_tensor *t = nvfp4moe_ckpt_maybe(c, suf);
+            if (t && !present) present = t;
+            if (!t && !missing[0]) snprintf(missing, sizeof missing, "%s%s", c->base, suf);
+        }
+    }
+    NVFP4MOE_RETURN_IF(present && missing[0], NVFP4MOE_ERR_NOT_FOUND,
+                       "%s: layer %d: tensor '%s' not found ('%s' is present: expert biases must "
+                       "be given for every projection and expert, or for none)",
+                       c->where, c->layer, missing, present->name);
+    *has = present != NULL;
+    return NVFP4MOE_OK;
+}
+
+/* A float bias tensor base+suffix of shape [rows] (ndim 1, n = 1) or [n, rows] into dst. */
+static nvfp4moe_status float_bias(const load_ctx *c, const char *suffix, int32_t ndim, int64_t n,
+                                  int64_t rows, float *dst) {
+    const nvfp4moe_st_tensor *t;
+    NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, suffix, &t));
+    NVFP4MOE_RETURN_IF(!nvfp4moe_ckpt_is_float_dtype(t->dtype), NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': dtype %s, expected a float type", t->file, t->name,
+                       nvfp4moe_st_dtype_name(t->dtype));
+    int64_t d1[1] = {rows}, d2[2] = {n, rows};
+    char want[64];
+    if (ndim == 1 && !nvfp4moe_ckpt_shape_is(t, 1, d1)) {
+        snprintf(want, sizeof want, "[%lld]", (long long)rows);
+        return nvfp4moe_ckpt_bad_shape(t, want);
+    }
+    if (ndim == 2 && !nvfp4moe_ckpt_shape_is(t, 2, d2)) {
+        snprintf(want, sizeof want, "[%lld, %lld]", (long long)n, (long long)rows);
+        return nvfp4moe_ckpt_bad_shape(t, want);
+    }
+    for (int64_t i = 0; i < n * rows; i++) dst[i] = nvfp4moe_ckpt_tensor_float(t, i);
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
+                                          const nvfp4moe_st_model *tensors, int32_t layer,
+                                          nvfp4moe_float_layer **out) {
+    NVFP4MOE_RETURN_IF(!info || !tensors || !out, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "float_layer_load: NULL argument");
+    char where[256];
+    nvfp4moe_ckpt_model_where(tensors, where, sizeof where);
+    NVFP4MOE_RETURN_IF(!nvfp4moe_model_info_is_moe_layer(info, layer), NVFP4MOE_ERR_NOT_FOUND,
+                       "layer %d is not a MoE layer of this model", layer);
+    nvfp4moe_warnings discard = {0};
+    load_ctx c = {.info = info, .tensors = tensors, .layer = layer, .cfg = info->cfg,
+                  .check_only = true, .warn = &discard};
+    nvfp4moe_strlcpy(c.where, where, sizeof c.where);
+    nvfp4moe_ckpt_format fmt;
+    bool quantized;
+    NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
+    NVFP4MOE_TRY(nvfp4moe_ckpt_find_layer(&c));
+    NVFP4MOE_TRY(nvfp4moe_ckpt_detect_format(&c, &fmt, &quantized));
+    NVFP4MOE_RETURN_IF(quantized, NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: layer %d is already quantized (%s): quantize needs a BF16/F16/F32 "
+                       "source", where, layer, nvfp4moe_ckpt_format_name(fmt));
+    nvfp4moe_ckpt_layer probe = {0};
+    c.cfg.has_correction_bias = false;
+    NVFP4MOE_TRY(nvfp4moe_ckpt_load_router(&c, &probe));   // check only: shapes and bias presence
+    NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
+    NVFP4MOE_TRY(float_bias_presence(&c, fmt == NVFP4MOE_CKPT_MODELOPT_FUSED, &c.cfg.has_bias));
+    const nvfp4moe_config *cfg = &c.cfg;
+    const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t N1 = nvfp4moe_config_n1(cfg);
+    const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
+    const nvfp4moe_st_tensor *router = c.router_t, *router_bias = c.router_bias_t;
+    nvfp4moe_float_layer *l;
+    NVFP4MOE_TRY(float_alloc(cfg, router != NULL, router_bias != NULL, &l));
+    nvfp4moe_strlcpy(l->router_name, probe.router_name, sizeof l->router_name);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    char want[96];
+    if (fmt == NVFP4MOE_CKPT_MODELOPT_FUSED) {
+        // Unquantized fused experts keep the Hugging Face [in, out] layout.
+        const nvfp4moe_st_tensor *gu = NULL, *dn = NULL;
+        s = nvfp4moe_ckpt_need(&c, "experts.gate_up_proj", &gu);
+        if (s == NVFP4MOE_OK) s = nvfp4moe_ckpt_need(&c, "experts.down_proj", &dn);
+        int64_t dgu[3] = {E, H, N1}, ddn[3] = {E, I, H};
+        if (s == NVFP4MOE_OK && (!nvfp4moe_ckpt_is_float_dtype(gu->dtype) || !nvfp4moe_ckpt_shape_is(gu, 3, dgu))) {
+            snprintf(want, sizeof want, "[%lld, %lld, %lld] float", (long long)E, (long long)H,
+                     (long long)N1);
+            s = nvfp4moe_ckpt_bad_shape(gu, want);
+        }
+        if (s == NVFP4MOE_OK && (!nvfp4moe_ckpt_is_float_dtype(dn->dtype) || !nvfp4moe_ckpt_shape_is(dn, 3, ddn))) {
+            snprintf(want, sizeof want, "[%lld, %lld, %lld] float", (long long)E, (long long)I,
+                     (long long)H);
+            s = nvfp4moe_ckpt_bad_shape(dn, want);
+        }
+        for (int64_t e = 0; s == NVFP4MOE_OK && e < E; e++) {
+            float_matrix(gu, N1, H, e * H * N1, true, l->w13 + e * N1 * H);
+            float_matrix(dn, H, I, e * I * H, true, l->w2 + e * H * I);
+        }
+        // gate_up_proj_bias follows gate_up_proj's last dimension: w13's rows (gpt-oss interleaved).
+        if (s == NVFP4MOE_OK && cfg->has_bias)
+            s = float_bias(&c, "experts.gate_up_proj_bias", 2, E, N1, l->w13_bias);
+        if (s == NVFP4MOE_OK && cfg->has_bias)
+            s = float_bias(&c, "experts.down_proj_bias", 2, E, H, l->w2_bias);
+    } else {
+        float *rowbuf = malloc(sizeof(float) * (size_t)(I * H));
+        if (!rowbuf) s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        for (int32_t e = 0; s == NVFP4MOE_OK && e < E; e++) {
+            for (int p = gated ? 0 : 1; p < 3 && s == NVFP4MOE_OK; p++) {
+                const char *proj = p == 0 ? c.gate : p == 1 ? c.up : c.down;
+                char suf[128];
+                snprintf(suf, sizeof suf, "experts.%d.%s.weight", e, proj);
+                const nvfp4moe_st_tensor *t;
+                s = nvfp4moe_ckpt_need(&c, suf, &t);
+                if (s != NVFP4MOE_OK) break;
+                int64_t rows = p < 2 ? I : H, cols = p < 2 ? H : I;
+                int64_t dims[2] = {rows, cols};
+                if (!nvfp4moe_ckpt_is_float_dtype(t->dtype) || !nvfp4moe_ckpt_shape_is(t, 2, dims)) {
+                    snprintf(want, sizeof want, "[%lld, %lld] float", (long long)rows,
+                             (long long)cols);
+                    s = nvfp4moe_ckpt_bad_shape(t, want);
+                    break;
+                }
+                if (p == 2) {
+                    float_matrix(t, H, I, 0, false, l->w2 + (int64_t)e * H * I);
+                } else {
+                    float_matrix(t, I, H, 0, false, rowbuf);
+                    for (int64_t r = 0; r < I; r++)
+                        memcpy(l->w13 + ((int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)) * H, rowbuf + r * H,
+                               sizeof(float) * (size_t)H);
+                }
+                if (!cfg->has_bias) continue;
+                snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
+                if (p == 2) {
+                    s = float_bias(&c, suf, 1, 1, H, l->w2_bias + (int64_t)e * H);
+                } else {
+                    s = float_bias(&c, suf, 1, 1, I, rowbuf);
+                    for (int64_t r = 0; s == NVFP4MOE_OK && r < I; r++)
+                        l->w13_bias[(int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)] = rowbuf[r];
+                }
+            }
+        }
+        free(rowbuf);
+    }
+    if (s == NVFP4MOE_OK && router)
+        for (int64_t i = 0; i < E * H; i++) l->router[i] = nvfp4moe_ckpt_tensor_float(router, i);
+    if (s == NVFP4MOE_OK && router_bias)
+        for (int64_t i = 0; i < E; i++) l->router_bias[i] = nvfp4moe_ckpt_tensor_float(router_bias, i);
+    if (s == NVFP4MOE_OK && l->correction_bias) {
+        const nvfp4moe_st_tensor *b = nvfp4moe_ckpt_maybe(&c, "gate.e_score_correction_bias");
+        if (!b) b = nvfp4moe_ckpt_maybe(&c, "e_score_correction_bias");
+        for (int64_t i = 0; i < E; i++) l->correction_bias[i] = nvfp4moe_ckpt_tensor_float(b, i);
+    }
+    if (s != NVFP4MOE_OK) {
+        nvfp4moe_float_layer_free(l);
+        return s;
+    }
+    *out = l;
+    return NVFP4MOE_OK;
+}
+
+// ---- quantization ----
+
+/* scale_2 = amax / (6*448), nudged to a float whose reciprocal's reciprocal is itself, so the
+ * ModelOpt form and the compressed-tensors form (1/scale_2) describe bit-identical scales. */
+static float modelopt_scale_2(float amax) {
+    float s = amax > 0 && isfinite(amax) ? amax / FP4_E4M3_RANGE : 1.0f;
+    for (int i = 0; i < 8; i++) {
+        float r = 1.0f / s;
+        if (1.0f / r == s) break;
+        s = 1.0f / r;
+    }
+    return s;
+}
+
+static float amax_of(const float *x, int64_t n) {
+    float m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
+                                              uint64_t seed, nvfp4moe_ckpt_layer **out) {
+    NVFP4MOE_RETURN_IF(!src || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "float_layer_quantize: NULL");
+    NVFP4MOE_RETURN_IF(calib_tokens < 1, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "calib_tokens=%d must be >= 1", calib_tokens);
+    const nvfp4moe_config *cfg = &src->cfg;
+    NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
+    // Biases go where has_bias says; one without the flag would otherwise be dropped unseen.
+    NVFP4MOE_RETURN_IF(cfg->has_bias != (src->w13_bias != NULL) ||
+                           cfg->has_bias != (src->w2_bias != NULL),
+                       NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "float layer: cfg.has_bias is %s but w13_bias is %s and w2_bias %s",
+                       cfg->has_bias ? "set" : "not set", src->w13_bias ? "given" : "NULL",
+                       src->w2_bias ? "given" : "NULL");
+    const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t N1 = nvfp4moe_config_n1(cfg), M = calib_tokens;
+    nvfp4moe_ckpt_layer *l = calloc(1, sizeof *l);
+    NVFP4MOE_RETURN_IF(!l, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    // Input scales are always computed; a W4A16 config simply has nowhere to keep them.
+    const nvfp4moe_config qcfg = *cfg;
+    ckpt_storage *st = NULL;
+    nvfp4moe_status s = nvfp4moe_ckpt_storage_alloc(&qcfg, src->router != NULL,
+                                      src->router != NULL && src->router_bias != NULL, &st);
+    float *x = malloc(sizeof(float) * (size_t)(M * H));
+    float *wdq = malloc(sizeof(float) * (size_t)(N1 * H));
+    double *g = malloc(sizeof(double) * (size_t)N1), *a = malloc(sizeof(double) * (size_t)I);
+    if (s == NVFP4MOE_OK && (!x || !wdq || !g || !a))
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (s == NVFP4MOE_OK) {
+        l->storage_ = st;
+        uint64_t rs = seed ^ 0xbb67ae8584caa73bull;
+        for (int64_t i = 0; i < M * H; i++) x[i] = (float)nvfp4moe_rand_normal(&rs);
+        const float in13 = modelopt_scale_2(amax_of(x, M * H));
+        for (int64_t e = 0; e < E && s == NVFP4MOE_OK; e++) {
+            const float *w13 = src->w13 + e * N1 * H, *w2 = src->w2 + e * H * I;
+            const float *b13 = src->w13_bias ? src->w13_bias + e * N1 : NULL;
+            // Gate and up share one amax (ModelOpt's preprocess_linear_fusion).
+            float amax13 = amax_of(w13, N1 * H);
+            float s13 = modelopt_scale_2(amax13), s2 = modelopt_scale_2(amax_of(w2, H * I));
+            s = nvfp4moe_quantize(w13, N1, H, 1.0f / s13, st->w13 + e * N1 * H / 2,
+                                  st->w13_scale + e * N1 * H / 16);
+            if (s == NVFP4MOE_OK)
+                s = nvfp4moe_quantize(w2, H, I, 1.0f / s2, st->w2 + e * H * I / 2,
+                                      st->w2_scale + e * H * I / 16);
+            if (s == NVFP4MOE_OK)
+                s = nvfp4moe_dequantize(st->w13 + e * N1 * H / 2, st->w13_scale + e * N1 * H / 16,
+                                        N1, H, s13, wdq);
+            if (s != NVFP4MOE_OK) break;
+            st->w13_scale_2[e] = s13;
+            st->w2_scale_2[e] = s2;
+            // Calibrate the down projection's input: amax of act(x W13^T + b13) over the tokens.
+            float amax2 = 0;
+            for (int64_t m = 0; m < M; m++) {
+                const float *xm = x + m * H;
+                for (int64_t n = 0; n < N1; n++) {
+                    const float *wr = wdq + n * H;
+                    double acc = 0;
+                    for (int64_t k = 0; k < H; k++) acc += (double)xm[k] * wr[k];
+                    g[n] = acc + (b13 ? b13[n] : 0.0);
+                }
+                nvfp4moe_activation_ref(cfg, g, a);
+                for (int64_t i = 0; i < I; i++) amax2 = fmaxf(amax2, (float)fabs(a[i]));
+            }
+            if (st->w13_input_scale) {
+                st->w13_input_scale[e] = in13;
+                st->w2_input_scale[e] = modelopt_scale_2(amax2);
+            }
+        }
+    }
+    if (s == NVFP4MOE_OK && src->correction_bias && st->correction_bias)
+        memcpy(st->correction_bias, src->correction_bias, sizeof(float) * (size_t)E);
+    if (s == NVFP4MOE_OK && cfg->has_bias) {   // exact: the writer stores them as F32
+        memcpy(st->w13_bias, src->w13_bias, sizeof(float) * (size_t)(E * N1));
+        memcpy(st->w2_bias, src->w2_bias, sizeof(float) * (size_t)(E * H));
+    }
+    if (s == NVFP4MOE_OK) nvfp4moe_strlcpy(l->router_name, src->router_name, sizeof l->router_name);
+    if (s == NVFP4MOE_OK && src->router) {
+        // The router stays unquantized, as real exports exclude it; keep what a bf16 file holds.
+        for (int64_t i = 0; i < E * H; i++)
+            st->router[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16, src->router[i]);
+        l->router = st->router;
+        l->has_router = true;
+        l->router_dtype = NVFP4MOE_ST_BF16;
+        if (src->router_bias) {   // written as BF16 next to the weight, so rounded the same way
+            for (int64_t i = 0; i < E; i++)
+                st->router_bias[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16,
+                                                             src->router_bias[i]);
+            l->router_bias = st->router_bias;
+            l->has_router_bias = true;
+        }
+    }
+    free(x);
+    free(wdq);
+    free(g);
+    free(a);
+    if (s != NVFP4MOE_OK) {
+        if (!l->storage_) nvfp4moe_ckpt_storage_free(st);
+        nvfp4moe_ckpt_layer_free(l);
+        return s;
+    }
+    l->layer.cfg = qcfg;
+    l->index = 0;
+    l->format = NVFP4MOE_CKPT_MODELOPT;
+    nvfp4moe_ckpt_point_weights(l, st);
+    *out = l;
+    return NVFP4MOE_OK;
+}
