@@ -4,7 +4,8 @@
 #   make run        the main job: `nvfp4moe run` on the built-in default layer
 #   make test       builds everything and runs the CPU test suite
 #   make gpu-test   (CUDA builds, on a GPU machine) the GPU correctness test
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local    (runs ldconfig when PREFIX is /usr or /usr/local, as root)
+#   make uninstall PREFIX=/usr/local  removes what install put there
 #   make CUDA=0     force a CPU-only build;  make CC=clang  build host code with clang
 #   make DEPS=0 JANSSON_PREFIX=DIR   no package installs; jansson unpacked under DIR (the GPU
 #                   machine has no package registry: see bench/device.sh)
@@ -38,7 +39,8 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT      ?= -O2 -g
 # No fused multiply-add contraction: the codec must round exactly as vLLM's reference does.
 CFLAGS   += -ffp-contract=off
-CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -pthread -Iinclude -Isrc -I.
+# Hidden by default: the shared library exports the NVFP4MOE_API declarations of include/ only.
+CFLAGS   += $(CSTD) $(WARN) $(OPT) -fPIC -fvisibility=hidden -pthread -Iinclude -Isrc -I.
 LDLIBS   += -ljansson -lm -pthread
 ifneq ($(JANSSON_PREFIX),)
   JANSSON_LIB := $(JANSSON_PREFIX)/usr/lib/x86_64-linux-gnu
@@ -49,7 +51,7 @@ DEPS ?= 1
 
 # Hopper (sm_90a: wgmma/setmaxnreg) plus Ampere (sm_80: mma.sync, cp.async; runs on sm_80+).
 CUDA_GENCODE ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
-NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -Xcompiler -fPIC -Xcompiler -Wall \
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Xcompiler -Wall \
              -Iinclude -Isrc -Ikernels --expt-relaxed-constexpr -lineinfo
 
 SRC_C    := $(sort $(wildcard src/*/*.c))
@@ -76,13 +78,18 @@ ifeq ($(CUDA),1)
   TOOL_OBJ += $(TOOL_CU:%.cu=$(BUILD)/obj/%.o)
 endif
 
+VERSION  := $(shell sed -n 's/^\#define NVFP4MOE_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' include/nvfp4moe.h | paste -sd.)
+SOMAJOR  := $(firstword $(subst ., ,$(VERSION)))
 LIB_A    := $(BUILD)/libnvfp4moe.a
+# libnvfp4moe.so.X.Y.Z, its SONAME libnvfp4moe.so.X and the link-time name libnvfp4moe.so
+LIB_SO_REAL := $(BUILD)/libnvfp4moe.so.$(VERSION)
 LIB_SO   := $(BUILD)/libnvfp4moe.so
+HEADERS  := include/nvfp4moe.h include/nvfp4moe_experimental.h
 CLI      := $(BUILD)/nvfp4moe
 TESTS    := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
 GPU_TESTS := $(GPU_TEST_C:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps run test gpu-test install clean cuda-objs
+.PHONY: all deps run test gpu-test install uninstall clean cuda-objs
 all: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 
@@ -116,8 +123,13 @@ $(LIB_A): $(OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIB_SO): $(OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+# --exclude-libs: the static cudart linked in stays hidden too.
+$(LIB_SO_REAL): $(OBJ)
+	$(CC) -shared -Wl,-soname,libnvfp4moe.so.$(SOMAJOR) -Wl,--exclude-libs,ALL -o $@ $^ $(LDLIBS)
+
+$(LIB_SO): $(LIB_SO_REAL)
+	ln -sf libnvfp4moe.so.$(VERSION) $(BUILD)/libnvfp4moe.so.$(SOMAJOR)
+	ln -sf libnvfp4moe.so.$(SOMAJOR) $@
 
 $(CLI): $(TOOL_OBJ) $(LIB_A)
 	$(CC) -o $@ $(TOOL_OBJ) $(LIB_A) $(LDLIBS)
@@ -139,16 +151,31 @@ gpu-test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) build-all
 	@for t in $(GPU_TESTS); do echo "== $$t"; $$t || exit 1; done
 
+LIBDIR   = $(DESTDIR)$(PREFIX)/lib
+# A system-wide install refreshes the loader's cache (ldconfig), so the library is found at once.
+SYSTEM_PREFIXES := /usr /usr/local
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/nvfp4moe.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -d $(DESTDIR)$(PREFIX)/include $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(LIB_A) $(LIBDIR)/
+	install -m 755 $(LIB_SO_REAL) $(LIBDIR)/
+	ln -sf libnvfp4moe.so.$(VERSION) $(LIBDIR)/libnvfp4moe.so.$(SOMAJOR)
+	ln -sf libnvfp4moe.so.$(SOMAJOR) $(LIBDIR)/libnvfp4moe.so
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' \
-	    -e 's|@VERSION@|$(shell sed -n 's/^#define NVFP4MOE_VERSION_\(MAJOR\|MINOR\|PATCH\) //p' include/nvfp4moe.h | paste -sd.)|' \
+	    -e 's|@VERSION@|$(VERSION)|' \
 	    -e 's|@LIBS_PRIVATE@|$(filter-out -ljansson,$(LDLIBS))|' \
-	    nvfp4moe.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/nvfp4moe.pc
+	    nvfp4moe.pc.in > $(LIBDIR)/pkgconfig/nvfp4moe.pc
+	@if [ -z "$(DESTDIR)" ] && [ -n "$(filter $(PREFIX),$(SYSTEM_PREFIXES))" ] && [ "$$(id -u)" = 0 ] && \
+	    command -v ldconfig >/dev/null 2>&1; then echo ldconfig; ldconfig; fi
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/include/,$(notdir $(HEADERS)))
+	rm -f $(LIBDIR)/libnvfp4moe.a $(LIBDIR)/libnvfp4moe.so $(LIBDIR)/libnvfp4moe.so.$(SOMAJOR) \
+	      $(LIBDIR)/libnvfp4moe.so.$(VERSION) $(LIBDIR)/pkgconfig/nvfp4moe.pc $(DESTDIR)$(PREFIX)/bin/nvfp4moe
+	@if [ -z "$(DESTDIR)" ] && [ -n "$(filter $(PREFIX),$(SYSTEM_PREFIXES))" ] && [ "$$(id -u)" = 0 ] && \
+	    command -v ldconfig >/dev/null 2>&1; then echo ldconfig; ldconfig; fi
 
 clean:
 	rm -rf $(BUILD)

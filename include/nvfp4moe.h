@@ -1,5 +1,8 @@
 /*
- * nvfp4moe.h - the one public header of libnvfp4moe.
+ * nvfp4moe.h - the public header of libnvfp4moe: its stable API.
+ *
+ * The API here keeps its names, arguments and meaning within a major version. Expert parallelism
+ * and the benchmark hooks are in nvfp4moe_experimental.h, which may change in any release.
  *
  * nvfp4moe runs NVFP4-quantized Mixture-of-Experts layers (E2M1 weights, one FP8 E4M3 scale per 16
  * elements, one FP32 scale per tensor) and decides, for each deployment, which kernel backend runs
@@ -26,15 +29,22 @@
 extern "C" {
 #endif
 
+/* Marks the library's exported functions: the shared library exports these and nothing else. */
+#if defined(__GNUC__) || defined(__clang__)
+#define NVFP4MOE_API __attribute__((visibility("default")))
+#else
+#define NVFP4MOE_API
+#endif
+
 #define NVFP4MOE_VERSION_MAJOR 0
 #define NVFP4MOE_VERSION_MINOR 1
 #define NVFP4MOE_VERSION_PATCH 0
 
 /* "0.1.0 (cuda)" or "0.1.0 (cpu-only)": the version and whether CUDA backends were compiled in. */
-const char *nvfp4moe_version(void);
+NVFP4MOE_API const char *nvfp4moe_version(void);
 
 /* True when this build contains the CUDA backends (it may still run on a machine without a GPU). */
-bool nvfp4moe_built_with_cuda(void);
+NVFP4MOE_API bool nvfp4moe_built_with_cuda(void);
 
 // ---- status and errors ----
 
@@ -53,11 +63,11 @@ typedef enum nvfp4moe_status {
 } nvfp4moe_status;
 
 /* A fixed English name for a status, e.g. "invalid argument". Never NULL. */
-const char *nvfp4moe_status_str(nvfp4moe_status s);
+NVFP4MOE_API const char *nvfp4moe_status_str(nvfp4moe_status s);
 
 /* The message of the last failing call made by this thread ("" if none). The pointer stays valid
  * until the next failing call on the same thread. */
-const char *nvfp4moe_last_error(void);
+NVFP4MOE_API const char *nvfp4moe_last_error(void);
 
 // ---- NVFP4 codec ----
 //
@@ -66,13 +76,13 @@ const char *nvfp4moe_last_error(void);
 
 /* RNE with ties to even on the E2M1 grid, saturating at +-6; sign in bit 3 (-0 gives 0x8).
  * NaN encodes as +0 (0x0); +-Inf saturate to +-6. */
-uint8_t nvfp4moe_e2m1_encode(float x);
+NVFP4MOE_API uint8_t nvfp4moe_e2m1_encode(float x);
 /* Decodes the low 4 bits of code. */
-float   nvfp4moe_e2m1_decode(uint8_t code);
+NVFP4MOE_API float   nvfp4moe_e2m1_decode(uint8_t code);
 /* FP8 E4M3 "fn": RNE, saturating to +-448 (Inf too); NaN -> 0x7F. */
-uint8_t nvfp4moe_e4m3_encode(float x);
+NVFP4MOE_API uint8_t nvfp4moe_e4m3_encode(float x);
 /* Exact; 0x7F and 0xFF decode to NaN. */
-float   nvfp4moe_e4m3_decode(uint8_t code);
+NVFP4MOE_API float   nvfp4moe_e4m3_decode(uint8_t code);
 
 /* Quantizes x [rows, cols] (cols % 16 == 0) with vLLM's reference quantizer, in float32, per block
  * of 16 along a row:
@@ -81,31 +91,31 @@ float   nvfp4moe_e4m3_decode(uint8_t code);
  *     q   = e2m1_encode(clamp(x * inv, -6, 6))
  * packed: [rows, cols/2], element 2j in the low nibble, 2j+1 in the high nibble.
  * scales: [rows, cols/16] E4M3 codes. global_scale must be finite and > 0. */
-nvfp4moe_status nvfp4moe_quantize(const float *x, int64_t rows, int64_t cols, float global_scale,
-                                  uint8_t *packed, uint8_t *scales);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_quantize(const float *x, int64_t rows, int64_t cols, float global_scale,
+                                               uint8_t *packed, uint8_t *scales);
 
 /* out [rows, cols] = e2m1_decode(q) * e4m3_decode(sf) * scale_2 (ModelOpt: scale_2 = 1/global_scale). */
-nvfp4moe_status nvfp4moe_dequantize(const uint8_t *packed, const uint8_t *scales, int64_t rows,
-                                    int64_t cols, float scale_2, float *out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_dequantize(const uint8_t *packed, const uint8_t *scales, int64_t rows,
+                                                 int64_t cols, float scale_2, float *out);
 
 /* Number of bytes of the 128x4-swizzled scale layout of a [rows, kblocks] scale matrix:
  * round_up(rows, 128) * round_up(kblocks, 4). */
-size_t nvfp4moe_swizzled_scales_size(int64_t rows, int64_t kblocks);
+NVFP4MOE_API size_t nvfp4moe_swizzled_scales_size(int64_t rows, int64_t kblocks);
 
 /* linear [rows, kblocks] -> swizzled (CUTLASS/FlashInfer 128x4 layout, zero padded). The byte of
  * (m, kb) lands at (m/128)*(Kp/4)*512 + (kb/4)*512 + (m%32)*16 + ((m/32)%4)*4 + kb%4, Kp =
  * round_up(kblocks, 4). swizzled must hold nvfp4moe_swizzled_scales_size(rows, kblocks) bytes. */
-nvfp4moe_status nvfp4moe_swizzle_scales(const uint8_t *linear, int64_t rows, int64_t kblocks,
-                                        uint8_t *swizzled);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_swizzle_scales(const uint8_t *linear, int64_t rows, int64_t kblocks,
+                                                     uint8_t *swizzled);
 /* The inverse: reads the [rows, kblocks] part of a swizzled matrix back into linear. */
-nvfp4moe_status nvfp4moe_unswizzle_scales(const uint8_t *swizzled, int64_t rows, int64_t kblocks,
-                                          uint8_t *linear);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_unswizzle_scales(const uint8_t *swizzled, int64_t rows, int64_t kblocks,
+                                                       uint8_t *linear);
 
 /* bf16 / fp16 conversions (round to nearest even; NaN stays NaN). */
-uint16_t nvfp4moe_bf16_from_float(float x);
-float    nvfp4moe_bf16_to_float(uint16_t h);
-uint16_t nvfp4moe_fp16_from_float(float x);
-float    nvfp4moe_fp16_to_float(uint16_t h);
+NVFP4MOE_API uint16_t nvfp4moe_bf16_from_float(float x);
+NVFP4MOE_API float    nvfp4moe_bf16_to_float(uint16_t h);
+NVFP4MOE_API uint16_t nvfp4moe_fp16_from_float(float x);
+NVFP4MOE_API float    nvfp4moe_fp16_to_float(uint16_t h);
 
 // ---- enumerations with stable names ----
 
@@ -154,29 +164,29 @@ typedef enum nvfp4moe_scheme {
 } nvfp4moe_scheme;
 
 /* Name of a value ("bf16", "silu", "deepseek_v3", "w4a4"...); "?" for an out-of-range value. */
-const char *nvfp4moe_dtype_name(nvfp4moe_dtype d);
-const char *nvfp4moe_activation_name(nvfp4moe_activation a);
-const char *nvfp4moe_routing_name(nvfp4moe_routing r);
-const char *nvfp4moe_scheme_name(nvfp4moe_scheme s);
+NVFP4MOE_API const char *nvfp4moe_dtype_name(nvfp4moe_dtype d);
+NVFP4MOE_API const char *nvfp4moe_activation_name(nvfp4moe_activation a);
+NVFP4MOE_API const char *nvfp4moe_routing_name(nvfp4moe_routing r);
+NVFP4MOE_API const char *nvfp4moe_scheme_name(nvfp4moe_scheme s);
 /* Parse a name (case-insensitive, '-' and '_' equivalent, aliases accepted). NOT_FOUND lists the
  * accepted names in nvfp4moe_last_error(). */
-nvfp4moe_status nvfp4moe_dtype_parse(const char *s, nvfp4moe_dtype *out);
-nvfp4moe_status nvfp4moe_activation_parse(const char *s, nvfp4moe_activation *out);
-nvfp4moe_status nvfp4moe_routing_parse(const char *s, nvfp4moe_routing *out);
-nvfp4moe_status nvfp4moe_scheme_parse(const char *s, nvfp4moe_scheme *out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_dtype_parse(const char *s, nvfp4moe_dtype *out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_activation_parse(const char *s, nvfp4moe_activation *out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_routing_parse(const char *s, nvfp4moe_routing *out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_scheme_parse(const char *s, nvfp4moe_scheme *out);
 
 /* Converts n values of dtype at src (bf16/fp16 as uint16_t bit patterns, or f32) to float, and
  * back (round to nearest even). */
-void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst);
-void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst);
+NVFP4MOE_API void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst);
+NVFP4MOE_API void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst);
 /* Bytes of one value of dt. */
-size_t nvfp4moe_dtype_size(nvfp4moe_dtype dt);
+NVFP4MOE_API size_t nvfp4moe_dtype_size(nvfp4moe_dtype dt);
 
 /* Fills dst with n standard-normal values in dtype dt, deterministic in seed (test and demo data). */
-void nvfp4moe_fill_normal(void *dst, nvfp4moe_dtype dt, int64_t n, uint64_t seed);
+NVFP4MOE_API void nvfp4moe_fill_normal(void *dst, nvfp4moe_dtype dt, int64_t n, uint64_t seed);
 
 /* True for the gated ("act_and_mul") activations: GEMM1 produces N1 = 2*I columns. */
-bool nvfp4moe_activation_is_gated(nvfp4moe_activation a);
+NVFP4MOE_API bool nvfp4moe_activation_is_gated(nvfp4moe_activation a);
 
 // ---- deployment config ----
 
@@ -226,14 +236,14 @@ typedef struct nvfp4moe_config {
 
 /* Defaults: the MoE layer of Qwen3-30B-A3B (E=128, top-8, H=2048, I=768), bf16, silu, no clamp,
  * renormalize routing, W4A4, tp=dp=ep=1, moe_backend "auto". */
-void nvfp4moe_config_init(nvfp4moe_config *cfg);
+NVFP4MOE_API void nvfp4moe_config_init(nvfp4moe_config *cfg);
 
 /* Checks every field and every combination the layer and the oracle rely on. On failure the
  * message names the field, e.g. "hidden_size=100 must be a multiple of 16". */
-nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *cfg);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *cfg);
 
 /* Columns of GEMM1's output: 2*I for gated activations, I otherwise. */
-int32_t nvfp4moe_config_n1(const nvfp4moe_config *cfg);
+NVFP4MOE_API int32_t nvfp4moe_config_n1(const nvfp4moe_config *cfg);
 
 /* The clamp/alpha/beta an activation uses once defaults are resolved. has_limit false: no clamp. */
 typedef struct nvfp4moe_act_params {
@@ -241,10 +251,10 @@ typedef struct nvfp4moe_act_params {
     float limit, alpha, beta;
     float situ_beta, situ_linear_beta;
 } nvfp4moe_act_params;
-nvfp4moe_act_params nvfp4moe_config_act_params(const nvfp4moe_config *cfg);
+NVFP4MOE_API nvfp4moe_act_params nvfp4moe_config_act_params(const nvfp4moe_config *cfg);
 
 /* One line describing the config ("E=128 top_k=8 H=2048 I=768 bf16 silu renormalize w4a4"). */
-size_t nvfp4moe_config_describe(const nvfp4moe_config *cfg, char *buf, size_t len);
+NVFP4MOE_API size_t nvfp4moe_config_describe(const nvfp4moe_config *cfg, char *buf, size_t len);
 
 // ---- layer weights ----
 //
@@ -273,7 +283,7 @@ typedef struct nvfp4moe_weights {
 
 /* Checks that every tensor the config needs is present (non-NULL) and that scales are finite and
  * positive. The message names the tensor and the expert. */
-nvfp4moe_status nvfp4moe_weights_validate(const nvfp4moe_config *cfg, const nvfp4moe_weights *w);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_weights_validate(const nvfp4moe_config *cfg, const nvfp4moe_weights *w);
 
 /* An owning container: a config plus weights in host memory. */
 typedef struct nvfp4moe_layer {
@@ -286,11 +296,11 @@ typedef struct nvfp4moe_layer {
  * approximately normal (Irwin-Hall, 4 terms) with deviation 1/sqrt(fan_in), quantized to NVFP4 the ModelOpt way (global_scale = 448*6/amax per expert
  * and tensor), with input scales calibrated on random unit-variance activations. Deterministic in
  * seed. Free with nvfp4moe_layer_free. */
-nvfp4moe_status nvfp4moe_layer_random(const nvfp4moe_config *cfg, uint64_t seed, nvfp4moe_layer **out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_layer_random(const nvfp4moe_config *cfg, uint64_t seed, nvfp4moe_layer **out);
 /* A layer holding a copy of w (host memory), so the caller's buffers may be freed. */
-nvfp4moe_status nvfp4moe_layer_copy(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                    nvfp4moe_layer **out);
-void nvfp4moe_layer_free(nvfp4moe_layer *layer);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_layer_copy(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                                 nvfp4moe_layer **out);
+NVFP4MOE_API void nvfp4moe_layer_free(nvfp4moe_layer *layer);
 
 // ---- running a layer ----
 
@@ -310,13 +320,13 @@ typedef struct nvfp4moe_io {
 /* Routing on the CPU, exactly as the reference does it. logits [M, E] float, correction_bias [E]
  * (NULL unless cfg.has_correction_bias). Writes topk_ids [M, top_k] (ordered by descending
  * selection score, ties to the lower expert index) and topk_weights [M, top_k]. */
-nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, int64_t num_tokens,
-                               const float *correction_bias, int32_t *topk_ids, float *topk_weights);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, int64_t num_tokens,
+                                            const float *correction_bias, int32_t *topk_ids, float *topk_weights);
 
 /* The float64 CPU reference of the whole layer (the spec every backend is tested against).
  * Host pointers; io->workspace is not used. */
-nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                           const nvfp4moe_io *io);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                                        const nvfp4moe_io *io);
 
 // ---- devices ----
 
@@ -332,15 +342,15 @@ typedef struct nvfp4moe_device {
 /* The first CUDA GPU if this build has CUDA and one is present, else the CPU. Never fails for
  * lack of a GPU, a driver or a CUDA runtime: any CUDA error means "the CPU" (INVALID_ARGUMENT only
  * for dev == NULL). */
-nvfp4moe_status nvfp4moe_device_detect(nvfp4moe_device *dev);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_device_detect(nvfp4moe_device *dev);
 /* A what-if device: "sm_90" / "sm90" / "sm_100a" (any sm_XY or sm_XYZ; case-insensitive) or a
  * name: a100 (sm_80), l40s (sm_89), h100, h200 (sm_90), b200, gb200 (sm_100), b300 (sm_103),
  * rtx5090, rtx-pro-6000 (sm_120), dgx-spark (sm_121), cpu. '-' and '_' are equivalent. NOT_FOUND
  * (listing the accepted names) for anything else; dev is written only on success. */
-nvfp4moe_status nvfp4moe_device_parse(const char *s, nvfp4moe_device *dev);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_device_parse(const char *s, nvfp4moe_device *dev);
 /* "sm_90" or "cpu" (dev NULL: "cpu"): the form vLLM's messages use. Writes at most len bytes into
  * buf and returns buf. */
-const char *nvfp4moe_device_str(const nvfp4moe_device *dev, char *buf, size_t len);
+NVFP4MOE_API const char *nvfp4moe_device_str(const nvfp4moe_device *dev, char *buf, size_t len);
 
 // ---- the oracle: backend selection ----
 //
@@ -361,7 +371,7 @@ const char *nvfp4moe_device_str(const nvfp4moe_device *dev, char *buf, size_t le
 
 /* Parses the --installed value: "all", "none", or a comma-separated list of the library names
  * above (case-insensitive). NOT_FOUND names the unknown entry and lists the accepted ones. */
-nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t *mask);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t *mask);
 
 typedef struct nvfp4moe_oracle_options {
     bool     installed_set;  /* false: availability is what this build contains */
@@ -378,7 +388,7 @@ typedef enum nvfp4moe_verdict {
 } nvfp4moe_verdict;
 
 /* "chosen", "supported", "rejected", "not in list" ("?" out of range). */
-const char *nvfp4moe_verdict_name(nvfp4moe_verdict v);
+NVFP4MOE_API const char *nvfp4moe_verdict_name(nvfp4moe_verdict v);
 
 #define NVFP4MOE_MAX_CANDIDATES 32
 
@@ -413,14 +423,14 @@ typedef struct nvfp4moe_report {
  * with the exception's message also in nvfp4moe_last_error(). The report is filled in every case;
  * it is a plain value (about 14 KiB): nothing to free. Pure: no allocation, no CUDA call unless
  * dev is NULL. */
-nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_device *dev,
-                                const nvfp4moe_oracle_options *opt, nvfp4moe_report *report);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_device *dev,
+                                             const nvfp4moe_oracle_options *opt, nvfp4moe_report *report);
 
 /* Renders the report as the text `nvfp4moe select` prints: the chosen backend and kernel, the vLLM
  * log line or the exception, then a table of every candidate in priority order with its verdict
  * and reason. snprintf semantics: returns the length the full text needs; writes at most len
  * bytes, NUL-terminated (buf may be NULL when len is 0). */
-size_t nvfp4moe_report_render(const nvfp4moe_report *report, char *buf, size_t len);
+NVFP4MOE_API size_t nvfp4moe_report_render(const nvfp4moe_report *report, char *buf, size_t len);
 
 // ---- plans: a backend prepared for one layer ----
 
@@ -439,23 +449,23 @@ typedef struct nvfp4moe_plan_options {
  * the device (NaN E4M3 block scales; per-expert scales, input scales and biases copied to the host
  * and checked), with the same messages. A plan is one layer on one device: cfg->lora and cfg->parallel.ep_size > 1 are
  * UNSUPPORTED here (the oracle still plans such deployments). */
-nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                     const nvfp4moe_plan_options *opt, nvfp4moe_plan **out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                                  const nvfp4moe_plan_options *opt, nvfp4moe_plan **out);
 /* The backend and kernel that run ("CPU_REFERENCE", "MARLIN", ...). */
-const char *nvfp4moe_plan_backend(const nvfp4moe_plan *plan);
-const char *nvfp4moe_plan_kernel(const nvfp4moe_plan *plan);
+NVFP4MOE_API const char *nvfp4moe_plan_backend(const nvfp4moe_plan *plan);
+NVFP4MOE_API const char *nvfp4moe_plan_kernel(const nvfp4moe_plan *plan);
 /* The oracle's report from creation. */
-const nvfp4moe_report *nvfp4moe_plan_report(const nvfp4moe_plan *plan);
+NVFP4MOE_API const nvfp4moe_report *nvfp4moe_plan_report(const nvfp4moe_plan *plan);
 /* True when forward() takes CUDA device pointers and a cudaStream_t. */
-bool nvfp4moe_plan_uses_device_memory(const nvfp4moe_plan *plan);
+NVFP4MOE_API bool nvfp4moe_plan_uses_device_memory(const nvfp4moe_plan *plan);
 /* The numerics the backend computes with (MARLIN runs a W4A4 checkpoint as W4A16). */
-nvfp4moe_scheme nvfp4moe_plan_effective_scheme(const nvfp4moe_plan *plan);
+NVFP4MOE_API nvfp4moe_scheme nvfp4moe_plan_effective_scheme(const nvfp4moe_plan *plan);
 /* Workspace bytes a forward of num_tokens tokens needs. */
-size_t nvfp4moe_plan_workspace_size(const nvfp4moe_plan *plan, int64_t num_tokens);
+NVFP4MOE_API size_t nvfp4moe_plan_workspace_size(const nvfp4moe_plan *plan, int64_t num_tokens);
 /* Runs the layer. stream: a cudaStream_t for device plans (NULL = default stream), ignored
  * otherwise. Device plans do not allocate, synchronize or branch on data on the host. */
-nvfp4moe_status nvfp4moe_plan_forward(nvfp4moe_plan *plan, const nvfp4moe_io *io, void *stream);
-void nvfp4moe_plan_destroy(nvfp4moe_plan *plan);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_plan_forward(nvfp4moe_plan *plan, const nvfp4moe_io *io, void *stream);
+NVFP4MOE_API void nvfp4moe_plan_destroy(nvfp4moe_plan *plan);
 
 // ---- checkpoints ----
 //
@@ -476,11 +486,11 @@ typedef enum nvfp4moe_st_dtype {
 } nvfp4moe_st_dtype;
 
 /* "F8_E4M3"; "?" out of range. */
-const char *nvfp4moe_st_dtype_name(nvfp4moe_st_dtype d);
+NVFP4MOE_API const char *nvfp4moe_st_dtype_name(nvfp4moe_st_dtype d);
 /* Bits per element (4 for F4, 6 for F6_*, 8 for U8...); 0 out of range. */
-int nvfp4moe_st_dtype_bits(nvfp4moe_st_dtype d);
+NVFP4MOE_API int nvfp4moe_st_dtype_bits(nvfp4moe_st_dtype d);
 /* Exact, case-sensitive name -> dtype. NOT_FOUND for an unknown name. */
-nvfp4moe_status nvfp4moe_st_dtype_parse(const char *s, nvfp4moe_st_dtype *out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_dtype_parse(const char *s, nvfp4moe_st_dtype *out);
 
 #define NVFP4MOE_ST_MAX_DIMS 8                    /* more dimensions is a format error */
 #define NVFP4MOE_ST_MAX_HEADER (100u * 1000u * 1000u) /* header bytes, as the reference reader */
@@ -507,16 +517,16 @@ typedef struct nvfp4moe_st_file nvfp4moe_st_file;
  * the data section, sorted and contiguous (no overlap, no hole, nothing left uncovered),
  * "__metadata__" a string->string object. FORMAT / IO / NOT_FOUND with the file and tensor named.
  * Close with nvfp4moe_st_close. */
-nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out);
-void nvfp4moe_st_close(nvfp4moe_st_file *f);   /* NULL is fine */
-const char *nvfp4moe_st_file_path(const nvfp4moe_st_file *f);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out);
+NVFP4MOE_API void nvfp4moe_st_close(nvfp4moe_st_file *f);   /* NULL is fine */
+NVFP4MOE_API const char *nvfp4moe_st_file_path(const nvfp4moe_st_file *f);
 /* Tensors in data order (ascending offset), i < count. */
-size_t nvfp4moe_st_file_count(const nvfp4moe_st_file *f);
-const nvfp4moe_st_tensor *nvfp4moe_st_file_tensor(const nvfp4moe_st_file *f, size_t i);
+NVFP4MOE_API size_t nvfp4moe_st_file_count(const nvfp4moe_st_file *f);
+NVFP4MOE_API const nvfp4moe_st_tensor *nvfp4moe_st_file_tensor(const nvfp4moe_st_file *f, size_t i);
 /* By name; NULL when absent (no error is set). */
-const nvfp4moe_st_tensor *nvfp4moe_st_file_find(const nvfp4moe_st_file *f, const char *name);
+NVFP4MOE_API const nvfp4moe_st_tensor *nvfp4moe_st_file_find(const nvfp4moe_st_file *f, const char *name);
 /* A "__metadata__" value, NULL when absent. Owned by the file. */
-const char *nvfp4moe_st_file_metadata(const nvfp4moe_st_file *f, const char *key);
+NVFP4MOE_API const char *nvfp4moe_st_file_metadata(const nvfp4moe_st_file *f, const char *key);
 
 /* All the tensors of a model directory. */
 typedef struct nvfp4moe_st_model nvfp4moe_st_model;
@@ -525,34 +535,34 @@ typedef struct nvfp4moe_st_model nvfp4moe_st_model;
  * its weight_map names; each mapped tensor must be in its shard; shard names may not leave the
  * directory); or with model.safetensors; or else every *.safetensors in it. A tensor name in two
  * shards is a FORMAT error. Close with nvfp4moe_st_model_close. */
-nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out);
-void nvfp4moe_st_model_close(nvfp4moe_st_model *m);   /* NULL is fine */
-size_t nvfp4moe_st_model_num_files(const nvfp4moe_st_model *m);
-const nvfp4moe_st_file *nvfp4moe_st_model_file(const nvfp4moe_st_model *m, size_t i);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out);
+NVFP4MOE_API void nvfp4moe_st_model_close(nvfp4moe_st_model *m);   /* NULL is fine */
+NVFP4MOE_API size_t nvfp4moe_st_model_num_files(const nvfp4moe_st_model *m);
+NVFP4MOE_API const nvfp4moe_st_file *nvfp4moe_st_model_file(const nvfp4moe_st_model *m, size_t i);
 /* Tensors sorted by name, i < count. */
-size_t nvfp4moe_st_model_count(const nvfp4moe_st_model *m);
-const nvfp4moe_st_tensor *nvfp4moe_st_model_tensor(const nvfp4moe_st_model *m, size_t i);
+NVFP4MOE_API size_t nvfp4moe_st_model_count(const nvfp4moe_st_model *m);
+NVFP4MOE_API const nvfp4moe_st_tensor *nvfp4moe_st_model_tensor(const nvfp4moe_st_model *m, size_t i);
 /* By name (binary search); NULL when absent (no error is set). */
-const nvfp4moe_st_tensor *nvfp4moe_st_model_find(const nvfp4moe_st_model *m, const char *name);
+NVFP4MOE_API const nvfp4moe_st_tensor *nvfp4moe_st_model_find(const nvfp4moe_st_model *m, const char *name);
 /* Index of the first tensor whose name is >= name (count if none): with a prefix, the start of the
  * run of tensors that share it. */
-size_t nvfp4moe_st_model_lower_bound(const nvfp4moe_st_model *m, const char *name);
+NVFP4MOE_API size_t nvfp4moe_st_model_lower_bound(const nvfp4moe_st_model *m, const char *name);
 
 /* Builds a safetensors file in memory. add() copies the data, so the caller's buffers may be
  * freed at once. Free with nvfp4moe_st_writer_free. */
 typedef struct nvfp4moe_st_writer nvfp4moe_st_writer;
-nvfp4moe_status nvfp4moe_st_writer_create(nvfp4moe_st_writer **out);
-void nvfp4moe_st_writer_free(nvfp4moe_st_writer *w);   /* NULL is fine */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_create(nvfp4moe_st_writer **out);
+NVFP4MOE_API void nvfp4moe_st_writer_free(nvfp4moe_st_writer *w);   /* NULL is fine */
 /* data holds numel(shape) * bits / 8 bytes (NULL allowed only when that is 0). Names must be new,
  * non-empty and not "__metadata__". Tensors are laid out in the order they are added. */
-nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const char *name,
-                                       nvfp4moe_st_dtype dtype, int32_t ndim,
-                                       const int64_t *shape, const void *data);
-nvfp4moe_status nvfp4moe_st_writer_set_metadata(nvfp4moe_st_writer *w, const char *key,
-                                                const char *value);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const char *name,
+                                                    nvfp4moe_st_dtype dtype, int32_t ndim,
+                                                    const int64_t *shape, const void *data);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_set_metadata(nvfp4moe_st_writer *w, const char *key,
+                                                             const char *value);
 /* Writes the file (header padded with spaces to a multiple of 8) through path.tmp + rename, so
  * a failed save leaves no partial file at path. */
-nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char *path);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char *path);
 
 // ---- model configs ----
 
@@ -572,8 +582,8 @@ typedef enum nvfp4moe_ckpt_format {
     NVFP4MOE_CKPT_COMPRESSED_TENSORS,     /* "compressed-tensors": nvfp4-pack-quantized */
     NVFP4MOE_CKPT_FORMAT_COUNT
 } nvfp4moe_ckpt_format;
-const char *nvfp4moe_ckpt_format_name(nvfp4moe_ckpt_format f);
-nvfp4moe_status nvfp4moe_ckpt_format_parse(const char *s, nvfp4moe_ckpt_format *out);
+NVFP4MOE_API const char *nvfp4moe_ckpt_format_name(nvfp4moe_ckpt_format f);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_format_parse(const char *s, nvfp4moe_ckpt_format *out);
 
 /* What config.json (+ hf_quant_config.json) says about a model's MoE layers. */
 typedef struct nvfp4moe_model_info {
@@ -605,16 +615,16 @@ typedef struct nvfp4moe_model_info {
  * MoE layers from first_k_dense_replace, moe_layer_freq, decoder_sparse_step, mlp_only_layers,
  * interleave_moe_layer_step; scheme W4A4 vs W4A16. Unknown fields are ignored; a field of the wrong
  * type is a FORMAT error naming it. Free with nvfp4moe_model_info_free. */
-nvfp4moe_status nvfp4moe_model_info_read(const char *dir, nvfp4moe_model_info **out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_model_info_read(const char *dir, nvfp4moe_model_info **out);
 /* The same from JSON texts (hf_quant_json may be NULL); name is used in messages. */
-nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, const char *hf_quant_json,
-                                          const char *name, nvfp4moe_model_info **out);
-void nvfp4moe_model_info_free(nvfp4moe_model_info *info);   /* NULL is fine */
-bool nvfp4moe_model_info_is_moe_layer(const nvfp4moe_model_info *info, int32_t layer);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, const char *hf_quant_json,
+                                                       const char *name, nvfp4moe_model_info **out);
+NVFP4MOE_API void nvfp4moe_model_info_free(nvfp4moe_model_info *info);   /* NULL is fine */
+NVFP4MOE_API bool nvfp4moe_model_info_is_moe_layer(const nvfp4moe_model_info *info, int32_t layer);
 /* The i-th exclude_modules / ignore pattern (fnmatch wildcards, or "re:" + POSIX extended regex). */
-const char *nvfp4moe_model_info_excluded(const nvfp4moe_model_info *info, int32_t i);
+NVFP4MOE_API const char *nvfp4moe_model_info_excluded(const nvfp4moe_model_info *info, int32_t i);
 /* True when module (e.g. "model.layers.3.mlp.experts") matches an exclusion pattern. */
-bool nvfp4moe_model_info_is_excluded(const nvfp4moe_model_info *info, const char *module);
+NVFP4MOE_API bool nvfp4moe_model_info_is_excluded(const nvfp4moe_model_info *info, const char *module);
 
 // ---- checkpoint layers ----
 
@@ -645,19 +655,19 @@ typedef struct nvfp4moe_ckpt_layer {
  * exact wherever the rescaled block scale is representable), with a warning naming the expert.
  * Input scales: max over gate/up per expert. Every tensor's presence, dtype and shape is checked
  * (NOT_FOUND / FORMAT naming the tensor and the file). Free with nvfp4moe_ckpt_layer_free. */
-nvfp4moe_status nvfp4moe_ckpt_layer_load(const char *dir, int32_t layer, nvfp4moe_ckpt_layer **out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_layer_load(const char *dir, int32_t layer, nvfp4moe_ckpt_layer **out);
 /* The same, from an already opened config and tensor set (both only borrowed). check_only: check
  * every tensor, produce the warnings, but copy no weight (*out then has NULL weight pointers). */
-nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
-                                              const nvfp4moe_st_model *tensors, int32_t layer,
-                                              bool check_only, nvfp4moe_ckpt_layer **out);
-void nvfp4moe_ckpt_layer_free(nvfp4moe_ckpt_layer *l);   /* NULL is fine */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
+                                                           const nvfp4moe_st_model *tensors, int32_t layer,
+                                                           bool check_only, nvfp4moe_ckpt_layer **out);
+NVFP4MOE_API void nvfp4moe_ckpt_layer_free(nvfp4moe_ckpt_layer *l);   /* NULL is fine */
 
 /* The layer's router logits, as the model computes them: logits [M, E] = x [M, H] @ router^T
  * + router_bias (when the checkpoint has one), accumulated in float64 and rounded to float.
  * INVALID_ARGUMENT when l->router is NULL (no router weight, or a check-only load). */
-nvfp4moe_status nvfp4moe_ckpt_router_logits(const nvfp4moe_ckpt_layer *l, const float *x,
-                                            int64_t num_tokens, float *logits);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_router_logits(const nvfp4moe_ckpt_layer *l, const float *x,
+                                                         int64_t num_tokens, float *logits);
 
 /* An unquantized MoE layer in float: the source of `nvfp4moe quantize`. */
 typedef struct nvfp4moe_float_layer {
@@ -678,8 +688,8 @@ typedef struct nvfp4moe_float_layer {
  * swigluoai activation makes a gpt-oss-style layer: a N(0, 0.5) router bias, expert biases
  * N(0, 0.1) (sets cfg.has_bias) and router_name "router". cfg.has_bias gives any activation expert
  * biases. Biases are bf16-rounded too. Deterministic in seed. */
-nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
-                                            nvfp4moe_float_layer **out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
+                                                         nvfp4moe_float_layer **out);
 /* Reads layer `layer` of an unquantized (BF16/F16/F32) checkpoint: per-expert
  * experts.E.{gate,up,down}_proj.weight, or fused experts.gate_up_proj [E, H, N1] / down_proj
  * [E, I, H] (the Hugging Face [in, out] layout), and the router (gate.weight or router.weight,
@@ -687,10 +697,10 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
  * (per-expert experts.E.{gate,up,down}_proj.bias, or fused experts.gate_up_proj_bias [E, N1] and
  * down_proj_bias [E, H], gpt-oss) set cfg.has_bias; a bias without its counterparts, or on some
  * experts only, is an error naming the tensor. */
-nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
-                                          const nvfp4moe_st_model *tensors, int32_t layer,
-                                          nvfp4moe_float_layer **out);
-void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l);   /* NULL is fine */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
+                                                       const nvfp4moe_st_model *tensors, int32_t layer,
+                                                       nvfp4moe_float_layer **out);
+NVFP4MOE_API void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l);   /* NULL is fine */
 
 /* Quantizes a float layer the ModelOpt way: per expert and projection amax -> scale_2 =
  * amax / (6*448), gate and up sharing max(amax_gate, amax_up) as ModelOpt's export does; input
@@ -699,8 +709,8 @@ void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l);   /* NULL is fine */
  * stay unquantized (rounded to bf16, what the writer stores); expert biases (cfg.has_bias) are
  * kept exactly (the writer stores them as F32). router_name is carried over. Deterministic in
  * seed. */
-nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
-                                              uint64_t seed, nvfp4moe_ckpt_layer **out);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
+                                                           uint64_t seed, nvfp4moe_ckpt_layer **out);
 
 /* Adds layer `index`'s tensors to a writer under "<prefix>.<index>.mlp." in format fmt
  * (UNQUANTIZED takes a float layer, the others a ckpt layer; pass the one that applies, NULL the
@@ -711,14 +721,14 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
  * loader reads them: F32 experts.gate_up_proj_bias [E, N1] / down_proj_bias [E, H] (fused, w13's
  * row order, so gpt-oss's interleaved gate/up) or experts.E.{gate,up,down}_proj.bias (per-expert
  * and compressed-tensors; BF16 for UNQUANTIZED). */
-nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format fmt,
-                                        const char *prefix, int32_t index,
-                                        const nvfp4moe_ckpt_layer *q,
-                                        const nvfp4moe_float_layer *f);
+NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format fmt,
+                                                     const char *prefix, int32_t index,
+                                                     const nvfp4moe_ckpt_layer *q,
+                                                     const nvfp4moe_float_layer *f);
 
 /* The router's module name nvfp4moe_ckpt_add_layer writes: name when it is "gate" or "router",
  * else "router" for the swigluoai activation (gpt-oss) and "gate" otherwise. */
-const char *nvfp4moe_ckpt_router_name(const char *name, const nvfp4moe_config *cfg);
+NVFP4MOE_API const char *nvfp4moe_ckpt_router_name(const char *name, const nvfp4moe_config *cfg);
 
 /* Writes dir/config.json describing cfg (a model of num_layers layers whose MoE layers are
  * [first_moe_layer, num_layers)), and for fmt != UNQUANTIZED its quantization config
@@ -726,254 +736,11 @@ const char *nvfp4moe_ckpt_router_name(const char *name, const nvfp4moe_config *c
  * keep lm_head and the router module router_name (resolved by nvfp4moe_ckpt_router_name; pass
  * the layers' router_name) unquantized. If base_config_json is not NULL, that config is copied
  * instead of generated and only the quantization config is replaced. */
-nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
-                                            int32_t num_layers, int32_t first_moe_layer,
-                                            nvfp4moe_ckpt_format fmt,
-                                            const char *base_config_json,
-                                            const char *router_name);
-
-// ---- expert parallelism ----
-//
-// Expert parallelism (EP) shards a layer's experts over ep_size ranks (one process per GPU, or
-// threads in one process for the loopback simulation). Rank r owns the contiguous experts
-// [r*E/ep, (r+1)*E/ep) (vLLM's default expert map). A forward on rank r takes that rank's own tokens
-// and runs three steps:
-//   dispatch  route the tokens (global router), and send each (token, slot) pair's hidden row to the
-//             rank owning its expert, together with the expert's local index there;
-//   experts   every rank runs the rows it received through an ordinary single-rank plan over its
-//             E/ep local experts (top_k 1, weight 1: the expert's plain output);
-//   combine   the outputs go back to their source rank, which sums each token's slots in slot order
-//             with the top-k weights (float32 accumulation, then cfg.out_dtype).
-// The top-k weights are applied exactly once: on the input at dispatch when
-// cfg.apply_router_weight_on_input (as vLLM's prepare step does), otherwise in the combine.
-// With the CPU backends this gives the single-rank CPU_FAST output bit for bit (the same dot
-// products, the same slot-order sum). W4A4's activation global scale is the layer's (1 / max over
-// ALL experts' input scales), as on one rank: each rank's local layer carries the global maxima.
-//
-// Activation formats (vLLM's, /work/shared/reference: standard vs BatchedExperts), chosen from the
-// parallel config exactly as the oracle derives it: batched iff ep_size > 1, dp_size > 1 and
-// all2all is "deepep_low_latency" or "nixl_ep"; standard otherwise.
-//   standard  variable counts: each rank first exchanges how many rows it sends to every peer,
-//             then the rows (all-to-all-v), token order, one row per (token, slot) pair;
-//   batched   fixed shapes for CUDA graphs: every rank receives [E_local, ep*max_tokens, H], source
-//             s's rows for local expert e at rows [s*max_tokens, s*max_tokens + n) of block e, zero
-//             padding after; per-expert counts travel first. max_tokens is a per (source rank, local
-//             expert) capacity fixed at plan creation; exceeding it is ERR_BUFFER_TOO_SMALL naming
-//             the expert (never silent truncation). The experts step runs the whole padded block
-//             (fixed shape; padding rows are zeros and their outputs are never read).
-// Every step that can fail on one rank (plan creation, routing, overflow, the local experts) is
-// followed by a status exchange, so all ranks fail together instead of deadlocking.
-//
-// Device local plans run a device-resident path (nvfp4moe_ep_forward_device below): rows stay in
-// device memory, and only counts, statuses, top-k ids and row indices pass through the host.
-//
-// Verified with the loopback transport: on the CPU backends (tests/test_ep.c), and on one H200 with
-// device plans for N ranks as threads (tests/gpu_ep_loopback.c, device-resident path). The NCCL
-// transport has NOT RUN: it compiles, and no multi-GPU machine has been lent yet
-// (docs/expert_parallel.md).
-
-typedef enum nvfp4moe_ep_format {
-    NVFP4MOE_EP_STANDARD = 0,    /* "standard" */
-    NVFP4MOE_EP_BATCHED  = 1,    /* "batched" */
-} nvfp4moe_ep_format;
-const char *nvfp4moe_ep_format_name(nvfp4moe_ep_format f);   /* "?" out of range */
-/* The format the oracle's parallel config implies (see above). cfg is not validated. */
-nvfp4moe_ep_format nvfp4moe_ep_format_of(const nvfp4moe_config *cfg);
-
-/* Which experts a rank owns. */
-typedef struct nvfp4moe_ep_partition {
-    int32_t ep_size, ep_rank;
-    int32_t num_experts;      /* E (global) */
-    int32_t local_experts;    /* E / ep_size */
-    int32_t first_expert;     /* ep_rank * local_experts */
-} nvfp4moe_ep_partition;
-
-/* From cfg->parallel (ep_size, ep_rank) and cfg->num_experts. INVALID_ARGUMENT naming the field
- * when ep_size < 1, ep_rank is out of [0, ep_size) or ep_size does not divide num_experts. */
-nvfp4moe_status nvfp4moe_ep_partition_of(const nvfp4moe_config *cfg, nvfp4moe_ep_partition *out);
-/* The rank owning global expert e (0 <= e < num_experts). */
-static inline int32_t nvfp4moe_ep_owner(const nvfp4moe_ep_partition *p, int32_t e) {
-    return e / p->local_experts;
-}
-
-/* The dispatch plan of one rank's tokens: where each (token, slot) pair p = t*top_k + j goes.
- * Pure host computation from topk_ids (no communication). Owned by the caller: free with
- * nvfp4moe_ep_dispatch_free. */
-typedef struct nvfp4moe_ep_dispatch {
-    nvfp4moe_ep_format format;
-    int32_t ep_size, local_experts, top_k;
-    int64_t num_tokens;
-    int64_t max_tokens;        /* batched: capacity per (rank, local expert); 0 for standard */
-    int64_t *send_counts;      /* [ep_size] rows sent to each rank (batched: local_experts*max_tokens) */
-    int64_t *send_offsets;     /* [ep_size + 1] first row of each rank's block in the send buffer */
-    int64_t *pair_row;         /* [M*top_k] the send-buffer row of pair p (standard: destination
-                                  rank's block, token order; batched: rank block, expert block
-                                  (max_tokens rows each), then arrival order) */
-    int32_t *row_expert;       /* [send_offsets[ep_size]] the destination's local expert of each
-                                  send row (batched: -1 for padding rows) */
-    int64_t *row_pair;         /* [send_offsets[ep_size]] the pair a send row carries (-1: padding) */
-    int64_t *expert_counts;    /* [ep_size * local_experts] pairs sent to (rank, local expert) */
-} nvfp4moe_ep_dispatch;
-
-/* Builds the dispatch plan. topk_ids [num_tokens, top_k] global expert ids (checked: in range).
- * format BATCHED needs max_tokens >= 1; a (rank, local expert) receiving more than max_tokens
- * pairs is ERR_BUFFER_TOO_SMALL: "batched dispatch: expert 5 (local expert 1 of rank 2) gets 9
- * tokens, max_tokens=8". */
-nvfp4moe_status nvfp4moe_ep_dispatch_build(const nvfp4moe_ep_partition *part, nvfp4moe_ep_format format,
-                                           int64_t max_tokens, const int32_t *topk_ids,
-                                           int64_t num_tokens, int32_t top_k,
-                                           nvfp4moe_ep_dispatch **out);
-void nvfp4moe_ep_dispatch_free(nvfp4moe_ep_dispatch *d);   /* NULL is fine */
-
-/* The combine: out[t] = sum over slots j in order of coef(t, j) * rows[pair_row[t*top_k + j]],
- * accumulated in float32, coef = topk_weights[t*top_k + j] (or 1 when weights is NULL: they were
- * applied on the input). rows: [*, H] float32 returned expert outputs; out: [M, H] in out_dtype. */
-void nvfp4moe_ep_combine(const nvfp4moe_ep_dispatch *d, const float *rows, int64_t hidden,
-                         const float *topk_weights, nvfp4moe_dtype out_dtype, void *out);
-
-/* One point-to-point transfer of a transport exchange. */
-typedef struct nvfp4moe_ep_xfer {
-    int32_t peer;      /* the other rank (may be this rank) */
-    void   *buf;       /* send: read; receive: written */
-    size_t  bytes;
-} nvfp4moe_ep_xfer;
-
-/* How ranks move bytes: a small table of functions (loopback below; NCCL in NCCL builds).
- * exchange() is collective: every rank of the group calls it the same number of times; it posts all
- * of this rank's sends and receives as one group and returns when the receives have landed and the
- * send buffers may be reused. The k-th send from rank a to rank b matches the k-th receive on b
- * from a; their byte counts must agree. Buffers are host memory. The transport is owned by its
- * creator: destroy(ctx) releases it (may be NULL when there is nothing to release).
- * exchange_device() is the same for CUDA device buffers of this rank's device: the caller has
- * finished writing the send buffers (its stream synchronized) and the receives are complete when it
- * returns. NULL when the transport cannot move device memory; EP plans whose local plan uses device
- * memory need it (the loopback's copies device to device, NCCL's ncclSend/ncclRecv on the
- * buffers themselves). */
-typedef struct nvfp4moe_ep_transport {
-    int32_t size, rank;
-    void   *ctx;
-    const char *name;  /* "loopback", "nccl" */
-    nvfp4moe_status (*exchange)(void *ctx, const nvfp4moe_ep_xfer *sends, int32_t nsend,
-                                const nvfp4moe_ep_xfer *recvs, int32_t nrecv);
-    void (*destroy)(void *ctx);
-    nvfp4moe_status (*exchange_device)(void *ctx, const nvfp4moe_ep_xfer *sends, int32_t nsend,
-                                       const nvfp4moe_ep_xfer *recvs, int32_t nrecv);
-} nvfp4moe_ep_transport;
-
-/* The in-process loopback: `size` ranks simulated by threads of one process (each rank's thread
- * calls exchange() through its own transport). Free with nvfp4moe_ep_loopback_free once every
- * rank's thread is done. */
-typedef struct nvfp4moe_ep_loopback nvfp4moe_ep_loopback;
-nvfp4moe_status nvfp4moe_ep_loopback_create(int32_t size, nvfp4moe_ep_loopback **out);
-/* Rank `rank`'s transport (borrowing the loopback: destroy is NULL). In CUDA builds it has
- * exchange_device (cudaMemcpyAsync between the ranks' device buffers on the calling thread's
- * per-thread stream; ranks on several GPUs of one process copy peer to peer). */
-nvfp4moe_ep_transport nvfp4moe_ep_loopback_transport(nvfp4moe_ep_loopback *lb, int32_t rank);
-void nvfp4moe_ep_loopback_free(nvfp4moe_ep_loopback *lb);   /* NULL is fine */
-/* Runs fn(rank, transport, ctx) for every rank on its own thread and waits for all; returns the
- * first failing rank's status (its message prefixed "rank R: "). */
-nvfp4moe_status nvfp4moe_ep_loopback_run(nvfp4moe_ep_loopback *lb,
-                                         nvfp4moe_status (*fn)(int32_t rank, const nvfp4moe_ep_transport *t,
-                                                               void *ctx),
-                                         void *ctx);
-
-/* True when this build contains the NCCL transport (CUDA builds where nccl.h was found). */
-bool nvfp4moe_built_with_nccl(void);
-/* The NCCL transport of rank `rank` of `size`, on CUDA device `device`: rank 0 writes the NCCL
- * unique id to id_file (through id_file.tmp + rename), the others wait for it (up to 120 s).
- * exchange() stages host buffers through device memory; exchange_device() sends and receives the
- * device buffers themselves (ncclSend/ncclRecv inside one ncclGroupStart/End, self transfers as
- * device-to-device copies). libnccl.so.2 is loaded at run time (dlopen), so
- * nothing else in the library needs NCCL. UNSUPPORTED in builds without NCCL or when libnccl
- * cannot be loaded; ERR_CUDA for NCCL/CUDA failures (the message has NCCL's text). Release with
- * t->destroy(t->ctx). */
-nvfp4moe_status nvfp4moe_ep_nccl_create(int32_t size, int32_t rank, int32_t device, const char *id_file,
-                                        nvfp4moe_ep_transport *out);
-
-/* The transport's own all-to-all, the yardstick for the EP exchanges: every rank sends
- * bytes_per_peer bytes to every OTHER rank in one exchange, `iters` times after one warm-up;
- * *seconds is this rank's median time of one all-to-all. Collective (same bytes_per_peer and iters
- * on every rank). NCCL transport: one ncclGroupStart/End of ncclSend/ncclRecv between device
- * buffers (no host staging: NCCL's own peak between these ranks); any other transport (loopback):
- * its exchange() on host buffers. INVALID_ARGUMENT for iters < 1 or a transport without exchange. */
-nvfp4moe_status nvfp4moe_ep_transport_alltoall_time(const nvfp4moe_ep_transport *t, size_t bytes_per_peer,
-                                                    int32_t iters, double *seconds);
-
-/* An EP plan: one rank's share of a layer. */
-typedef struct nvfp4moe_ep_plan nvfp4moe_ep_plan;
-
-typedef struct nvfp4moe_ep_options {
-    const nvfp4moe_plan_options *plan; /* device, oracle options for the local plan (NULL: defaults;
-                                          plan->backend is ignored: see local_backend) */
-    const char *local_backend;  /* NULL: run the backend the oracle picks for the global config with
-                                   its parallel config (ep size/rank, all2all, format); a name
-                                   ("cpu_fast", "marlin"): force it for the local experts, e.g. the
-                                   CPU loopback simulation, where the oracle (as vLLM) has no EP
-                                   backend for the CPU */
-    int64_t max_tokens;         /* batched format: capacity per (source rank, local expert); must be
-                                   >= 1 for a batched config */
-} nvfp4moe_ep_options;
-
-/* Creates rank t->rank's plan: checks cfg (its parallel.ep_size must equal t->size and
- * parallel.ep_rank t->rank), asks the oracle with the global config, slices w (host memory, the
- * whole layer) to the local experts and creates their single-rank plan. Weights are copied.
- * Collective once cfg and t agree on the rank: every rank calls it, and a failure on one rank
- * (say, a backend its device lacks) fails every rank ("ep plan creation: rank 2 failed"). A rank
- * whose cfg and transport disagree returns at once without taking part. */
-nvfp4moe_status nvfp4moe_ep_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                        const nvfp4moe_ep_transport *t, const nvfp4moe_ep_options *opt,
-                                        nvfp4moe_ep_plan **out);
-nvfp4moe_ep_format nvfp4moe_ep_plan_format(const nvfp4moe_ep_plan *p);
-const nvfp4moe_ep_partition *nvfp4moe_ep_plan_partition(const nvfp4moe_ep_plan *p);
-/* The oracle's report for the global config with its parallel config: the EP verdict (for the CPU
- * with ep > 1 it holds no backend; the local plan then ran a forced local_backend). */
-const nvfp4moe_report *nvfp4moe_ep_plan_report(const nvfp4moe_ep_plan *p);
-/* The single-rank plan of the local experts (owned by the EP plan). */
-const nvfp4moe_plan *nvfp4moe_ep_plan_local(const nvfp4moe_ep_plan *p);
-
-/* Where a forward's time went on this rank (seconds) and what it moved. */
-typedef struct nvfp4moe_ep_stats {
-    double dispatch_s, experts_s, combine_s;
-    int64_t rows_sent, rows_received;    /* hidden rows (batched: padding included) */
-    size_t bytes_sent, bytes_received;   /* every exchange, counts and statuses included */
-    /* The all-to-alls alone: seconds inside the transport's exchange() during the dispatch (counts,
-     * rows, ids, agreement) and the combine (rows back), and the bytes this rank sent to OTHER
-     * ranks in them (self transfers excluded). bytes / seconds is what the EP exchanges achieved,
-     * host staging included for the NCCL transport's exchange() (the host path). */
-    double dispatch_xfer_s, combine_xfer_s;
-    size_t dispatch_bytes_remote, combine_bytes_remote;
-    /* The path the forward took: true when the rows stayed in device memory (device-resident
-     * dispatch and combine: a local plan in device memory), false for the host path (host plans). */
-    bool device_resident;
-    /* Bytes copied between host and device memory by the forward (device-resident path): the top-k
-     * ids to the host and the dispatch's row indices back (4 bytes per pair and per row), plus,
-     * for nvfp4moe_ep_forward with host io, the io tensors in and the output out. */
-    size_t host_device_bytes;
-} nvfp4moe_ep_stats;
-
-/* One EP forward of this rank's tokens; collective (every rank calls it). io: host memory, as for
- * a single-rank host plan (hidden [M, H], router_logits [M, E] or topk_ids/topk_weights, output
- * [M, H]; workspace unused); M may differ between ranks and be 0. stats may be NULL.
- * Host local plans (CPU_FAST, CPU_REFERENCE) run the host path: routing, gather, exchanges and
- * the float32 combine on the host. Device local plans copy io to the device and run the
- * device-resident path of nvfp4moe_ep_forward_device, then copy the output back. */
-nvfp4moe_status nvfp4moe_ep_forward(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, nvfp4moe_ep_stats *stats);
-
-/* The device-resident EP forward, for plans whose local plan uses device memory: io in CUDA device
- * memory of this rank's device (hidden and output 16-byte aligned; router_logits [M, E] or
- * topk_ids/topk_weights; workspace unused), stream a cudaStream_t (NULL: the default stream).
- * Routing runs on the device (or the given top-k is used), the rows for each destination are
- * gathered by a kernel, only the counts, statuses, top-k ids and the dispatch's row indices go
- * through the host, the rows travel between device buffers (transport exchange_device), the local
- * plan runs on the received rows, and the top-k weighted sum in slot order (float32, then rounded to
- * out_dtype: the definition of nvfp4moe_ep_combine) is a kernel. Both formats. Collective, and
- * returns with the stream synchronized (the exchanges synchronize). Device buffers are allocated
- * once per plan and grow with M. A rank whose local plan is in host memory fails with
- * UNSUPPORTED, and so does every other rank with it (the failure is agreed, as every failure of a
- * forward); builds without CUDA refuse at once. */
-nvfp4moe_status nvfp4moe_ep_forward_device(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, void *stream,
-                                           nvfp4moe_ep_stats *stats);
-void nvfp4moe_ep_plan_destroy(nvfp4moe_ep_plan *p);   /* NULL is fine */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
+                                                         int32_t num_layers, int32_t first_moe_layer,
+                                                         nvfp4moe_ckpt_format fmt,
+                                                         const char *base_config_json,
+                                                         const char *router_name);
 
 #ifdef __cplusplus
 }

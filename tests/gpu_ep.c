@@ -21,7 +21,7 @@
  */
 #include "gpu_ep_common.h"
 #include "harness.h"
-#include "nvfp4moe.h"
+#include "nvfp4moe_experimental.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
 #ifndef NVFP4MOE_GPU_EP_COMMON_H
 #define NVFP4MOE_GPU_EP_COMMON_H
 
-#include "nvfp4moe.h"
+#include "nvfp4moe_experimental.h"
 
 #include <cuda_runtime_api.h>
 #include <stdbool.h>

@@ -8,6 +8,7 @@
  */
 #include "harness.h"
 #include "core/internal.h"
+#include "nvfp4moe_experimental.h"
 
 #include <pthread.h>
 

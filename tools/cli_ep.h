@@ -6,6 +6,7 @@
 #define NVFP4MOE_CLI_EP_H
 
 #include "cli.h"
+#include "nvfp4moe_experimental.h"
 
 /* Runs cfg's layer (weights w, host memory, the whole layer) with expert parallelism over
  * cfg->parallel.ep_size ranks, `tokens` tokens per rank: one process per GPU over NCCL when dev is

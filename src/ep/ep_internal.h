@@ -5,6 +5,7 @@
 #ifndef NVFP4MOE_EP_INTERNAL_H
 #define NVFP4MOE_EP_INTERNAL_H
 
+#include "nvfp4moe_experimental.h"
 #include "oracle/oracle.h"
 
 #ifdef NVFP4MOE_HAVE_CUDA

@@ -18,6 +18,7 @@
  * plans) sends and receives the caller's device buffers directly; a self transfer is a
  * device-to-device copy. Neither has run over NCCL yet (no multi-GPU machine was lent).
  */
+#include "nvfp4moe_experimental.h"
 #include "core/internal.h"
 
 #include <stdlib.h>
