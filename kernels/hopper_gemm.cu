@@ -109,6 +109,7 @@
 #include <stdint.h>
 
 #include "hopper_gemm.h"
+#include "nvfp4_dev.cuh"
 
 // The device code uses sm_90a-only instructions (wgmma, setmaxnreg): compiled only where the
 // architecture-specific feature set is available.
@@ -119,6 +120,8 @@
 #endif
 
 namespace {
+
+using nvfp4moe_dev::decode_pair;
 
 constexpr int kTK = 128;                   // K values per stage (8 k16 steps, 8 scale groups)
 constexpr int kTN = 128;                   // weight rows per CTA tile: 2 consumer warpgroups x 64
@@ -340,24 +343,6 @@ __device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
     return ((uint64_t)kDescHi << 32) | (uint64_t)lo;
 }
 
-// Pair J of word q (nibbles J and J+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16).
-// The sign (nibble bit 3) must land on bit 15 (31) and the magnitude (bits 0..2) on bits 6..8
-// (bf16) or 9..11 (fp16). As in kernels/marlin_gemm.cu: for bf16 one IMAD makes both shifted
-// copies of the isolated nibble pair at once (x * (2^a + 2^b); the copies never overlap, so the
-// add never carries), moving a third of the decode from the integer (ALU) pipe to the FMA pipe:
-// 3 instructions per pair. Pairs 2 and 3 read q8 = q >> 8 (one shift per word) because a multiply
-// cannot shift right. fp16's two copies would overlap by one bit, so it ORs two shifts.
-template <bool BF16, int J>
-__device__ __forceinline__ uint32_t decode_pair(uint32_t q, uint32_t q8) {
-    constexpr int jj = J & 1;
-    const uint32_t x = (J < 2 ? q : q8) & (0x000F000Fu << (4 * jj));
-    if constexpr (BF16) {
-        constexpr uint32_t kCopies = (1u << (12 - 4 * jj)) + (1u << (6 - 4 * jj));
-        return (x * kCopies) & 0x81C081C0u;
-    } else {
-        return ((x << (9 - 4 * jj)) | (x << (12 - 4 * jj))) & 0x8E008E00u;
-    }
-}
 
 // Scale bytes B (row g) and B+1 (row g+8) of word w -> the two 16-bit floats [row g | row g+8]
 // (sf*2^119 bf16, sf*2^7 fp16): one PRMT and one IMAD for both rows. The HMUL2 that applies them

@@ -62,8 +62,11 @@
 #include <stdint.h>
 
 #include "moe_gemm.h"
+#include "nvfp4_dev.cuh"
 
 namespace {
+
+using nvfp4moe_dev::decode_pair;
 
 constexpr int kWarp = 32;
 constexpr int kAtomN = 16;          // columns per atom
@@ -214,24 +217,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
     }
 }
 
-// Pair j of word q (nibbles j and j+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16).
-// The sign (nibble bit 3) must land on bit 15 (31) and the magnitude (bits 0..2) on bits 6..8
-// (bf16) or 9..11 (fp16). At M = 1 the kernel is bound by the integer (ALU) pipe, so the bit moves
-// are chosen to put work on the FMA pipe: for bf16 one IMAD makes both shifted copies of the
-// isolated nibble at once (x * (2^a + 2^b); the copies do not overlap, so the add never carries),
-// leaving 2 ALU ops per pair. Pairs 2 and 3 read q >> 8 (q8, one shift per word) because a
-// multiply cannot shift right. fp16's two copies would overlap by one bit, so it ORs two shifts.
-template <bool BF16, int J>
-__device__ __forceinline__ uint32_t decode_pair(uint32_t q, uint32_t q8) {
-    constexpr int jj = J & 1;
-    const uint32_t x = (J < 2 ? q : q8) & (0x000F000Fu << (4 * jj));
-    if constexpr (BF16) {
-        constexpr uint32_t kCopies = (1u << (12 - 4 * jj)) + (1u << (6 - 4 * jj));
-        return (x * kCopies) & 0x81C081C0u;
-    } else {
-        return ((x << (9 - 4 * jj)) | (x << (12 - 4 * jj))) & 0x8E008E00u;
-    }
-}
 
 // Scale byte B of word sw -> the same 16-bit float in both halves (sf*2^119 bf16, sf*2^7 fp16).
 template <bool BF16, int B>

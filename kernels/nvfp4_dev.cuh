@@ -1,5 +1,6 @@
-// nvfp4_dev.cuh - NVFP4 element/scale codecs and the reference quantize-dequantize on the device,
-// written to give the same float32 results as src/nvfp4.c (vLLM's ref_nvfp4_quant).
+// nvfp4_dev.cuh - the FP4 device helpers every GPU kernel shares: NVFP4 element/scale codecs, the
+// reference quantize-dequantize (the same float32 results as src/format/nvfp4.c, vLLM's
+// ref_nvfp4_quant), and the GEMMs' register-level E2M1 decode.
 #ifndef NVFP4MOE_NVFP4_DEV_CUH
 #define NVFP4MOE_NVFP4_DEV_CUH
 
@@ -87,6 +88,28 @@ template <typename T> __device__ __forceinline__ void store8(T *p, const float *
 #pragma unroll
     for (int i = 0; i < 8; i++) h[i] = from_f<T>(v[i]);
     *reinterpret_cast<uint4 *>(p) = u;
+}
+
+// ---- the GEMMs' E2M1 decode (MARLIN's and HOPPER_WGMMA's weight fragments) ----
+
+// Pair J of word q (nibbles J and J+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16);
+// the GEMM applies the scale, whose bias makes up the exponent. The sign (nibble bit 3) must land
+// on bit 15 (31) and the magnitude (bits 0..2) on bits 6..8 (bf16) or 9..11 (fp16). At M = 1 the
+// GEMMs are bound by the integer (ALU) pipe, so the bit moves put work on the FMA pipe: for bf16
+// one IMAD makes both shifted copies of the isolated nibble pair at once (x * (2^a + 2^b); the
+// copies never overlap, so the add never carries), leaving 2 ALU ops per pair. Pairs 2 and 3 read
+// q8 = q >> 8 (one shift per word) because a multiply cannot shift right. fp16's two copies would
+// overlap by one bit, so it ORs two shifts.
+template <bool BF16, int J>
+__device__ __forceinline__ uint32_t decode_pair(uint32_t q, uint32_t q8) {
+    constexpr int jj = J & 1;
+    const uint32_t x = (J < 2 ? q : q8) & (0x000F000Fu << (4 * jj));
+    if constexpr (BF16) {
+        constexpr uint32_t kCopies = (1u << (12 - 4 * jj)) + (1u << (6 - 4 * jj));
+        return (x * kCopies) & 0x81C081C0u;
+    } else {
+        return ((x << (9 - 4 * jj)) | (x << (12 - 4 * jj))) & 0x8E008E00u;
+    }
 }
 
 }  // namespace nvfp4moe_dev

@@ -1,6 +1,6 @@
 /*
  * gpu_gemm_common.h - what the standalone MoE GEMM tests (gpu_marlin_gemm.c, gpu_hopper_gemm.c)
- * share: pass/fail counters, a CUDA check, a seeded generator, host decoders of E2M1, E4M3, bf16
+ * share (besides tests/harness.h): a seeded generator, host decoders of E2M1, E4M3, bf16
  * and fp16 written independently of the library's codec, the moe-align grouping built on the host,
  * random routing and random block scales. Static functions: each test program includes it once.
  */
@@ -15,17 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
-static int n_passed, n_failed;
-
-#define CUDA_OK(expr)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (expr);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,      \
-                    __LINE__, #expr);                                                              \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "harness.h"
 
 // ---- host numerics (independent of the library's codec) ----
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;

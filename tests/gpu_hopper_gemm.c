@@ -197,8 +197,7 @@ static void run_case(const test_case *tc, int sm_count) {
     for (size_t i = (size_t)P * N; i < (size_t)(P + guard) * N; i++) guard_bad += c[i] != 0xFFFF;
     double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
     int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
-    if (ok) n_passed++;
-    else n_failed++;
+    t_record(ok);
     printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-3d div=%d rs=%d bias=%d %s ws=%d "
            "graph=%d blocks=%d rel=%.2e bad=%d guard=%d\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
@@ -473,8 +472,7 @@ static void check_refusal(int major, int minor) {
     args.is_bf16 = 1; args.sm_count = 1;
     cudaError_t err = nvfp4moe_hopper_gemm(&args, 0);
     int ok = err == cudaErrorNoKernelImageForDevice;
-    if (ok) n_passed++;
-    else n_failed++;
+    t_record(ok);
     printf("%-4s compute capability %d.%d: the Hopper GEMM refuses (%s)\n", ok ? "ok" : "FAIL",
            major, minor, cudaGetErrorString(err));
     cudaFree(buf);
@@ -491,8 +489,7 @@ int main(int argc, char **argv) {
         printf("gpu_hopper_gemm: not a compute capability 9.x device: the correctness grid and "
                "the benchmark are skipped\n");
         check_refusal(major, minor);
-        printf("gpu_hopper_gemm: %d passed, %d failed\n", n_passed, n_failed);
-        return n_failed ? 1 : 0;
+        return t_finish("gpu_hopper_gemm");
     }
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         // --bench [M,M..] [--sets N] [--model NAME|all] [--marlin]
@@ -537,6 +534,5 @@ int main(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (only < 0 || (size_t)only == i) run_case(&cases[i], sm_count);
-    printf("gpu_hopper_gemm: %d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    return t_finish("gpu_hopper_gemm");
 }

@@ -167,8 +167,7 @@ static void run_case(const test_case *tc, int sm_count) {
     for (size_t i = (size_t)P * N; i < (size_t)(P + guard) * N; i++) guard_bad += c[i] != 0xFFFF;
     double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
     int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
-    if (ok) n_passed++;
-    else n_failed++;
+    t_record(ok);
     printf("%-4s %-38s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-2d div=%d rs=%d bias=%d %s "
            "blocks=%d rel=%.2e bad=%d guard=%d\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
@@ -389,6 +388,5 @@ int main(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (only < 0 || (size_t)only == i) run_case(&cases[i], sm_count);
-    printf("gpu_marlin_gemm: %d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    return t_finish("gpu_marlin_gemm");
 }

@@ -1,11 +1,15 @@
 /*
- * harness.h - the test harness: checks that count, print the case and the first mismatches, and a
- * closing "N passed, N failed" line. Header-only; each tests/test_*.c is one program.
+ * harness.h - the test harness of every test program, CPU (tests/test_*.c) and GPU
+ * (tests/gpu_*.c): checks that count, print the case and the first mismatches, and a closing
+ * "<suite>: N passed, N failed" line (t_finish) that tests/run_all.sh sums. Checks run on one
+ * thread; a program whose cases run on several threads and print their own log records each
+ * case's verdict with t_record. Header-only; each test file is one program.
  */
 #ifndef NVFP4MOE_TEST_HARNESS_H
 #define NVFP4MOE_TEST_HARNESS_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +19,27 @@ static int t_passed, t_failed;
 static const char *t_case = "";
 
 #define T_CASE(name) (t_case = (name))
+
+/* Counts one case whose verdict the caller decided (and printed): thread-safe. */
+static pthread_mutex_t t_lock = PTHREAD_MUTEX_INITIALIZER;
+static inline void t_record(int ok) {
+    pthread_mutex_lock(&t_lock);
+    if (ok) t_passed++;
+    else t_failed++;
+    pthread_mutex_unlock(&t_lock);
+}
+
+/* A CUDA runtime call that must succeed for the test program to go on (GPU tests): the error, the
+ * call and where, then exit status 2. */
+#define CUDA_OK(expr)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,      \
+                    __LINE__, #expr);                                                              \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \

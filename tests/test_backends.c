@@ -1,12 +1,33 @@
 /*
- * test_backends.c - every backend that runs on this machine's CPU, through the plan API, against the
- * float64 reference, over a grid of shapes, activations, routings, schemes and dtypes (the idea of
- * ggml's test-backend-ops). Outputs are poisoned before each run; inputs are fresh random data.
+ * test_backends.c - every backend of the backend table that runs on this machine's CPU, through
+ * the plan API, against the float64 reference, over a grid of shapes, activations, routings,
+ * schemes and dtypes (the idea of ggml's test-backend-ops). A new host backend is covered by adding
+ * its row; the GPU ones are tests/gpu_test.c's. Outputs are poisoned before each run; inputs are
+ * fresh random data.
  */
 #include "harness.h"
-#include "nvfp4moe.h"
+#include "oracle/oracle.h"
 
-static const char *const k_backends[] = {"cpu_fast", "cpu_reference"};
+/* The table's rows whose implementation is in this build and runs on the host. */
+static const char *k_backends[32];
+static int n_backends;
+
+static void find_backends(void) {
+    char gpu[256] = "", none[512] = "";
+    for (int i = 0; i < nvfp4moe_backend_count(); i++) {
+        const char *name = nvfp4moe_backend_name(i);
+        const nvfp4moe_backend_impl *impl = nvfp4moe_backend_impl_find(name);
+        char *list = !impl ? none : gpu;
+        if (impl && !impl->device_memory && n_backends < (int)(sizeof k_backends / sizeof k_backends[0]))
+            k_backends[n_backends++] = name;
+        else
+            snprintf(list + strlen(list), (!impl ? sizeof none : sizeof gpu) - strlen(list), " %s", name);
+    }
+    printf("test_backends: host backends:");
+    for (int b = 0; b < n_backends; b++) printf(" %s", k_backends[b]);
+    printf("\ntest_backends: on a GPU (tests/gpu_test.c):%s\ntest_backends: no implementation in this build:%s\n",
+           gpu[0] ? gpu : " none", none);
+}
 
 static nvfp4moe_device cpu(void) {
     nvfp4moe_device d;
@@ -72,7 +93,7 @@ static void grid_case(nvfp4moe_config c, int64_t M, uint64_t seed, bool one_expe
     /* float32 accumulation against float64; W4A4-style schemes re-quantize the intermediate, where an
      * ulp can flip an FP4 code now and then. */
     const double tol = (c.scheme == NVFP4MOE_SCHEME_W4A16 ? 2e-5 : 3e-3) + out_round;
-    for (size_t b = 0; b < sizeof k_backends / sizeof k_backends[0]; b++) {
+    for (int b = 0; b < n_backends; b++) {
         snprintf(name, sizeof name, "%s M=%lld %s%s%s", k_backends[b], (long long)M, desc, c.has_bias ? " bias" : "",
                  one_expert ? " one-expert" : "");
         T_CASE(name);
@@ -141,6 +162,9 @@ static void test_plan_refusals(void) {
 
 int main(void) {
     uint64_t seed = 1000;
+    find_backends();
+    T_CASE("the table has host backends");
+    CHECK(n_backends >= 2, "%d host backends found", n_backends);
     test_plan_refusals();
     /* vLLM-like shapes, scaled down to stay fast on two cores; H and I not multiples of 128 too. */
     const int shapes[][5] = {{8, 2, 128, 64, 7},   {40, 6, 256, 128, 5}, {64, 1, 144, 80, 33},

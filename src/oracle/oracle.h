@@ -12,4 +12,9 @@
  * such row. */
 const nvfp4moe_backend_impl *nvfp4moe_backend_impl_find(const char *name);
 
+/* The backend table's row names in table order, i in [0, nvfp4moe_backend_count()): what a test
+ * walks to cover every backend. */
+int nvfp4moe_backend_count(void);
+const char *nvfp4moe_backend_name(int i);
+
 #endif // NVFP4MOE_ORACLE_H

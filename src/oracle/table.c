@@ -336,6 +336,12 @@ const nvfp4moe_backend_impl *nvfp4moe_backend_impl_find(const char *name) {
     return NULL;
 }
 
+int nvfp4moe_backend_count(void) { return nvfp4moe_backend_row_count; }
+
+const char *nvfp4moe_backend_name(int i) {
+    return i >= 0 && i < nvfp4moe_backend_row_count ? nvfp4moe_backend_rows[i].name : NULL;
+}
+
 // ---- libraries ----
 
 const lib_def nvfp4moe_oracle_libs[] = {
