@@ -1,5 +1,5 @@
 /*
- * hopper_gemm.cu - the Hopper-native W4A16 fused MoE GEMM (issue 6): NVFP4 weights (E2M1 codes,
+ * hopper_gemm.cu - the Hopper-native W4A16 fused MoE GEMM: NVFP4 weights (E2M1 codes,
  * one E4M3 scale per 16 K elements, one fp32 scale_2 per expert) times bf16/fp16 activations
  * gathered through the moe-align grouping, on sm_90a tensor cores with wgmma and fp32
  * accumulation. Interface: kernels/hopper_gemm.h (same shape as kernels/moe_gemm.h).

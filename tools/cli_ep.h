@@ -1,6 +1,7 @@
 /*
- * cli_ep.h - expert parallelism in the CLI (tools/cmd_run_ep.c): `nvfp4moe run --ep N`, called by
- * cmd_run when the config's parallel.ep_size > 1, and `nvfp4moe bench --ep N`, called by cmd_bench.
+ * cli_ep.h - expert parallelism in the CLI: `nvfp4moe run --ep N` (tools/cmd_run_ep.c), called by
+ * cmd_run when the config's parallel.ep_size > 1, and `nvfp4moe bench --ep N`
+ * (tools/cmd_bench_ep.c), called by cmd_bench.
  */
 #ifndef NVFP4MOE_CLI_EP_H
 #define NVFP4MOE_CLI_EP_H
@@ -14,6 +15,12 @@
  * simulation in this process. Prints one line per rank; returns a CLI_EXIT_* code. */
 int cli_run_ep(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, long long tokens, const nvfp4moe_device *dev,
                bool device_given, int argc, char **argv);
+
+/* The number of CUDA GPUs (0 in builds without CUDA). */
+int cli_cuda_gpu_count(void);
+/* Starts ranks 0..N-1 as copies of this process (one per GPU; NCCL_NVLS_ENABLE=0, the rank and
+ * the NCCL id file in the environment), waits for them all; returns a CLI_EXIT_* code. */
+int cli_launch_ranks(const char *what, int32_t N, int argc, char **argv);
 
 /* A real model's MoE layer shape, as `nvfp4moe bench` names them (tools/cmd_bench.c's table). */
 typedef struct cli_layer_preset {
