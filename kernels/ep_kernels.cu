@@ -1,6 +1,6 @@
 // ep_kernels.cu - expert parallelism's device kernels: the dispatch gather and the combine's
 // top-k weighted sum (see ep_kernels.h). One thread handles 8 consecutive values of a row (16
-// bytes of a 16-bit row). The arithmetic is the host's (src/ep/ep.c): float32, one multiply and one
+// bytes of a 16-bit row). The arithmetic is the host's (src/ep/dispatch.c): float32, one multiply and one
 // add per slot, rounded separately (__fmul_rn/__fadd_rn: no FMA contraction), slots in order.
 #include "ep_kernels.h"
 #include "nvfp4moe.h"

@@ -295,7 +295,7 @@ static const oracle_case k_cases[] = {
 };
 
 /* The number of kernel classes the report must list: every one, vllm_only hiding ours (a new
- * backend in src/oracle/oracle.c's table adds its kernels here). */
+ * backend in src/oracle/table.c adds its kernels here). */
 static int expected_candidates(bool vllm_only) { return vllm_only ? 14 : 17; }
 
 static const nvfp4moe_candidate *find_cand(const nvfp4moe_report *r, const char *spec) {

@@ -43,7 +43,7 @@ static const preset k_presets[] = {
 };
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
 
-/* --ep N anywhere: expert parallelism (tools/cmd_run_ep.c), in every build (the loopback runs on
+/* --ep N anywhere: expert parallelism (tools/cmd_run_ep.c, tools/cmd_bench_ep.c), in every build (the loopback runs on
  * the CPU). */
 static bool wants_ep(int argc, char **argv) {
     for (int i = 1; i < argc; i++)

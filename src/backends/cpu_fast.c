@@ -1,5 +1,5 @@
 /*
- * backend_cpu_fast.c - CPU_FAST: the layer on the CPU, multi-threaded, in float32.
+ * cpu_fast.c - CPU_FAST: the layer on the CPU, multi-threaded, in float32.
  *
  * Same function as the reference (src/reference/moe_ref.c), organised for speed:
  *   1. route (the reference router: selections are bit-identical) and quantize the activations

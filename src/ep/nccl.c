@@ -1,8 +1,7 @@
 /*
- * ep_nccl.c - the NCCL transport of expert parallelism (one process per GPU).
- *
- * NOT YET RUN ON GPUS: written and compiled in a session without a multi-GPU machine; only the
- * transport-independent logic (src/ep/ep.c) was verified, with the loopback transport on the CPU.
+ * nccl.c - the NCCL transport of expert parallelism (one process per GPU). It has not run on
+ * several GPUs; the transport-independent logic is tested with the loopback transport
+ * (docs/expert_parallel.md, "What has been run").
  *
  * Built with NCCL's types (nvcc-less: nccl.h is plain C) when the Makefile finds nccl.h in a CUDA
  * build (NVFP4MOE_HAVE_NCCL). libnccl.so.2 is loaded with dlopen at nvfp4moe_ep_nccl_create, not
@@ -50,7 +49,7 @@ static nvfp4moe_status all_ready(const nvfp4moe_ep_transport *t, nvfp4moe_status
     const int32_t R = t->size;
     int32_t *f = calloc((size_t)R + 1, sizeof(int32_t));
     nvfp4moe_ep_xfer *x = calloc((size_t)(2 * R), sizeof *x);
-    if (!f || !x) {   /* two small arrays: the other ranks would wait, as in ep.c's agreement */
+    if (!f || !x) {   /* two small arrays: the other ranks would wait, as in ep_plan.c's agreement */
         free(f);
         free(x);
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "all-to-all timing: out of memory");
