@@ -343,10 +343,13 @@ typedef struct nvfp4moe_device {
  * lack of a GPU, a driver or a CUDA runtime: any CUDA error means "the CPU" (INVALID_ARGUMENT only
  * for dev == NULL). */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_device_detect(nvfp4moe_device *dev);
-/* A what-if device: "sm_90" / "sm90" / "sm_100a" (any sm_XY or sm_XYZ; case-insensitive) or a
- * name: a100 (sm_80), l40s (sm_89), h100, h200 (sm_90), b200, gb200 (sm_100), b300 (sm_103),
- * rtx5090, rtx-pro-6000 (sm_120), dgx-spark (sm_121), cpu. '-' and '_' are equivalent. NOT_FOUND
- * (listing the accepted names) for anything else; dev is written only on success. */
+/* A what-if device: "sm_90" / "sm90" / "sm_100a" (a compute capability a GPU has; case-insensitive),
+ * the capability as torch prints it ("9.0", "10.3"), or a product name: a100, a800, a30 (sm_80),
+ * a10, a10g, a40, rtx3090 (sm_86), l4, l40, l40s, rtx4090 (sm_89), h100, h200, h20, h800, gh200
+ * (sm_90), b100, b200, gb200 (sm_100), b300, gb300 (sm_103), rtx5090, rtx-pro-6000 (sm_120),
+ * dgx-spark, gb10 (sm_121), cpu; also as nvidia-smi prints it ("NVIDIA H100 80GB HBM3": words after
+ * the product are ignored). Spaces, '-' and '_' are equivalent. NOT_FOUND (listing the accepted
+ * names or capabilities) for anything else; dev is written only on success. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_device_parse(const char *s, nvfp4moe_device *dev);
 /* "sm_90" or "cpu" (dev NULL: "cpu"): the form vLLM's messages use. Writes at most len bytes into
  * buf and returns buf. */

@@ -394,10 +394,18 @@ static void run_case(int idx, oracle_case c) {
 
 static void test_devices(void) {
     T_CASE("device_parse");
+    /* Compute capabilities from NVIDIA's list of CUDA GPUs (developer.nvidia.com/cuda-gpus): the
+     * names as users type them, as nvidia-smi prints them, and as torch's capability. */
     static const struct { const char *s; int sm; } ok[] = {
         {"sm_90", 90}, {"sm90", 90}, {"SM_100", 100}, {"sm_100a", 100}, {"sm_121", 121}, {"sm_75", 75},
         {"a100", 80}, {"l40s", 89}, {"h100", 90}, {"H200", 90}, {"b200", 100}, {"gb200", 100}, {"b300", 103},
         {"rtx5090", 120}, {"rtx-pro-6000", 120}, {"rtx_pro_6000", 120}, {"dgx-spark", 121}, {"cpu", 0},
+        {"h20", 90}, {"h800", 90}, {"gh200", 90}, {"l4", 89}, {"l40", 89}, {"a10g", 86}, {"rtx4090", 89},
+        {"b100", 100}, {"gb300", 103}, {"gb10", 121},
+        {"NVIDIA H200", 90}, {"NVIDIA H100 80GB HBM3", 90}, {"NVIDIA A100-SXM4-80GB", 80},
+        {"NVIDIA GeForce RTX 4090", 89}, {"NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 120},
+        {"NVIDIA GH200 480GB", 90}, {"NVIDIA L40S", 89}, {"NVIDIA B200", 100},
+        {"9.0", 90}, {"10.0", 100}, {"10.3", 103}, {"12.1", 121}, {"8.9", 89},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         nvfp4moe_device d;
@@ -405,10 +413,14 @@ static void test_devices(void) {
         CHECK(st == NVFP4MOE_OK && d.sm == ok[i].sm && d.is_cuda == (ok[i].sm != 0) && !d.detected && d.ordinal == -1,
               "%s -> %s sm=%d", ok[i].s, nvfp4moe_status_str(st), d.sm);
     }
-    static const char *const bad[] = {"sm_9", "sm_0900", "sm_", "gpu", "h300", "sm_90x", ""};
+    static const char *const bad[] = {"sm_9", "sm_0900", "sm_", "gpu", "h300", "sm_90x", "", "NVIDIA", "9.", "09.0"};
     nvfp4moe_device d;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_ERR(nvfp4moe_device_parse(bad[i], &d), NVFP4MOE_ERR_NOT_FOUND, "dgx-spark");
+    /* a capability no GPU has is a typo: rejected with the list of real ones */
+    static const char *const no_gpu[] = {"sm_91", "sm_99", "9.1", "sm_130"};
+    for (size_t i = 0; i < sizeof no_gpu / sizeof no_gpu[0]; i++)
+        CHECK_ERR(nvfp4moe_device_parse(no_gpu[i], &d), NVFP4MOE_ERR_NOT_FOUND, "sm_90, sm_100, sm_101, sm_103");
     CHECK_ERR(nvfp4moe_device_parse(NULL, &d), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
 
     T_CASE("device_str");
