@@ -210,7 +210,8 @@ typedef struct nvfp4moe_config {
     nvfp4moe_dtype out_dtype;   /* output */
     nvfp4moe_activation activation;
     bool  has_swiglu_limit;     /* swiglu_limit is optional: the clamp only applies when set */
-    float swiglu_limit;
+    double swiglu_limit;        /* as the model gives it (vLLM prints this Python float in its
+                                   messages); the kernels clamp with it rounded to float */
     float swiglu_alpha;         /* NaN = the activation's default (swigluoai 1.702, uninterleave 1.0) */
     float swiglu_beta;          /* NaN = default (uninterleave 0.0; swigluoai uses a fixed +1) */
     float situ_beta;            /* SiTU beta (default 4) */
@@ -357,13 +358,18 @@ NVFP4MOE_API const char *nvfp4moe_device_str(const nvfp4moe_device *dev, char *b
 
 // ---- the oracle: backend selection ----
 //
-// nvfp4moe_select mirrors vLLM's select_nvfp4_moe_backend (oracle/nvfp4.py): the same backends,
-// kernel classes, support predicates (checked in vLLM's order), auto priority list, SwiGLU clamp
-// set, explicit-request path, log line and exception messages. Our own backends (CPU_FAST, then
-// CPU_REFERENCE, always last) are added to the list unless vllm_only is set. A backend whose
-// implementation lives in a library this build does not contain is rejected with "... is not
-// available in this build"; the what-if option `installed` plans as if those libraries were
-// present. docs/select.md has the user's view.
+// nvfp4moe_select mirrors vLLM's select_nvfp4_moe_backend (oracle/nvfp4.py) at the revision
+// nvfp4moe_vllm_revision() names: the same backends, kernel classes, support predicates (checked
+// in vLLM's order), auto priority list, SwiGLU clamp set, explicit-request path, and the log line,
+// exception messages and reasons character for character. Our own backends (HOPPER_WGMMA, CPU_FAST,
+// CPU_REFERENCE) join the list unless vllm_only is set. What vLLM would not say (the device's sm, our
+// scheme names, a library this build lacks) goes into the separate detail fields. A backend whose
+// implementation lives in a library this build does not contain is rejected as vLLM rejects a missing
+// library, with the library named in the detail; the what-if option `installed` plans as if those
+// libraries were present. docs/select.md has the user's view.
+
+/* The vLLM revision whose oracle and kernel classes nvfp4moe_select mirrors, in words. */
+NVFP4MOE_API const char *nvfp4moe_vllm_revision(void);
 
 /* Libraries whose kernels this build does not contain; --installed plans as if they were present. */
 #define NVFP4MOE_LIB_FLASHINFER  (1u << 0)   /* "flashinfer" */
@@ -378,8 +384,9 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t 
 
 typedef struct nvfp4moe_oracle_options {
     bool     installed_set;  /* false: availability is what this build contains */
-    uint32_t installed;      /* NVFP4MOE_LIB_* mask, used when installed_set; also makes our own
-                                backends (MARLIN, EMULATION, CPU_*) count as present */
+    uint32_t installed;      /* NVFP4MOE_LIB_* mask, used when installed_set. Our own backends
+                                count as present on a what-if device their kernels run on, in a
+                                CPU-only build too (a CUDA build of the library would run them) */
     bool     vllm_only;      /* only vLLM's backends: decisions identical to vLLM */
 } nvfp4moe_oracle_options;
 
@@ -401,19 +408,24 @@ typedef struct nvfp4moe_candidate {
     nvfp4moe_verdict verdict;
     bool supported;       /* the kernel can run this config here: its predicate said yes and its
                              implementation is available (for NOT_IN_LIST: it would be) */
-    char reason[384];     /* vLLM's wording: "kernel does not support current device sm_90"; for
+    char reason[512];     /* vLLM's words: "kernel does not support current device cuda"; for
                              NOT_IN_LIST why it was not a candidate, then what it would have said */
+    char detail[256];     /* our context, never part of vLLM's words: "device sm_90 (h200)",
+                             "scheme w4a16", a library this build lacks, ... ("" when none) */
 } nvfp4moe_candidate;
 
 typedef struct nvfp4moe_report {
     char backend[40];     /* chosen backend, "" if none */
     char kernel[48];      /* chosen kernel class, "" if none */
-    char log[640];        /* "Using 'MARLIN' NvFp4 MoE backend out of potential backends: [...]."
-                             ("" when nothing was chosen, or for a requantization source) */
+    char log[640];        /* "Using 'MARLIN' NvFp4 MoE backend out of potential backends: [...].",
+                             exactly the line vLLM logs; "" when vLLM would log nothing: nothing
+                             chosen, a requantization source, or one of our backends chosen */
     char error_kind[24];  /* "" / "ValueError" / "NotImplementedError" */
     char error[640];      /* the exception's message */
     char device[16];      /* "sm_90" / "cpu" */
     char requested[32];   /* cfg->moe_backend normalised (lower case, '-' -> '_'): "auto", "marlin" */
+    char detail[384];     /* our note on the decision (never vLLM's words): when one of our backends
+                             is chosen, what vLLM itself would do; "" when none */
     int32_t n_candidates;
     nvfp4moe_candidate candidates[NVFP4MOE_MAX_CANDIDATES]; /* every kernel, priority order */
 } nvfp4moe_report;
@@ -424,7 +436,7 @@ typedef struct nvfp4moe_report {
  * invalid (the report then holds no decision); NOT_FOUND ("ValueError", unknown moe_backend name)
  * or UNSUPPORTED ("ValueError" for an explicit request, "NotImplementedError" for auto) otherwise,
  * with the exception's message also in nvfp4moe_last_error(). The report is filled in every case;
- * it is a plain value (about 14 KiB): nothing to free. Pure: no allocation, no CUDA call unless
+ * it is a plain value (about 29 KiB): nothing to free. Pure: no allocation, no CUDA call unless
  * dev is NULL. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_device *dev,
                                              const nvfp4moe_oracle_options *opt, nvfp4moe_report *report);

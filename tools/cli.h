@@ -36,7 +36,7 @@ void cli_config_flags_help(FILE *f);
 /* Parses a whole number for flag (>= min); prints an error naming the flag and returns -1 if
  * it is not one. */
 int cli_parse_int(const char *flag, const char *s, long long min, long long *out);
-int cli_parse_float(const char *flag, const char *s, float *out);
+int cli_parse_double(const char *flag, const char *s, double *out);
 
 /* Value of a flag that needs one: argv[*i + 1], advancing *i; NULL (and a message) if missing. */
 const char *cli_flag_value(int argc, char **argv, int *i);

@@ -29,10 +29,10 @@ int cli_parse_int(const char *flag, const char *s, long long min, long long *out
     return 0;
 }
 
-int cli_parse_float(const char *flag, const char *s, float *out) {
+int cli_parse_double(const char *flag, const char *s, double *out) {
     char *end = NULL;
     errno = 0;
-    float v = strtof(s, &end);
+    double v = strtod(s, &end);
     if (errno || end == s || *end != '\0' || !isfinite(v)) {
         fprintf(stderr, "nvfp4moe: %s expects a finite number, got '%s'\n", flag, s);
         return -1;
@@ -113,12 +113,13 @@ int cli_config_flag(int argc, char **argv, int *i, nvfp4moe_config *cfg) {
     if (!def) return 0;
 
     long long n = 0;
-    float x = 0;
+    /* read as a double: swiglu_limit keeps every digit the user gave (vLLM prints them) */
+    double x = 0;
     const char *v = NULL;
     if (def->kind != F_BOOL) {
         if (!(v = cli_flag_value(argc, argv, i))) return -1;
         if (def->kind == F_INT && cli_parse_int(flag, v, 0, &n)) return -1;
-        if (def->kind == F_FLOAT && cli_parse_float(flag, v, &x)) return -1;
+        if (def->kind == F_FLOAT && cli_parse_double(flag, v, &x)) return -1;
     }
 
     if (!strcmp(flag, "--num-experts")) cfg->num_experts = (int32_t)n;
@@ -133,15 +134,15 @@ int cli_config_flag(int argc, char **argv, int *i, nvfp4moe_config *cfg) {
     } else if (!strcmp(flag, "--swiglu-limit")) {
         cfg->has_swiglu_limit = true;
         cfg->swiglu_limit = x;
-    } else if (!strcmp(flag, "--swiglu-alpha")) cfg->swiglu_alpha = x;
-    else if (!strcmp(flag, "--swiglu-beta")) cfg->swiglu_beta = x;
-    else if (!strcmp(flag, "--situ-beta")) cfg->situ_beta = x;
-    else if (!strcmp(flag, "--situ-linear-beta")) cfg->situ_linear_beta = x;
+    } else if (!strcmp(flag, "--swiglu-alpha")) cfg->swiglu_alpha = (float)x;
+    else if (!strcmp(flag, "--swiglu-beta")) cfg->swiglu_beta = (float)x;
+    else if (!strcmp(flag, "--situ-beta")) cfg->situ_beta = (float)x;
+    else if (!strcmp(flag, "--situ-linear-beta")) cfg->situ_linear_beta = (float)x;
     else if (!strcmp(flag, "--routing")) {
         if (nvfp4moe_routing_parse(v, &cfg->routing) != NVFP4MOE_OK) return bad_name(flag);
     } else if (!strcmp(flag, "--n-group")) cfg->n_group = (int32_t)n;
     else if (!strcmp(flag, "--topk-group")) cfg->topk_group = (int32_t)n;
-    else if (!strcmp(flag, "--routed-scaling-factor")) cfg->routed_scaling_factor = x;
+    else if (!strcmp(flag, "--routed-scaling-factor")) cfg->routed_scaling_factor = (float)x;
     else if (!strcmp(flag, "--correction-bias")) cfg->has_correction_bias = true;
     else if (!strcmp(flag, "--router-logits-dtype")) {
         if (nvfp4moe_dtype_parse(v, &cfg->router_logits_dtype) != NVFP4MOE_OK) return bad_name(flag);

@@ -47,6 +47,8 @@ static char *report_json(const nvfp4moe_report *r) {
     json_object_set_new(root, "kernel", r->kernel[0] ? json_string(r->kernel) : json_null());
     json_object_set_new(root, "log", json_string(r->log));
     json_object_set_new(root, "device", json_string(r->device));
+    json_object_set_new(root, "detail", json_string(r->detail));
+    json_object_set_new(root, "vllm_revision", json_string(nvfp4moe_vllm_revision()));
     for (int i = 0; i < r->n_candidates; i++) {
         const nvfp4moe_candidate *c = &r->candidates[i];
         json_t *o = json_object();
@@ -55,6 +57,7 @@ static char *report_json(const nvfp4moe_report *r) {
         json_object_set_new(o, "supported", json_boolean(c->supported));
         json_object_set_new(o, "verdict", json_string(nvfp4moe_verdict_name(c->verdict)));
         json_object_set_new(o, "reason", json_string(c->reason));
+        json_object_set_new(o, "detail", json_string(c->detail));
         json_array_append_new(cands, o);
     }
     json_object_set_new(root, "candidates", cands);
@@ -124,7 +127,7 @@ int cmd_select(int argc, char **argv) {
         return CLI_EXIT_FAILURE;
     }
 
-    /* The report is ~14 KiB: static keeps it off small thread stacks. */
+    /* The report is ~29 KiB: static keeps it off small thread stacks. */
     static nvfp4moe_report report;
     nvfp4moe_status st = nvfp4moe_select(&cfg, &dev, &opt, &report);
     if (st != NVFP4MOE_OK && !report.error_kind[0]) {

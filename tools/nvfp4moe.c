@@ -27,7 +27,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: nvfp4moe <command> [flags]     nvfp4moe <command> --help\n\ncommands:\n");
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)
         fprintf(f, "  %-10s %s\n", k_commands[i].name, k_commands[i].summary);
-    fprintf(f, "\n  --help     this text\n  --version  the version and whether CUDA is compiled in\n");
+    fprintf(f, "\n  --help     this text\n  --version  the version, whether CUDA is compiled in, and the vLLM revision select mirrors\n");
 }
 
 int main(int argc, char **argv) {
@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("nvfp4moe %s\n", nvfp4moe_version());
+        printf("nvfp4moe %s\nselect mirrors %s\n", nvfp4moe_version(), nvfp4moe_vllm_revision());
         return CLI_EXIT_OK;
     }
     for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++)

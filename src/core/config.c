@@ -139,7 +139,7 @@ void nvfp4moe_config_init(nvfp4moe_config *cfg) {
     cfg->out_dtype = NVFP4MOE_DTYPE_BF16;
     cfg->activation = NVFP4MOE_ACT_SILU;
     cfg->has_swiglu_limit = false;
-    cfg->swiglu_limit = 0.0f;
+    cfg->swiglu_limit = 0.0;
     cfg->swiglu_alpha = NAN;
     cfg->swiglu_beta = NAN;
     cfg->situ_beta = 4.0f;
@@ -165,7 +165,7 @@ int32_t nvfp4moe_config_n1(const nvfp4moe_config *cfg) {
 nvfp4moe_act_params nvfp4moe_config_act_params(const nvfp4moe_config *cfg) {
     nvfp4moe_act_params p = {0};
     p.has_limit = cfg->has_swiglu_limit;
-    p.limit = cfg->swiglu_limit;
+    p.limit = (float)cfg->swiglu_limit;
     p.alpha = 1.0f;
     p.beta = 0.0f;
     p.situ_beta = cfg->situ_beta;
@@ -174,7 +174,7 @@ nvfp4moe_act_params nvfp4moe_config_act_params(const nvfp4moe_config *cfg) {
     case NVFP4MOE_ACT_SWIGLUOAI:
         /* gpt-oss: alpha 1.702, limit 7, (u + 1); vLLM's kernel uses these when none is given. */
         p.has_limit = true;
-        p.limit = cfg->has_swiglu_limit ? cfg->swiglu_limit : 7.0f;
+        p.limit = cfg->has_swiglu_limit ? (float)cfg->swiglu_limit : 7.0f;
         p.alpha = isnan(cfg->swiglu_alpha) ? 1.702f : cfg->swiglu_alpha;
         p.beta = isnan(cfg->swiglu_beta) ? 1.0f : cfg->swiglu_beta;
         break;
@@ -185,7 +185,7 @@ nvfp4moe_act_params nvfp4moe_config_act_params(const nvfp4moe_config *cfg) {
     case NVFP4MOE_ACT_SWIGLUSTEP:
         /* Step-3.5: both halves limited at 7 unless the model gives its own limit. */
         p.has_limit = true;
-        p.limit = cfg->has_swiglu_limit ? cfg->swiglu_limit : 7.0f;
+        p.limit = cfg->has_swiglu_limit ? (float)cfg->swiglu_limit : 7.0f;
         break;
     default:
         break;
@@ -241,7 +241,7 @@ nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *c) {
 
     /* activation parameters */
     if (c->has_swiglu_limit && !(isfinite(c->swiglu_limit) && c->swiglu_limit > 0))
-        return INVALID("swiglu_limit=%g must be finite and > 0", (double)c->swiglu_limit);
+        return INVALID("swiglu_limit=%g must be finite and > 0", c->swiglu_limit);
     if (c->has_swiglu_limit && c->activation != NVFP4MOE_ACT_SILU && c->activation != NVFP4MOE_ACT_SWIGLUOAI &&
         c->activation != NVFP4MOE_ACT_SWIGLUOAI_UNINTERLEAVE && c->activation != NVFP4MOE_ACT_SWIGLUSTEP)
         return INVALID("swiglu_limit is set but activation=%s applies no SwiGLU clamp (silu, swigluoai, "
@@ -312,7 +312,7 @@ nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *c) {
 
 size_t nvfp4moe_config_describe(const nvfp4moe_config *c, char *buf, size_t len) {
     char extra[128] = "";
-    if (c->has_swiglu_limit) snprintf(extra, sizeof extra, " swiglu_limit=%g", (double)c->swiglu_limit);
+    if (c->has_swiglu_limit) snprintf(extra, sizeof extra, " swiglu_limit=%g", c->swiglu_limit);
     int n = snprintf(buf, len, "E=%d top_k=%d H=%d I=%d %s %s%s routing=%s %s", c->num_experts, c->top_k,
                      c->hidden_size, c->intermediate_size, nvfp4moe_dtype_name(c->in_dtype),
                      nvfp4moe_activation_name(c->activation), extra, nvfp4moe_routing_name(c->routing),

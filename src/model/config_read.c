@@ -627,7 +627,7 @@ static nvfp4moe_status parse_model(json_t *root, json_t *hfq, const char *name,
     NVFP4MOE_TRY(get_num(c, "swiglu_limit", src, &limit, &has_limit));
     if (has_limit) {
         cfg->has_swiglu_limit = true;
-        cfg->swiglu_limit = (float)limit;
+        cfg->swiglu_limit = limit;
     }
     const char *dt = NULL;
     NVFP4MOE_TRY(get_str(c, "torch_dtype", src, &dt));

@@ -38,13 +38,16 @@ size_t nvfp4moe_report_render(const nvfp4moe_report *r, char *buf, size_t len) {
     }
     if (r->log[0]) nvfp4moe_sb_printf(&b, "vllm log: %s\n", r->log);
     if (r->error_kind[0]) nvfp4moe_sb_printf(&b, "error:    %s: %s\n", r->error_kind, r->error);
+    if (r->detail[0]) nvfp4moe_sb_printf(&b, "note:     %s\n", r->detail);
     if (r->n_candidates > 0) {
         nvfp4moe_sb_printf(&b, "\ncandidates, in priority order:\n");
         nvfp4moe_sb_printf(&b, "  %-27s %-40s %-26s %s\n", "BACKEND", "KERNEL", "VERDICT", "REASON");
         for (int i = 0; i < r->n_candidates; i++) {
             const nvfp4moe_candidate *cd = &r->candidates[i];
-            nvfp4moe_sb_printf(&b, "  %-27s %-40s %-26s %s\n", cd->backend, cd->kernel, verdict_label(cd->verdict),
-                      cd->reason[0] ? cd->reason : "-");
+            /* vLLM's reason, then ours in brackets: the two never run together. */
+            nvfp4moe_sb_printf(&b, "  %-27s %-40s %-26s %s%s%s%s\n", cd->backend, cd->kernel, verdict_label(cd->verdict),
+                               cd->reason[0] ? cd->reason : "-", cd->detail[0] ? "  [" : "", cd->detail,
+                               cd->detail[0] ? "]" : "");
         }
     }
     return b.need;

@@ -3,11 +3,16 @@
  * (vllm/model_executor/layers/fused_moe/oracle/nvfp4.py) over the backend table (table.c), with
  * every candidate's reason recorded.
  *
- * Availability policy. vLLM folds "is FlashInfer importable" into _supports_current_device, so a
- * missing library reads "kernel does not support current device". We check the predicate first,
- * as if the library were installed, and availability last: when the predicate says no, that reason
- * is shown, because installing the library would not help; only a kernel that would otherwise run
- * gets "FlashInfer is not available in this build", the one thing the user can change.
+ * Words. A reason is what vLLM's is_supported_config returns, character for character; what vLLM
+ * does not say (the device's sm, our scheme name, a library this build lacks) goes into the
+ * candidate's detail. The log line is vLLM's, listing vLLM's backends only, and only when vLLM
+ * would log it.
+ *
+ * Availability. vLLM folds "is FlashInfer (or b12x) importable" into _supports_current_device, so
+ * there a missing library reads "kernel does not support current device cuda", at the place vLLM
+ * checks it; the detail names the library. The libraries vLLM does not check that way (humming,
+ * vLLM's CUTLASS ops) and our own implementations are checked after the predicate, in our words:
+ * installing or building them would not help a kernel whose predicate says no.
  */
 #include "oracle/table.h"
 
@@ -59,82 +64,126 @@ nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t *mask) {
 
 // ---- availability ----
 
-/* Whether b's implementation is in this build and runs on the device (or, what-if, is
- * installed). Writes the reason. */
-static bool backend_available(const backend_def *b, const oracle_ctx *c, const nvfp4moe_oracle_options *opt,
-                              char *reason, size_t len) {
-    char why[96];
-    if (b->impl && (!c->dev->is_cuda || nvfp4moe_impl_runs_on_sm(b->impl, c->dev->sm, why, sizeof why)))
-        return true;
-    if (opt->installed_set && (b->lib == 0 || (opt->installed & b->lib))) return true;
-    const char *what = NULL;
+/* A "no" and our context for it (candidate reason and detail). */
+typedef struct verdict_text {
+    char reason[400];
+    char detail[256];
+} verdict_text;
+
+#define NO(...) (snprintf(out->reason, sizeof out->reason, __VA_ARGS__), false)
+
+/* Whether vLLM's library for b is present: none is part of this build; what-if, installed. */
+static bool lib_present(const backend_def *b, const nvfp4moe_oracle_options *opt) {
+    return b->lib == 0 || (opt->installed_set && (opt->installed & b->lib));
+}
+
+/* The library vLLM needs for b, or NULL. */
+static const lib_def *row_lib(const backend_def *b) {
     for (int i = 0; i < N_LIBS; i++)
-        if (b->lib & nvfp4moe_oracle_libs[i].bit) what = nvfp4moe_oracle_libs[i].what;
-    if (b->impl)
-        snprintf(reason, len, "the %s implementation is not available for this device: %s", b->name, why);
-    else if (what)
-        snprintf(reason, len, "%s is not available in this build", what);
-    else
-        snprintf(reason, len, "the %s implementation is not available in this build%s%s%s", b->name,
-                 b->not_built ? " (" : "", b->not_built ? b->not_built : "", b->not_built ? ")" : "");
-    return false;
+        if (b->lib & nvfp4moe_oracle_libs[i].bit) return &nvfp4moe_oracle_libs[i];
+    return NULL;
+}
+
+/* Whether our implementation of b runs here: in this build, on the device's compute capability; in
+ * a CPU-only build planning for a what-if GPU, as a CUDA build's kernels would. */
+static bool impl_available(const backend_def *b, const oracle_ctx *c, verdict_text *out) {
+    char why[96];
+    nvfp4moe_backend_impl planned = {.device_memory = true, .sm_min = b->planned_sm_min, .sm_max = b->planned_sm_max};
+    const nvfp4moe_backend_impl *impl = b->impl ? b->impl : &planned;
+    if (impl->device_memory && !c->dev->is_cuda)
+        return NO("the %s implementation is not available for this device: it runs on CUDA GPUs (device is %s)",
+                  b->name, c->dev_str);
+    if (c->dev->is_cuda && !nvfp4moe_impl_runs_on_sm(impl, c->dev->sm, why, sizeof why))
+        return NO("the %s implementation is not available for this device: %s", b->name, why);
+    if (b->impl) return true;
+    if (!c->dev->detected) {
+        snprintf(out->detail, sizeof out->detail, "planned as a CUDA build would run it (this is a %s)",
+                 b->not_built ? b->not_built : "CPU-only build");
+        return true;
+    }
+    return NO("the %s implementation is not available in this build (%s)", b->name,
+              b->not_built ? b->not_built : "CPU-only build");
 }
 
 // ---- the predicate ----
 
-#define REASON(...) (snprintf(reason, len, __VA_ARGS__), false)
-
-/* FusedMoEExperts.is_supported_config: vLLM's checks in vLLM's order, stopping at the first
- * failure (hash routing and _supports_shape never fail for our configs and are not modelled). */
-static bool kernel_supported(const kernel_def *k, const oracle_ctx *c, char *reason, size_t len) {
+/* FusedMoEExperts.is_supported_config (fused_moe/modular_kernel.py) with the class's own gates
+ * before (pre) and after (extra) it: vLLM's checks in vLLM's order, stopping at the first failure.
+ * Hash routing and _supports_shape never fail for our configs and are not modelled. lib_ok: the
+ * row's library is present (checked with the device where vLLM checks it there). */
+static bool kernel_supported(const kernel_def *k, const backend_def *b, const oracle_ctx *c, bool lib_ok,
+                             verdict_text *out) {
     const nvfp4moe_config *cfg = c->cfg;
     bool gated = nvfp4moe_activation_is_gated(cfg->activation);
-    char buf[200];
+    char buf[320];
+    out->reason[0] = out->detail[0] = '\0';
+    if (k->pre && !k->pre(c, out->reason, sizeof out->reason)) return false;
     bool dev_ok = k->device ? k->device(c->dev)
                             : c->dev->is_cuda && c->dev->sm >= k->sm_min && (k->sm_max == 0 || c->dev->sm <= k->sm_max);
-    if (!dev_ok)
-        return REASON("kernel does not support current device %s", c->dev_str);
-    if (!gated && !k->no_act_and_mul)
-        return REASON("kernel does not support no act_and_mul MLP layer");
-    if (!(k->activations & (1u << cfg->activation)))
-        return REASON("kernel does not support %s activation", nvfp4moe_activation_name(cfg->activation));
-    if (!(k->schemes & (1u << c->scheme))) {
-        nvfp4moe_quant_scheme_str(c->scheme, buf, sizeof buf);
-        return REASON("kernel does not support quantization scheme %s", buf);
+    if (!dev_ok || (k->lib_in_device_check && !lib_ok)) {
+        if (!dev_ok && c->dev->is_cuda && strcmp(c->dev->name, c->dev_str))
+            snprintf(out->detail, sizeof out->detail, "device %s (%s)", c->dev_str, c->dev->name);
+        else if (!dev_ok && c->dev->is_cuda)
+            snprintf(out->detail, sizeof out->detail, "device %s", c->dev_str);
+        else if (dev_ok)
+            snprintf(out->detail, sizeof out->detail, "%s is not available in this build (--installed %s "
+                     "plans as if it were)", row_lib(b)->what, row_lib(b)->cli);
+        return NO("kernel does not support current device %s", nvfp4moe_platform_device_name(c->dev));
     }
-    if (k->quant_rule && !k->quant_rule(c, reason, len)) return false;
+    if (!gated && !k->no_act_and_mul)
+        return NO("kernel does not support no act_and_mul MLP layer");
+    if (!(k->activations & (1u << cfg->activation))) {
+        nvfp4moe_activation_enum_str(cfg->activation, buf, sizeof buf);
+        return NO("kernel does not support %s activation", buf);
+    }
+    if (!(k->schemes & (1u << c->scheme)) || (k->quant_rule && !k->quant_rule(c, buf, sizeof buf))) {
+        snprintf(out->detail, sizeof out->detail, "scheme %s", nvfp4moe_scheme_name(c->scheme));
+        nvfp4moe_quant_scheme_str(c->scheme, buf, sizeof buf);
+        return NO("kernel does not support quantization scheme %s", buf);
+    }
     if (k->parallel && !k->parallel(c)) {
         nvfp4moe_parallel_str(c, buf, sizeof buf);
-        return REASON("kernel does not support parallel config %s", buf);
+        return NO("kernel does not support parallel config %s", buf);
     }
-    if (k->monolithic && !(k->routings & (1u << cfg->routing)))
-        return REASON("kernel does not support routing method %s", nvfp4moe_routing_type_name(cfg->routing));
+    if (k->monolithic && !(k->routings & (1u << cfg->routing))) {
+        snprintf(out->detail, sizeof out->detail, "routing %s (%s)", nvfp4moe_routing_name(cfg->routing),
+                 nvfp4moe_routing_type_name(cfg->routing));
+        return NO("kernel does not support routing method %d", nvfp4moe_routing_type_value(cfg->routing));
+    }
     if (k->monolithic && !(k->logits_dtypes & (1u << cfg->router_logits_dtype)))
-        return REASON("kernel does not support router logits dtype %s", nvfp4moe_torch_dtype_name(cfg->router_logits_dtype));
+        return NO("kernel does not support router logits dtype %s", nvfp4moe_torch_dtype_name(cfg->router_logits_dtype));
     if (c->batched != k->batched)
-        return REASON("kernel does not support %s activation format", c->batched ? "BatchedExperts" : "Standard");
+        return NO("kernel does not support %s activation format", nvfp4moe_activation_format_str(c->batched));
     if (cfg->batch_invariant && !k->batch_invariant)
-        return REASON("kernel does not support batch invariance");
+        return NO("kernel does not support batch invariance");
     if (cfg->lora && !k->lora)
-        return REASON("kernel does not support LoRA");
-    if (k->extra && !k->extra(c, reason, len)) return false;
-    reason[0] = '\0';
+        return NO("kernel does not support LoRA");
+    if (k->extra && !k->extra(c, out->reason, sizeof out->reason)) return false;
     return true;
 }
 
-/* The predicate, then availability (see the top of the file for why in this order). */
+/* The predicate, then what vLLM does not check there: a library it imports elsewhere, and our
+ * implementations (see the top of the file). */
 static bool kernel_runs(const backend_def *b, const kernel_def *k, const oracle_ctx *c,
-                        const nvfp4moe_oracle_options *opt, char *reason, size_t len) {
-    if (!kernel_supported(k, c, reason, len)) return false;
-    if (!backend_available(b, c, opt, reason, len)) return false;
-    reason[0] = '\0';
+                        const nvfp4moe_oracle_options *opt, verdict_text *out) {
+    bool lib_ok = lib_present(b, opt);
+    if (!kernel_supported(k, b, c, lib_ok, out)) return false;
+    if (!lib_ok) {
+        snprintf(out->detail, sizeof out->detail, "--installed %s plans as if it were", row_lib(b)->cli);
+        return NO("%s is not available in this build", row_lib(b)->what);
+    }
+    /* What-if: vLLM's own kernels (MARLIN, EMULATION) come with vLLM; ours are planned as this
+     * library's kernels run. */
+    bool vllm_has_it = opt->installed_set && !b->ours;
+    if ((b->impl || b->planned_sm_min) && !vllm_has_it && !impl_available(b, c, out)) return false;
+    out->reason[0] = '\0';
     return true;
 }
 
 // ---- the report's rows ----
 
 static void add_candidate(nvfp4moe_report *r, const backend_def *b, const kernel_def *k,
-                          nvfp4moe_verdict v, bool supported, const char *reason) {
+                          nvfp4moe_verdict v, bool supported, const char *reason, const char *detail) {
     if (r->n_candidates >= NVFP4MOE_MAX_CANDIDATES) return; /* the table is far smaller */
     nvfp4moe_candidate *cd = &r->candidates[r->n_candidates++];
     nvfp4moe_strlcpy(cd->backend, b->name, sizeof cd->backend);
@@ -142,6 +191,7 @@ static void add_candidate(nvfp4moe_report *r, const backend_def *b, const kernel
     cd->verdict = v;
     cd->supported = supported;
     nvfp4moe_strlcpy(cd->reason, reason, sizeof cd->reason);
+    nvfp4moe_strlcpy(cd->detail, detail, sizeof cd->detail);
 }
 
 /* Appends every kernel of b as NOT_IN_LIST: why it was no candidate, then what its predicate
@@ -149,13 +199,14 @@ static void add_candidate(nvfp4moe_report *r, const backend_def *b, const kernel
 static void add_not_in_list(nvfp4moe_report *r, const backend_def *b, const oracle_ctx *c,
                             const nvfp4moe_oracle_options *opt, const char *why) {
     for (int j = 0; j < MAX_KERNELS && b->kernels[j]; j++) {
-        char verdict[320], reason[400];
-        bool ok = kernel_runs(b, b->kernels[j], c, opt, verdict, sizeof verdict);
+        verdict_text v;
+        char reason[sizeof r->candidates[0].reason];
+        bool ok = kernel_runs(b, b->kernels[j], c, opt, &v);
         if (ok)
             snprintf(reason, sizeof reason, "%s; would be supported", why);
         else
-            snprintf(reason, sizeof reason, "%s; would be rejected: %s", why, verdict);
-        add_candidate(r, b, b->kernels[j], NVFP4MOE_VERDICT_NOT_IN_LIST, ok, reason);
+            snprintf(reason, sizeof reason, "%s; would be rejected: %s", why, v.reason);
+        add_candidate(r, b, b->kernels[j], NVFP4MOE_VERDICT_NOT_IN_LIST, ok, reason, v.detail);
     }
 }
 
@@ -201,17 +252,16 @@ static int auto_list(const oracle_ctx *c, const nvfp4moe_oracle_options *opt, co
     return n;
 }
 
-/* "['A', 'B']": Python's repr of the list of enum values. */
-static void list_repr(const backend_def *const *list, int n, char *buf, size_t len) {
-    sbuf b = {buf, len, 0};
-    nvfp4moe_sb_printf(&b, "[");
-    for (int i = 0; i < n; i++) nvfp4moe_sb_printf(&b, "%s'%s'", i ? ", " : "", list[i]->name);
-    nvfp4moe_sb_printf(&b, "]");
-}
-
+/* vLLM's info line: "Using 'X' NvFp4 MoE backend out of potential backends: ['A', 'B']." with
+ * Python's repr of the list of vLLM's backends (ours are not among vLLM's). */
 static void make_log(nvfp4moe_report *r, const backend_def *chosen, const backend_def *const *list, int n) {
     char l[512];
-    list_repr(list, n, l, sizeof l);
+    sbuf b = {l, sizeof l, 0};
+    int k = 0;
+    nvfp4moe_sb_printf(&b, "[");
+    for (int i = 0; i < n; i++)
+        if (!list[i]->ours) nvfp4moe_sb_printf(&b, "%s'%s'", k++ ? ", " : "", list[i]->name);
+    nvfp4moe_sb_printf(&b, "]");
     snprintf(r->log, sizeof r->log, "Using '%s' NvFp4 MoE backend out of potential backends: %s.",
              chosen->name, l);
 }
@@ -230,20 +280,20 @@ static int try_backend(nvfp4moe_report *r, const backend_def *b, const oracle_ct
     int chosen = -1;
     last_reason[0] = '\0';
     for (int j = 0; j < MAX_KERNELS && b->kernels[j]; j++) {
-        char reason[320];
-        bool ok = kernel_runs(b, b->kernels[j], c, opt, reason, sizeof reason);
-        nvfp4moe_verdict v = NVFP4MOE_VERDICT_REJECTED;
+        verdict_text v;
+        bool ok = kernel_runs(b, b->kernels[j], c, opt, &v);
+        nvfp4moe_verdict verdict = NVFP4MOE_VERDICT_REJECTED;
         if (ok && first_wins && chosen < 0) {
-            v = NVFP4MOE_VERDICT_CHOSEN;
+            verdict = NVFP4MOE_VERDICT_CHOSEN;
             chosen = j;
             nvfp4moe_strlcpy(r->backend, b->name, sizeof r->backend);
             nvfp4moe_strlcpy(r->kernel, b->kernels[j]->name, sizeof r->kernel);
         } else if (ok) {
-            v = NVFP4MOE_VERDICT_SUPPORTED;
+            verdict = NVFP4MOE_VERDICT_SUPPORTED;
             if (chosen < 0 && !first_wins) chosen = j;
         }
-        if (chosen < 0) nvfp4moe_strlcpy(last_reason, reason, len);
-        add_candidate(r, b, b->kernels[j], v, ok, ok ? "" : reason);
+        if (chosen < 0) nvfp4moe_strlcpy(last_reason, v.reason, len);
+        add_candidate(r, b, b->kernels[j], verdict, ok, ok ? "" : v.reason, v.detail);
     }
     return chosen;
 }
@@ -284,6 +334,25 @@ static void add_rest(nvfp4moe_report *r, const oracle_ctx *c, const nvfp4moe_ora
         add_not_in_list(r, b, c, opt, own);
     }
 }
+
+/* What vLLM itself does when one of ours won the auto list: the first of vLLM's kernels that runs,
+ * in list order (ours never push one of vLLM's aside, they only go first). */
+static void note_vllm_choice(nvfp4moe_report *r, const backend_def *chosen) {
+    const nvfp4moe_candidate *v = NULL;
+    for (int k = 0; k < r->n_candidates && !v; k++) {
+        const nvfp4moe_candidate *cd = &r->candidates[k];
+        const backend_def *b = nvfp4moe_backend_row(cd->backend);
+        if (cd->supported && cd->verdict != NVFP4MOE_VERDICT_NOT_IN_LIST && b && !b->ours) v = cd;
+    }
+    if (v)
+        snprintf(r->detail, sizeof r->detail, "%s is ours, not vLLM's: vLLM logs no line for it; vLLM itself "
+                 "would choose %s (%s)", chosen->name, v->backend, v->kernel);
+    else
+        snprintf(r->detail, sizeof r->detail, "%s is ours, not vLLM's: vLLM logs no line for it; vLLM itself "
+                 "would raise NotImplementedError", chosen->name);
+}
+
+const char *nvfp4moe_vllm_revision(void) { return NVFP4MOE_VLLM_REVISION; }
 
 nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_device *dev,
                                 const nvfp4moe_oracle_options *opt_in, nvfp4moe_report *r) {
@@ -336,12 +405,12 @@ nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_devic
     /* 1. A requantization source gets EMULATION at once, before any check or name lookup. */
     if (cfg->requantization_source) {
         const backend_def *emu = nvfp4moe_backend_row("EMULATION");
-        char avail[200] = "";
-        bool ok = backend_available(emu, &c, &opt, avail, sizeof avail);
-        char why[320];
+        verdict_text avail = {{0}, {0}};
+        bool ok = impl_available(emu, &c, &avail);
+        char why[sizeof r->candidates[0].reason];
         snprintf(why, sizeof why, "the layer is a requantization source: vLLM returns EMULATION without "
-                 "checking it%s%s", ok ? "" : "; note: ", ok ? "" : avail);
-        add_candidate(r, emu, emu->kernels[0], NVFP4MOE_VERDICT_CHOSEN, true, why);
+                 "checking it%s%s", ok ? "" : "; note: ", ok ? "" : avail.reason);
+        add_candidate(r, emu, emu->kernels[0], NVFP4MOE_VERDICT_CHOSEN, true, why, avail.detail);
         nvfp4moe_strlcpy(r->backend, emu->name, sizeof r->backend);
         nvfp4moe_strlcpy(r->kernel, emu->kernels[0]->name, sizeof r->kernel);
         add_rest(r, &c, &opt, list, n, filtered, nf, false, "not considered: the layer is a requantization source");
@@ -385,6 +454,9 @@ nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_devic
                      "activation format)", name_repr, req->name);
         else
             snprintf(why, sizeof why, "not requested (moe_backend=%s)", name_repr);
+        if (req->ours)
+            snprintf(r->detail, sizeof r->detail, "%s is ours, not vLLM's: vLLM rejects moe_backend=%s as unknown "
+                     "(ValueError)", req->name, name_repr);
 
         if (cfg->has_swiglu_limit && !req->clamp) {
             char lim[80], msg[640];
@@ -396,16 +468,21 @@ nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_devic
                      "or 'humming' instead.", lim, name_repr);
             for (int j = 0; j < MAX_KERNELS && req->kernels[j]; j++)
                 add_candidate(r, req, req->kernels[j], NVFP4MOE_VERDICT_REJECTED, false,
-                              "requested, but not in the SwiGLU clamp set while swiglu_limit is set");
+                              "requested, but not in the SwiGLU clamp set while swiglu_limit is set", "");
             add_rest(r, &c, &opt, list, n, filtered, nf, false, why);
             return raise_error(r, NVFP4MOE_ERR_UNSUPPORTED, "ValueError", msg);
         }
 
-        char last[320];
+        char last[400];
         int k = try_backend(r, req, &c, &opt, true, last, sizeof last);
         add_rest(r, &c, &opt, list, n, filtered, nf, false, why);
         if (k >= 0) {
-            make_log(r, req, list, n);
+            if (!req->ours) make_log(r, req, list, n);
+            /* B12xExperts refuses a router weight applied on the input with activations it quantizes
+             * only when the weights are loaded (process_weights_after_loading), after this choice. */
+            if (!strcmp(req->name, "B12X") && cfg->apply_router_weight_on_input && c.scheme != NVFP4MOE_SCHEME_W4A16)
+                snprintf(r->detail, sizeof r->detail, "vLLM chooses B12X, then B12xExperts raises at weight loading: "
+                         "ValueError: b12x MoE supports apply_router_weight_on_input only with W4A16");
             return NVFP4MOE_OK;
         }
         char msg[640];
@@ -422,7 +499,7 @@ nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_devic
      * report (vLLM stops at the first). */
     const backend_def *chosen = NULL;
     for (int i = 0; i < n; i++) {
-        char last[320];
+        char last[400];
         if (try_backend(r, list[i], &c, &opt, chosen == NULL, last, sizeof last) >= 0 && !chosen)
             chosen = list[i];
     }
@@ -430,13 +507,17 @@ nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_devic
     /* A row its rank rule demoted says so where it runs (the list order alone would not). */
     for (int i = 0; i < N_BACKENDS; i++) {
         const backend_def *b = &nvfp4moe_backend_rows[i];
-        char why[sizeof r->candidates[0].reason] = "";
+        char why[sizeof r->candidates[0].detail] = "";
         if (!b->rank || b->rank->move(&c, why, sizeof why) == RANK_KEEP || !why[0]) continue;
         for (int k = 0; k < r->n_candidates; k++) {
             nvfp4moe_candidate *cd = &r->candidates[k];
             if (!strcmp(cd->backend, b->name) && cd->verdict == NVFP4MOE_VERDICT_SUPPORTED)
-                nvfp4moe_strlcpy(cd->reason, why, sizeof cd->reason);
+                nvfp4moe_strlcpy(cd->detail, why, sizeof cd->detail);
         }
+    }
+    if (chosen && chosen->ours) {
+        note_vllm_choice(r, chosen);
+        return NVFP4MOE_OK;
     }
     if (chosen) {
         make_log(r, chosen, list, n);

@@ -7,6 +7,7 @@
  */
 #include "oracle/table.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,13 @@ static bool family(const nvfp4moe_device *d, int fam) { return d->is_cuda && d->
 static bool all2all_is(const oracle_ctx *c, const char *name) {
     return c->use_all2all && !strcmp(c->cfg->parallel.all2all, name);
 }
+
+/* FusedMoEParallelConfig.use_fi_nvl_two_sided_kernels (fused_moe/config.py): the all2all kernels
+ * with backend "flashinfer_all2allv" or "flashinfer_nvlink_two_sided"; and the one-sided one. */
+static bool fi_nvl_two_sided(const oracle_ctx *c) {
+    return all2all_is(c, "flashinfer_all2allv") || all2all_is(c, "flashinfer_nvlink_two_sided");
+}
+static bool fi_nvl_one_sided(const oracle_ctx *c) { return all2all_is(c, "flashinfer_nvlink_one_sided"); }
 
 // ---- trait bits ----
 
@@ -25,13 +33,15 @@ static bool all2all_is(const oracle_ctx *c, const char *name) {
 
 #define ACTS_ALL ((1u << NVFP4MOE_ACT_COUNT) - 1)
 #define SCHEMES_ALL ((1u << NVFP4MOE_SCHEME_COUNT) - 1)
-/* vLLM's apply_moe_activation_supported (CutlassExpertsFp4, MarlinExperts). */
+/* vLLM's apply_moe_activation_supported, _APPLY_MOE_ACTIVATIONS in fused_moe/activation.py
+ * (CutlassExpertsFp4, MarlinExperts, TritonExperts). */
 #define ACTS_APPLY_MOE                                                                             \
     (ACT(SILU) | ACT(GELU) | ACT(GELU_TANH) | ACT(SITU) | ACT(SWIGLUOAI) |                         \
      ACT(SWIGLUOAI_UNINTERLEAVE) | ACT(SWIGLUSTEP) | ACT(SILU_NO_MUL) | ACT(GELU_NO_MUL) |          \
      ACT(GELU_TANH_NO_MUL) | ACT(RELU2_NO_MUL))
-/* TritonExperts' list (EMULATION inherits it; the Humming experts declare the same set). */
-#define ACTS_TRITON                                                                                \
+/* The Humming experts' own list (experts/fused_humming_moe.py): the apply list less SiTU and
+ * swigluoai_uninterleave. */
+#define ACTS_HUMMING                                                                               \
     (ACT(SILU) | ACT(GELU) | ACT(GELU_TANH) | ACT(SWIGLUOAI) | ACT(SWIGLUSTEP) |                   \
      ACT(SILU_NO_MUL) | ACT(GELU_NO_MUL) | ACT(GELU_TANH_NO_MUL) | ACT(RELU2_NO_MUL))
 
@@ -50,6 +60,8 @@ static bool dev_fi_cutlass(const nvfp4moe_device *d) {
 static bool dev_sm10x_11x_12x(const nvfp4moe_device *d) {
     return family(d, 100) || family(d, 110) || family(d, 120);
 }
+/* flashinfer_moe_ep.supports_current_device: compute capability (10, 0) or (10, 3) exactly. */
+static bool dev_sm100_sm103(const nvfp4moe_device *d) { return d->is_cuda && (d->sm == 100 || d->sm == 103); }
 
 // ---- parallel predicates ----
 
@@ -62,14 +74,10 @@ static bool par_tp_only(const oracle_ctx *c) {
 }
 /* No expert map: every expert on this rank. */
 static bool par_no_ep(const oracle_ctx *c) { return c->cfg->parallel.ep_size == 1; }
-static bool par_not_fi_nvl_two_sided(const oracle_ctx *c) {
-    return !all2all_is(c, "flashinfer_nvlink_two_sided");
-}
-static bool par_not_fi_nvl(const oracle_ctx *c) {
-    return !all2all_is(c, "flashinfer_nvlink_one_sided") && !all2all_is(c, "flashinfer_nvlink_two_sided");
-}
-/* FlashInfer's moe_ep CuTeDSL path exists for expert parallelism only. */
-static bool par_needs_ep(const oracle_ctx *c) { return c->use_ep; }
+static bool par_not_fi_nvl_two_sided(const oracle_ctx *c) { return !fi_nvl_two_sided(c); }
+static bool par_not_fi_nvl(const oracle_ctx *c) { return !fi_nvl_two_sided(c) && !fi_nvl_one_sided(c); }
+/* FlashInferMoeEpExperts: the megakernel dispatches itself, so EP and never the batched format. */
+static bool par_moe_ep(const oracle_ctx *c) { return c->use_ep && !c->batched; }
 
 // ---- class-specific rules ----
 
@@ -83,7 +91,9 @@ static bool quant_fi_cutlass(const oracle_ctx *c, char *reason, size_t len) {
     return false;
 }
 
-static bool quant_trtllm(const oracle_ctx *c, char *reason, size_t len) {
+/* TrtLlmNvFp4ExpertsBase.is_supported_config (experts/trtllm_nvfp4_moe.py), before the base
+ * checks: per-token activation scales need the gated kernel. */
+static bool pre_trtllm(const oracle_ctx *c, char *reason, size_t len) {
     if (c->scheme == NVFP4MOE_SCHEME_W4A4_PER_TOKEN && !nvfp4moe_activation_is_gated(c->cfg->activation)) {
         snprintf(reason, len, "kernel does not support per-token NVFP4 activation scaling for non-gated MoE");
         return false;
@@ -91,7 +101,10 @@ static bool quant_trtllm(const oracle_ctx *c, char *reason, size_t len) {
     return true;
 }
 
-static bool extra_b12x(const oracle_ctx *c, char *reason, size_t len) {
+/* B12xExperts.is_supported_config (fused_moe/b12x.py), before the base checks. vLLM's W4A8 covers
+ * every activation key: W4A4 too. (apply_router_weight_on_input with W4A4 is refused later, at
+ * weight loading, so the oracle still picks B12X: select.c notes it.) */
+static bool pre_b12x(const oracle_ctx *c, char *reason, size_t len) {
     const nvfp4moe_config *cfg = c->cfg;
     if (cfg->has_bias) {
         snprintf(reason, len, "kernel does not support expert biases");
@@ -109,24 +122,62 @@ static bool extra_b12x(const oracle_ctx *c, char *reason, size_t len) {
         snprintf(reason, len, "kernel does not support swigluoai_uninterleave with W4A8");
         return false;
     }
-    if (cfg->apply_router_weight_on_input && c->scheme != NVFP4MOE_SCHEME_W4A16) {
-        snprintf(reason, len, "kernel supports apply_router_weight_on_input only with W4A16");
+    return true;
+}
+
+/* Nvfp4QuantizationEmulationTritonExperts.is_supported_config (experts/nvfp4_emulation_moe.py):
+ * LoRA, then bias, before TritonExperts' checks. */
+static bool pre_emulation(const oracle_ctx *c, char *reason, size_t len) {
+    if (c->cfg->lora) {
+        snprintf(reason, len, "kernel does not support LoRA");
+        return false;
+    }
+    if (c->cfg->has_bias) {
+        snprintf(reason, len, "kernel does not support bias");
         return false;
     }
     return true;
 }
 
-static bool extra_no_bias(const oracle_ctx *c, char *reason, size_t len) {
-    if (!c->cfg->has_bias) return true;
-    snprintf(reason, len, "kernel does not support expert biases");
+/* TritonExperts.is_supported_config (experts/triton_moe.py), after the base checks on a CUDA GPU:
+ * moe_align_block_size takes fewer than 1024 experts padded to a multiple of 32. */
+static bool extra_triton(const oracle_ctx *c, char *reason, size_t len) {
+    int padded = (c->cfg->num_experts + 31) / 32 * 32;
+    if (!c->dev->is_cuda || padded < 1024) return true;
+    snprintf(reason, len, "kernel's moe_align_block_size requires fewer than 1024 padded experts");
     return false;
 }
 
-/* For the Standard format vLLM keeps the Humming class whose GEMM type is
- * VLLM_HUMMING_MOE_GEMM_TYPE, "indexed" by default (we do not read that variable). */
+/* FlashInferMoeEpExperts.is_supported_config (experts/flashinfer_moe_ep.py) after the base checks:
+ * flashinfer_moe_ep_unsupported_reasons (fused_moe/flashinfer_moe_ep.py) for the CuTeDSL kernel,
+ * every reason that applies, joined. NVFP4 weights are one of its formats; EPLB only stops the
+ * DeepGEMM kernel; weight transfer, dual batch overlap and skip_final_all_reduce are never set
+ * here. */
+static bool extra_moe_ep(const oracle_ctx *c, char *reason, size_t len) {
+    const nvfp4moe_config *cfg = c->cfg;
+    const char *r[4];
+    char dtype[48];
+    int n = 0;
+    if (c->scheme == NVFP4MOE_SCHEME_W4A16) r[n++] = "A16 activations with NVFP4 weights";
+    if (cfg->in_dtype != NVFP4MOE_DTYPE_BF16) {
+        snprintf(dtype, sizeof dtype, "activation dtype %s", nvfp4moe_torch_dtype_name(cfg->in_dtype));
+        r[n++] = dtype;
+    }
+    if (cfg->has_bias) r[n++] = "expert bias";
+    if (!isnan(cfg->swiglu_alpha) || !isnan(cfg->swiglu_beta)) r[n++] = "custom SwiGLU alpha or beta";
+    if (n == 0) return true;
+    sbuf b = {reason, len, 0};
+    nvfp4moe_sb_printf(&b, "kernel does not support ");
+    for (int i = 0; i < n; i++) nvfp4moe_sb_printf(&b, "%s%s", i ? ", " : "", r[i]);
+    return false;
+}
+
+/* HummingExpertsBase.is_supported_config (experts/fused_humming_moe.py): once the base checks
+ * pass, the Standard format keeps the class whose GEMM type is VLLM_HUMMING_MOE_GEMM_TYPE,
+ * "indexed" by default (we do not read that variable). */
 static bool extra_humming_grouped(const oracle_ctx *c, char *reason, size_t len) {
     (void)c;
-    snprintf(reason, len, "kernel is not the VLLM_HUMMING_MOE_GEMM_TYPE=indexed (default) GEMM type");
+    snprintf(reason, len, "preferred gemm type mismatched");
     return false;
 }
 
@@ -136,48 +187,49 @@ static bool extra_humming_grouped(const oracle_ctx *c, char *reason, size_t len)
 // ../shared/reference/vllm_nvfp4_moe.md §2.2). Ours follow at the end.
 
 static const kernel_def k_b12x = {
-    .name = "B12xExperts", .device = dev_sm12x, .no_act_and_mul = true,
+    .name = "B12xExperts", .pre = pre_b12x, .device = dev_sm12x, .lib_in_device_check = true, .no_act_and_mul = true,
     .activations = ACT(SILU) | ACT(SITU) | ACT(SWIGLUOAI_UNINTERLEAVE) | ACT(RELU2_NO_MUL),
-    .schemes = SCH(W4A4) | SCH(W4A8_MXFP8) | SCH(W4A16), .parallel = par_tp_only, .extra = extra_b12x,
+    .schemes = SCH(W4A4) | SCH(W4A8_MXFP8) | SCH(W4A16), .parallel = par_tp_only,
 };
 /* TRT-LLM activations: SiTU needs a FlashInfer with has_flashinfer_situ_activation(); a what-if
  * install is assumed recent enough. */
 #define ACTS_TRTLLM (ACT(SILU) | ACT(RELU2_NO_MUL) | ACT(GELU) | ACT(GELU_TANH) | ACT(SWIGLUOAI_UNINTERLEAVE) | ACT(SITU))
 static const kernel_def k_trtllm_mono = {
-    .name = "TrtLlmNvFp4ExpertsMonolithic", .device = dev_sm10x, .no_act_and_mul = true,
-    .activations = ACTS_TRTLLM, .schemes = SCH(W4A4) | SCH(W4A4_PER_TOKEN), .quant_rule = quant_trtllm,
+    .name = "TrtLlmNvFp4ExpertsMonolithic", .pre = pre_trtllm, .device = dev_sm10x, .lib_in_device_check = true,
+    .no_act_and_mul = true, .activations = ACTS_TRTLLM, .schemes = SCH(W4A4) | SCH(W4A4_PER_TOKEN),
     .parallel = par_trtllm_mono, .monolithic = true,
     .routings = ROUTE(DEEPSEEK_V3) | ROUTE(RENORMALIZE) | ROUTE(RENORMALIZE_NAIVE) | ROUTE(LLAMA4) |
                 ROUTE(SIGMOID_RENORM) | ROUTE(SIGMOID) | ROUTE(MINIMAX2) | ROUTE(SIMULATED),
     .logits_dtypes = DT(BF16) | DT(F32),
 };
 static const kernel_def k_trtllm_modular = {
-    .name = "TrtLlmNvFp4ExpertsModular", .device = dev_sm10x, .no_act_and_mul = true,
-    .activations = ACTS_TRTLLM, .schemes = SCH(W4A4) | SCH(W4A4_PER_TOKEN), .quant_rule = quant_trtllm,
+    .name = "TrtLlmNvFp4ExpertsModular", .pre = pre_trtllm, .device = dev_sm10x, .lib_in_device_check = true,
+    .no_act_and_mul = true, .activations = ACTS_TRTLLM, .schemes = SCH(W4A4) | SCH(W4A4_PER_TOKEN),
 };
 static const kernel_def k_fi_cutlass = {
-    .name = "FlashInferExperts", .device = dev_fi_cutlass, .no_act_and_mul = true,
+    .name = "FlashInferExperts", .device = dev_fi_cutlass, .lib_in_device_check = true, .no_act_and_mul = true,
     .activations = ACT(SILU) | ACT(RELU2_NO_MUL) | ACT(SWIGLUOAI), .schemes = SCH(W4A4),
     .quant_rule = quant_fi_cutlass,
 };
 /* The newest CuTeDSL class (the seed's generation): SILU, RELU2_NO_MUL, SWIGLUOAI; per-token. */
 static const kernel_def k_fi_cutedsl = {
-    .name = "FlashInferCuteDSLExperts", .device = dev_sm10x, .no_act_and_mul = true,
+    .name = "FlashInferCuteDSLExperts", .device = dev_sm10x, .lib_in_device_check = true, .no_act_and_mul = true,
     .activations = ACT(SILU) | ACT(RELU2_NO_MUL) | ACT(SWIGLUOAI), .schemes = SCH(W4A4) | SCH(W4A4_PER_TOKEN),
 };
 static const kernel_def k_fi_cutedsl_batched = {
-    .name = "FlashInferCuteDSLBatchedExperts", .device = dev_sm10x, .no_act_and_mul = false,
+    .name = "FlashInferCuteDSLBatchedExperts", .device = dev_sm10x, .lib_in_device_check = true, .no_act_and_mul = false,
     .activations = ACT(SILU), .schemes = SCH(W4A4), .batched = true,
 };
-/* Not in the reference snapshot (only the seed's mapping names it): FlashInfer's moe_ep CuTeDSL
- * path, modelled on the CuTeDSL masked kernels it builds on: SM10x, W4A4, SILU, and it exists for
- * expert parallelism, so it requires EP. */
+/* FlashInfer's MoE-EP megakernel (experts/flashinfer_moe_ep.py, FlashInferMoeEpExperts): exactly
+ * sm_100 / sm_103; gated SiLU only; any scheme with NVFP4 weights passes the quant check (the
+ * weight key kNvfp4Static, or kMxfp4Static), its own reasons come after the base checks. Its
+ * device check imports no library (FlashInfer is needed only when the kernel is built). */
 static const kernel_def k_fi_moe_ep_cutedsl = {
-    .name = "FlashInferMoeEpCuteDSLExperts", .device = dev_sm10x, .no_act_and_mul = false,
-    .activations = ACT(SILU), .schemes = SCH(W4A4), .parallel = par_needs_ep,
+    .name = "FlashInferMoeEpExperts", .device = dev_sm100_sm103, .no_act_and_mul = false,
+    .activations = ACT(SILU), .schemes = SCHEMES_ALL, .parallel = par_moe_ep, .extra = extra_moe_ep,
 };
 static const kernel_def k_fi_b12x = {
-    .name = "FlashInferB12xExperts", .device = dev_sm12x, .no_act_and_mul = false,
+    .name = "FlashInferB12xExperts", .device = dev_sm12x, .lib_in_device_check = true, .no_act_and_mul = false,
     .activations = ACT(SILU), .schemes = SCH(W4A4) | SCH(W4A16),
 };
 static const kernel_def k_vllm_cutlass = {
@@ -191,21 +243,22 @@ static const kernel_def k_marlin = {
 };
 static const kernel_def k_humming_batched = {
     .name = "BatchedHummingGroupedExperts", .device = dev_sm75, .no_act_and_mul = true,
-    .activations = ACTS_TRITON, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl, .batched = true,
+    .activations = ACTS_HUMMING, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl, .batched = true,
 };
 static const kernel_def k_humming_grouped = {
     .name = "HummingGroupedExperts", .device = dev_sm75, .no_act_and_mul = true,
-    .activations = ACTS_TRITON, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl,
+    .activations = ACTS_HUMMING, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl,
     .extra = extra_humming_grouped,
 };
 static const kernel_def k_humming_indexed = {
     .name = "HummingIndexedExperts", .device = dev_sm75, .no_act_and_mul = true,
-    .activations = ACTS_TRITON, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl,
+    .activations = ACTS_HUMMING, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl,
 };
+/* TritonExperts' traits (experts/triton_moe.py): every activation apply_moe_activation supports. */
 static const kernel_def k_emulation = {
-    .name = "Nvfp4QuantizationEmulationTritonExperts", .device = dev_cuda, .no_act_and_mul = true,
-    .activations = ACTS_TRITON, .schemes = SCH(W4A4), .parallel = par_not_fi_nvl,
-    .batch_invariant = true, .extra = extra_no_bias,
+    .name = "Nvfp4QuantizationEmulationTritonExperts", .pre = pre_emulation, .device = dev_cuda,
+    .no_act_and_mul = true, .activations = ACTS_APPLY_MOE, .schemes = SCH(W4A4), .parallel = par_not_fi_nvl,
+    .batch_invariant = true, .extra = extra_triton,
 };
 /* Ours: the Hopper wgmma W4A16 kernel. Built for sm_90a only (wgmma and setmaxnreg exist there
  * alone); weights decoded from NVFP4 to bf16/fp16 in registers, so any quant scheme runs as W4A16
@@ -273,10 +326,12 @@ static const rank_rule k_hopper_rank = {"MARLIN", hopper_behind_marlin};
 // auto_rank sorts the auto list: vLLM's run 10..80; ours are placed among them (and never change a
 // vllm_only decision, since they are hidden then). A row ranked ahead of a vLLM backend says why.
 
+/* A CUDA implementation of ours and the compute capabilities its kernels run on (its impl's
+ * sm_min, sm_max; test_oracle checks they agree): a CPU-only build plans with the range. */
 #ifdef NVFP4MOE_HAVE_CUDA
-#define CUDA_IMPL(x) .impl = &(x)
+#define CUDA_IMPL(x, smin, smax) .impl = &(x), .planned_sm_min = (smin), .planned_sm_max = (smax)
 #else
-#define CUDA_IMPL(x) .not_built = "CPU-only build"
+#define CUDA_IMPL(x, smin, smax) .not_built = "CPU-only build", .planned_sm_min = (smin), .planned_sm_max = (smax)
 #endif
 
 const backend_def nvfp4moe_backend_rows[] = {
@@ -303,14 +358,14 @@ const backend_def nvfp4moe_backend_rows[] = {
      * of MARLIN (and of HUMMING, which prioritize_humming puts just before MARLIN), where the
      * layers it is faster on want it; its rank rule moves it behind MARLIN for the others. */
     {.name = "HOPPER_WGMMA", .moe_backend = "hopper_wgmma", .auto_rank = 55, .clamp = true, .ours = true,
-     .kernels = {&k_hopper_wgmma}, .rank = &k_hopper_rank, CUDA_IMPL(nvfp4moe_impl_hopper_wgmma)},
+     .kernels = {&k_hopper_wgmma}, .rank = &k_hopper_rank, CUDA_IMPL(nvfp4moe_impl_hopper_wgmma, NVFP4MOE_SM_HOPPER_KERNELS, NVFP4MOE_SM_HOPPER_KERNELS)},
     {.name = "MARLIN", .moe_backend = "marlin", .auto_rank = 60, .clamp = true, .kernels = {&k_marlin},
-     CUDA_IMPL(nvfp4moe_impl_marlin)},
+     CUDA_IMPL(nvfp4moe_impl_marlin, NVFP4MOE_SM_AMPERE_KERNELS, 0)},
     /* Standard format: the indexed class by default; batched under DeepEP-LL / NIXL EP. */
     {.name = "HUMMING", .moe_backend = "humming", .auto_rank = 70, .clamp = true, .lib = NVFP4MOE_LIB_HUMMING,
      .kernels = {&k_humming_batched, &k_humming_grouped, &k_humming_indexed}, .rank = &k_prioritize_humming},
     {.name = "EMULATION", .moe_backend = "emulation", .auto_rank = 80, .clamp = true, .kernels = {&k_emulation},
-     CUDA_IMPL(nvfp4moe_impl_emulation)},
+     CUDA_IMPL(nvfp4moe_impl_emulation, NVFP4MOE_SM_AMPERE_KERNELS, 0)},
     /* Ours: the multi-threaded float32 host backend (src/backends/cpu_fast.c), ahead of the
      * reference because it is faster. */
     {.name = "CPU_FAST", .moe_backend = "cpu_fast", .auto_rank = 900, .clamp = true, .ours = true,

@@ -12,6 +12,11 @@
 
 #include "oracle/oracle.h"
 
+/* The vLLM revision mirrored: the seed's oracle/nvfp4.py (NvFp4MoEKernelOracle, with
+ * FLASHINFER_MOE_EP_CUTEDSL and prioritize_humming) and the kernel classes of the same vLLM main
+ * (docs/select.md lists the files). Where the seed and that revision differ, the seed wins. */
+#define NVFP4MOE_VLLM_REVISION "vLLM main of October 2026 (oracle/nvfp4.py with NvFp4MoEKernelOracle)"
+
 // ---- the facts a predicate reads ----
 
 /* One deployment as vLLM's FusedMoEConfig sees it, derived once per selection. */
@@ -23,19 +28,26 @@ typedef struct oracle_ctx {
     bool use_ep;            /* ep_size > 1 */
     bool use_all2all;       /* use_all2all_kernels: use_ep and dp_size > 1 */
     bool batched;           /* activation format BatchedExperts: DeepEP low-latency or NIXL EP */
-    char dev_str[16];       /* "sm_90" / "cpu" */
+    char dev_str[16];       /* "sm_90" / "cpu": our name for the device, for details */
 } oracle_ctx;
 
 // ---- kernel traits: what one experts class answers to is_supported_config ----
 
 /* Optional callbacks may be NULL (NULL = vLLM's default for that step). The checks run in vLLM's
- * order and stop at the first failure (select.c, kernel_supported). */
+ * order and stop at the first failure (select.c, kernel_supported): the class's own gates (pre),
+ * then FusedMoEExperts.is_supported_config's base checks, then the class's checks after them
+ * (extra). A callback that says no writes vLLM's full reason. */
 typedef struct kernel_def {
     const char *name;                                /* the class name: "MarlinExperts" */
+    /* (optional) checks the class's is_supported_config makes before the base ones. */
+    bool (*pre)(const oracle_ctx *c, char *reason, size_t len);
     /* _supports_current_device: a predicate, or (device NULL) a CUDA GPU with sm_min <= sm and
      * (sm_max 0 or sm <= sm_max), so a new table line needs no new function. */
     bool (*device)(const nvfp4moe_device *dev);
     int32_t sm_min, sm_max;
+    /* _supports_current_device also imports the row's library (FlashInfer, b12x): without it vLLM
+     * says "current device". Otherwise a missing library is checked last, in our words. */
+    bool lib_in_device_check;
     bool no_act_and_mul;                             /* _supports_no_act_and_mul */
     uint32_t activations;                            /* _supports_activation: ACT() bits */
     uint32_t schemes;                                /* _supports_quant_scheme: SCH() bits */
@@ -63,7 +75,7 @@ typedef enum rank_move {
 
 typedef struct rank_rule {
     const char *anchor;  /* the row name it moves next to: "MARLIN" */
-    /* The move for this deployment. why (may be left empty): the reason the row's supported,
+    /* The move for this deployment. why (may be left empty): the detail the row's supported,
      * lower-priority kernels show when the rule demoted it. */
     rank_move (*move)(const oracle_ctx *c, char *why, size_t len);
 } rank_rule;
@@ -89,6 +101,10 @@ typedef struct backend_def {
      * lib set, that library is not part of this build. */
     const nvfp4moe_backend_impl *impl;
     const char *not_built;
+    /* A CUDA implementation of ours that this CPU-only build lacks: the compute capabilities a
+     * CUDA build's kernels run on (the impl's sm_min, sm_max), so a what-if device is planned as
+     * a CUDA build would run it. 0: none. */
+    int32_t planned_sm_min, planned_sm_max;
 } backend_def;
 
 extern const backend_def nvfp4moe_backend_rows[];
@@ -108,18 +124,28 @@ extern const lib_def nvfp4moe_oracle_libs[];
 extern const int nvfp4moe_oracle_lib_count;
 
 // ---- vLLM's words (words.c) ----
+//
+// How vLLM's f-strings print the values its reasons and messages format, at the revision
+// nvfp4moe_vllm_revision() names.
 
-/* FlashInfer's RoutingMethodType names, as vLLM prints the routing method. */
+/* current_platform.device_name: "cuda" on a CUDA GPU, "cpu" on the CPU platform. */
+const char *nvfp4moe_platform_device_name(const nvfp4moe_device *dev);
+/* str(MoEActivation.X): "MoEActivation.SILU_NO_MUL". */
+void nvfp4moe_activation_enum_str(nvfp4moe_activation a, char *buf, size_t len);
+/* RoutingMethodType is an IntEnum: f"{m}" prints its value, "1" for Renormalize. */
+int nvfp4moe_routing_type_value(nvfp4moe_routing r);
+/* Its member name, for details: "RoutingMethodType.Renormalize". */
 const char *nvfp4moe_routing_type_name(nvfp4moe_routing r);
 /* "torch.bfloat16" ... */
 const char *nvfp4moe_torch_dtype_name(nvfp4moe_dtype d);
-/* vLLM's (weight_key, activation_key) pair, "{w}x{a}" with the QuantKey constants' names, then
- * our scheme name so a user can map it back to --scheme. */
+/* f"{weight_key}x{activation_key}" with QuantKey.__str__: "QuantKey(u8,scale(...),...)xNone". */
 void nvfp4moe_quant_scheme_str(nvfp4moe_scheme s, char *buf, size_t len);
-/* FusedMoEParallelConfig's repr, reduced to the fields the predicates read. */
+/* The FusedMoEParallelConfig dataclass's repr, all 12 fields, as vLLM builds it for rank ep_rank. */
 void nvfp4moe_parallel_str(const oracle_ctx *c, char *buf, size_t len);
-/* Python's repr(float) of a float32 read from a config file, and repr(str) of an ASCII name. */
-void nvfp4moe_py_float_repr(float x, char *out, size_t len);
+/* FusedMoEActivationFormat's value: "('standard',)" / "('batched_experts',)". */
+const char *nvfp4moe_activation_format_str(bool batched);
+/* Python's repr(float) of a double, and repr(str) of an ASCII name. */
+void nvfp4moe_py_float_repr(double x, char *out, size_t len);
 void nvfp4moe_py_str_repr(const char *s, char *out, size_t len);
 
 /* A bounded string builder: never overflows, remembers the length the full text needs. */
