@@ -363,10 +363,11 @@ NVFP4MOE_API const char *nvfp4moe_device_str(const nvfp4moe_device *dev, char *b
 // in vLLM's order), auto priority list, SwiGLU clamp set, explicit-request path, and the log line,
 // exception messages and reasons character for character. Our own backends (HOPPER_WGMMA, CPU_FAST,
 // CPU_REFERENCE) join the list unless vllm_only is set. What vLLM would not say (the device's sm, our
-// scheme names, a library this build lacks) goes into the separate detail fields. A backend whose
-// implementation lives in a library this build does not contain is rejected as vLLM rejects a missing
-// library, with the library named in the detail; the what-if option `installed` plans as if those
-// libraries were present. docs/select.md has the user's view.
+// scheme names, a library this build lacks) goes into the separate detail fields. A kernel whose
+// library this build does not contain is rejected where vLLM checks the library: in its device check
+// for FlashInfer and b12x ("current device cuda", the library named in the detail), after the
+// predicate otherwise; the what-if option `installed` plans as if those libraries were present.
+// docs/select.md has the user's view.
 
 /* The vLLM revision whose oracle and kernel classes nvfp4moe_select mirrors, in words. */
 NVFP4MOE_API const char *nvfp4moe_vllm_revision(void);
@@ -384,9 +385,11 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t 
 
 typedef struct nvfp4moe_oracle_options {
     bool     installed_set;  /* false: availability is what this build contains */
-    uint32_t installed;      /* NVFP4MOE_LIB_* mask, used when installed_set. Our own backends
-                                count as present on a what-if device their kernels run on, in a
-                                CPU-only build too (a CUDA build of the library would run them) */
+    uint32_t installed;      /* NVFP4MOE_LIB_* mask, used when installed_set; vLLM's MARLIN and
+                                EMULATION then count as vLLM's, present on every GPU vLLM runs
+                                them on. Otherwise our implementations count where their kernels
+                                run, on a what-if GPU in a CPU-only build too (as a CUDA build
+                                would run them) */
     bool     vllm_only;      /* only vLLM's backends: decisions identical to vLLM */
 } nvfp4moe_oracle_options;
 
