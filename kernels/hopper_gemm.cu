@@ -22,34 +22,14 @@
  * memory. Small M then costs a narrow wgmma (m64n8k16 at decode) instead of a 64-row MMA tile
  * filled with padding, and the weights are never written back to shared memory.
  *
- * Weight layout (nvfp4moe_hopper_repack, once). Per (expert, n tile of 128, k tile of 128) one
- * contiguous 9216-byte chunk, chunks ordered [E][n_tiles][k_tiles] so a work item streams one
- * contiguous run:
- *   codes  8192 B  [warpgroup 2][warp 4][q 2][lane 32][16 B]: lane l (g = l/4, t = l%4) of warp w
- *                  holds, for k16 step s = 4q + i, the 32-bit word i of its q-th 16-byte vector:
- *                  exactly its wgmma A fragment of that step (rows 16w+g and 16w+g+8 of the
- *                  warpgroup's 64, k 2t,2t+1 and 2t+8,2t+9). In the word, pair j sits in nibbles
- *                  j (lower k) and j+4 (higher k); pair 0 = (row g, k 2t), 1 = (row g+8, k 2t),
- *                  2 = (row g, k 2t+8), 3 = (row g+8, k 2t+8), i.e. the a0..a3 registers. One
- *                  LDS.128 per lane per 4 k16 steps, 512 contiguous bytes per warp: no conflicts.
- *   scales 1024 B  [warpgroup 2][warp 4][g 8][s 8][h 2]: the scale of row 16w+g+8h, k group s.
- *                  The 4 lanes of a g read the same 16 bytes (broadcast), 8 g's read 128
- *                  contiguous bytes: one conflict-free LDS.128 per lane per k tile.
- * N is padded to 128 and K to 128 with zero codes (the activation K tail is zero-filled by
- * cp.async, so padding never meets garbage).
- *
- * Decode (no LUT). An E2M1 code s|e1 e0|m placed as bf16 bits s<<15 | (e1 e0 m)<<6 is exactly
- * value * 2^-126 (0.5 becomes a bf16 subnormal), as fp16 bits s<<15 | mag<<9 it is value * 2^-14.
- * The repack re-encodes each E4M3 scale as an unsigned byte u = Eb<<3 | M such that bf16 bits
- * (u<<4) + (232<<7) are sf * 2^119 and fp16 bits (u<<7) + (8<<10) are sf * 2^7 (E4M3 subnormals
- * become normal; Eb is 5..22, so neither the exponent nor the sign overflows). One HMUL2 then
- * gives W * sf * 2^-7 EXACTLY in both types (W*sf has <= 6 significant bits); the 2^7 and the
- * expert's scale_2 are applied to the fp32 accumulator in the epilogue. Zero scales zero the
- * codes, negative scales flip the code signs (both exact). Per k16 step and lane (4 A registers,
- * 8 weights): one SHF (q >> 8), 4 x (LOP3 isolate, IMAD making both shifted copies, LOP3 mask)
- * as in kernels/marlin_gemm.cu, one PRMT + one IMAD expanding the two rows' scales into one
- * register [row g | row g+8], and 4 HMUL2 that pick their half with an operand selector: ~19
- * instructions (the first version: ~24).
+ * Weight layout and decode: kernels/hopper_layout.cuh (shared with the decode kernel). Per k16
+ * step and lane (4 A registers, 8 weights): one SHF (q >> 8), 4 x (LOP3 isolate, IMAD making both
+ * shifted copies, LOP3 mask) as in kernels/marlin_gemm.cu, one PRMT + one IMAD expanding the two
+ * rows' scales into one register [row g | row g+8], and 4 HMUL2 that pick their half with an
+ * operand selector: ~19 instructions. A chunk's codes are [warpgroup 2][warp 4][q 2][lane 32][16 B]
+ * here (16-row group gw = 4*warpgroup + warp), one LDS.128 per lane per 4 k16 steps, 512
+ * contiguous bytes per warp: no conflicts; its scales [warpgroup 2][warp 4][g 8][s 8][h 2]: the 4
+ * lanes of a g read the same 16 bytes (broadcast), one conflict-free LDS.128 per lane per k tile.
  *
  * Activations. Gathered rows (A row = pair / a_row_div; sentinel rows zero-filled) of one k tile
  * (128 values = 256 B) land in shared memory as two K-major 128-byte-swizzle atoms:
@@ -109,7 +89,7 @@
 #include <stdint.h>
 
 #include "hopper_gemm.h"
-#include "nvfp4_dev.cuh"
+#include "hopper_layout.cuh"
 
 // The device code uses sm_90a-only instructions (wgmma, setmaxnreg): compiled only where the
 // architecture-specific feature set is available.
@@ -121,16 +101,10 @@
 
 namespace {
 
-using nvfp4moe_dev::decode_pair;
+using namespace nvfp4moe_hopper;
 
-constexpr int kTK = 128;                   // K values per stage (8 k16 steps, 8 scale groups)
-constexpr int kTN = 128;                   // weight rows per CTA tile: 2 consumer warpgroups x 64
-constexpr int kCodeBytes = kTN * kTK / 2;  // 8192
-constexpr int kScaleBytes = kTN * kTK / 16;  // 1024
-constexpr int kWChunk = kCodeBytes + kScaleBytes;  // 9216: one cp.async.bulk per stage
 constexpr int kMaxSplits = 16;
 constexpr int kMinTilesPerSplit = 4;
-constexpr uint8_t kScaleDontCare = 5 << 3; // Eb = 5: any valid scale, used where codes are 0
 constexpr int kSmemBudget = 220 * 1024;    // dynamic shared memory for the stages
 constexpr size_t kMaxSplitWsBytes = size_t(64) << 20;
 
@@ -202,7 +176,6 @@ struct ConsumerRegs {
 };
 static_assert(128 * kProducerRegs + 256 * 224 <= 384 * 168, "KS = 1 register budget");
 static_assert(128 * kProducerRegs + 512 * 104 <= 640 * 96, "KS = 2 register budget");
-constexpr float kAccUnscale = 128.0f;      // 2^7: the decoded product is W*sf*2^-7
 
 // ---- wgmma wrappers (generated) -----------------------------------------------------------
 template <int N, bool BF16>
@@ -341,52 +314,6 @@ constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
 __device__ __forceinline__ uint32_t desc_lo(uint32_t addr) { return (addr >> 4) | (1u << 16); }
 __device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
     return ((uint64_t)kDescHi << 32) | (uint64_t)lo;
-}
-
-
-// Scale bytes B (row g) and B+1 (row g+8) of word w -> the two 16-bit floats [row g | row g+8]
-// (sf*2^119 bf16, sf*2^7 fp16): one PRMT and one IMAD for both rows. The HMUL2 that applies them
-// picks its half with an operand selector (.H0_H0 / .H1_H1), so no per-row broadcast is built.
-template <bool BF16, int B>
-__device__ __forceinline__ uint32_t expand_scales(uint32_t w) {
-    constexpr uint32_t kSel = B | (4 << 4) | ((B + 1) << 8) | (4 << 12);  // bytes [b, 0, b+1, 0]
-    const uint32_t x = __byte_perm(w, 0u, kSel);
-    return BF16 ? x * 16u + ((232u << 7) | (232u << 23)) : x * 128u + ((8u << 10) | (8u << 26));
-}
-
-// a * (low or high half of s, broadcast), as 16-bit float pairs in 32-bit registers.
-template <bool BF16, bool HIGH>
-__device__ __forceinline__ uint32_t hmul2_half(uint32_t a, uint32_t s) {
-    uint32_t r;
-    if constexpr (BF16) {
-        const __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a);
-        const __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162 *>(&s);
-        const __nv_bfloat162 z = __hmul2(x, HIGH ? __high2bfloat162(y) : __low2bfloat162(y));
-        r = *reinterpret_cast<const uint32_t *>(&z);
-    } else {
-        const __half2 x = *reinterpret_cast<__half2 *>(&a);
-        const __half2 y = *reinterpret_cast<__half2 *>(&s);
-        const __half2 z = __hmul2(x, HIGH ? __high2half2(y) : __low2half2(y));
-        r = *reinterpret_cast<const uint32_t *>(&z);
-    }
-    return r;
-}
-
-template <bool BF16>
-__device__ __forceinline__ uint16_t to_half_bits(float x) {
-    if constexpr (BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-    else return __half_as_ushort(__float2half_rn(x));
-}
-
-// One k16 step's A fragment: word q of codes, scale bytes SB (row g) and SB+1 (row g+8) of sw.
-template <bool BF16, int SB>
-__device__ __forceinline__ void decode_step(uint32_t q, uint32_t sw, uint32_t (&a)[4]) {
-    const uint32_t sc = expand_scales<BF16, SB>(sw);  // [row g | row g + 8]
-    const uint32_t q8 = q >> 8;
-    a[0] = hmul2_half<BF16, false>(decode_pair<BF16, 0>(q, q8), sc);
-    a[1] = hmul2_half<BF16, true>(decode_pair<BF16, 1>(q, q8), sc);
-    a[2] = hmul2_half<BF16, false>(decode_pair<BF16, 2>(q, q8), sc);
-    a[3] = hmul2_half<BF16, true>(decode_pair<BF16, 3>(q, q8), sc);
 }
 
 // The K split count, the same in every thread of the grid: the smallest s whose last wave of
@@ -736,20 +663,6 @@ __global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(co
 
 // ---- repack -------------------------------------------------------------------------------
 
-// E4M3 magnitude (non-zero) -> the kernel's scale byte Eb<<3 | M (see the top comment).
-__device__ __forceinline__ uint8_t scale_code(uint32_t mag) {
-    const int ex = int(mag >> 3);
-    int m = int(mag & 7), eb;
-    if (ex > 0) {
-        eb = ex + 7;                       // bf16 exponent ex + 239 = Eb + 232
-    } else {                               // subnormal m * 2^-9: normalize
-        const int msb = 31 - __clz(m);
-        eb = msb + 5;                      // bf16 exponent msb + 237
-        m = (m << (3 - msb)) & 7;
-    }
-    return uint8_t((eb << 3) | m);
-}
-
 // One thread per (expert, n tile, k tile, 16-row group gw = 4*warpgroup + warp, lane): its two
 // 16-byte code vectors and, for lanes < 8 (g = lane), the 16 scale bytes of rows g and g+8.
 __global__ void hopper_repack_kernel(const uint8_t *__restrict__ w, const uint8_t *__restrict__ sf,
@@ -820,8 +733,6 @@ __global__ void hopper_repack_kernel(const uint8_t *__restrict__ w, const uint8_
     }
 }
 
-int n_tiles_of(int N) { return (N + kTN - 1) / kTN; }
-int k_tiles_of(int K) { return (K + kTK - 1) / kTK; }
 
 bool split_allowed(int P, int N, int K) {
     return (size_t)P * N * 4 <= kMaxSplitWsBytes && k_tiles_of(K) >= 2 * kMinTilesPerSplit;
