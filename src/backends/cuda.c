@@ -15,11 +15,19 @@
  *   sum over the top-k                                       1
  *
  * Intermediates are stored in the activation dtype (bf16/fp16), as every real kernel does.
+ *
+ * HOPPER_WGMMA has a second regime for small batches (a few tokens per expert): the decode
+ * kernels of kernels/hopper_decode.cu read the same packed weights and fuse the stages, so a
+ * forward is route+group, GEMM1 + activation, GEMM2 + router weight + combine: 3 launches
+ * (+ the input pass for weight-on-input). The regime follows the pairs per expert
+ * (nvfp4moe_hopper_decode_block_m); NVFP4MOE_HOPPER_REGIME=decode|gemm|auto at plan creation
+ * forces one, for benchmarks and tests.
  */
 #ifdef NVFP4MOE_HAVE_CUDA
 
 #include "backends/backends.h"
 
+#include "kernels/hopper_decode.h"
 #include "kernels/hopper_gemm.h"
 #include "kernels/moe_gemm.h"
 #include "kernels/pipeline.h"
@@ -40,14 +48,20 @@ typedef struct w4a16_gemm {
                               int32_t sm_count);
     cudaError_t (*gemm)(const nvfp4moe_marlin_args *args, cudaStream_t stream);
     int32_t (*block_m)(int64_t P, int32_t E);
+    bool has_decode;              /* a fused small-batch path (kernels/hopper_decode.h) on the same weights */
 } w4a16_gemm;
 
 static const w4a16_gemm k_marlin_gemm = {
     "MARLIN", nvfp4moe_marlin_packed_bytes, nvfp4moe_marlin_repack,
-    nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m};
+    nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m, false};
 static const w4a16_gemm k_hopper_gemm = {
     "HOPPER_WGMMA", nvfp4moe_hopper_packed_bytes, nvfp4moe_hopper_repack,
-    nvfp4moe_hopper_workspace_bytes, nvfp4moe_hopper_gemm, nvfp4moe_hopper_block_m};
+    nvfp4moe_hopper_workspace_bytes, nvfp4moe_hopper_gemm, nvfp4moe_hopper_block_m, true};
+
+/* Which of HOPPER_WGMMA's two regimes a forward runs: by the tokens per expert (auto), or forced
+ * by NVFP4MOE_HOPPER_REGIME=decode|gemm at plan creation (benchmarks and tests time and check
+ * both regimes at every batch size; the results are the same layer either way). */
+typedef enum { REGIME_AUTO = 0, REGIME_DECODE, REGIME_GEMM } regime;
 
 typedef struct cuda_state {
     const char *name;             /* "MARLIN" / "HOPPER_WGMMA" / "EMULATION" */
@@ -58,6 +72,9 @@ typedef struct cuda_state {
     int32_t is_bf16;
     int32_t sm_count;
     int device;
+    regime regime;                /* HOPPER_WGMMA: decode/gemm choice */
+    int32_t decode_prefetch;      /* decode kernels: k tiles prefetched into L2 ahead (0: none) */
+    bool decode_pdl;              /* decode kernels: GEMM2 as a programmatic dependent launch */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -85,8 +102,9 @@ static nvfp4moe_status cuda_fail(const cuda_state *st, cudaError_t err, const ch
 typedef struct ws_layout {
     int64_t P;
     int32_t block_m, max_blocks;
+    bool decode;                  /* the fused small-batch kernels run (HOPPER_WGMMA) */
     int64_t cap;
-    size_t ids, wts, sorted, bexp, nblk, a1, c1, act, gemm_ws, total;
+    size_t ids, wts, sorted, bexp, nblk, a1, c1, act, gemm_ws, partial, counters, total;
 } ws_layout;
 
 static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -95,11 +113,20 @@ static bool needs_input_pass(const cuda_state *st) {
     return !st->w4a16 || st->cfg.apply_router_weight_on_input;
 }
 
+/* block_m of the decode kernels for P pairs, or 0 when the wgmma GEMM runs. */
+static int32_t decode_block_m(const cuda_state *st, int64_t P) {
+    if (!st->w4a16 || !st->gemm->has_decode || st->regime == REGIME_GEMM) return 0;
+    const int32_t bm = nvfp4moe_hopper_decode_block_m(P, st->E);
+    return bm ? bm : st->regime == REGIME_DECODE ? 16 : 0;
+}
+
 static ws_layout layout_for(const cuda_state *st, int64_t M) {
     ws_layout L;
     memset(&L, 0, sizeof L);
     L.P = M * st->K;
-    L.block_m = st->w4a16 ? st->gemm->block_m(L.P, st->E) : NVFP4MOE_EMUL_BLOCK_M;
+    const int32_t dbm = decode_block_m(st, L.P);
+    L.decode = dbm != 0;
+    L.block_m = L.decode ? dbm : st->w4a16 ? st->gemm->block_m(L.P, st->E) : NVFP4MOE_EMUL_BLOCK_M;
     L.cap = nvfp4moe_group_capacity(L.P, st->E, L.block_m);
     L.max_blocks = (int32_t)(L.cap / L.block_m);
     const size_t e16 = 2;
@@ -115,6 +142,15 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
     /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then). EMULATION keeps
      * both in float: the reference rounds to the dtype only where a quantizer reads (the activation's
      * output), and a rounding elsewhere would move values across NVFP4 rounding boundaries. */
+    if (L.decode) {
+        /* GEMM1 writes the activation's output directly; GEMM2 parks each slot's fp32 row tile in
+         * `partial` until the token's last slot arrives (arrival counters per token and tile). */
+        L.act = off;      off += align_up((size_t)L.P * st->I * e16);
+        L.partial = off;  off += align_up((size_t)L.P * st->H * sizeof(float));
+        L.counters = off; off += align_up(nvfp4moe_hopper_decode_counters(M, st->H) * sizeof(int32_t));
+        L.total = off;
+        return L;
+    }
     L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * (st->w4a16 ? e16 : 4));
     L.act = off;    off += align_up((size_t)L.P * st->I * eq);
     L.gemm_ws = off;
@@ -287,6 +323,22 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->N1 = nvfp4moe_config_n1(cfg);
     st->K = cfg->top_k;
     st->is_bf16 = cfg->in_dtype == NVFP4MOE_DTYPE_BF16;
+    st->regime = REGIME_AUTO;
+    if (w4a16 && gemm->has_decode) {
+        const char *r = getenv("NVFP4MOE_HOPPER_REGIME");
+        if (r && strcmp(r, "decode") == 0) st->regime = REGIME_DECODE;
+        else if (r && strcmp(r, "gemm") == 0) st->regime = REGIME_GEMM;
+        else if (r && *r && strcmp(r, "auto") != 0) {
+            free(st);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
+                                      "%s: NVFP4MOE_HOPPER_REGIME=%s: expected auto, decode or gemm", name, r);
+        }
+        /* tuning knobs of the decode kernels, for benchmarks: NVFP4MOE_HOPPER_DECODE=prefetch[=N],pdl */
+        const char *d = getenv("NVFP4MOE_HOPPER_DECODE");
+        const char *pf = d ? strstr(d, "prefetch") : NULL;
+        st->decode_prefetch = pf ? (pf[8] == '=' ? atoi(pf + 9) : 4) : 0;
+        st->decode_pdl = d && strstr(d, "pdl");
+    }
     nvfp4moe_status s = NVFP4MOE_OK;
     cudaError_t e;
 
@@ -443,6 +495,26 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
                                                  st->w4a16 ? 0.0f : st->a1_gs, st->is_bf16, stream),
                  "input scaling/quantization");
         a_in = a1;
+    }
+
+    if (L.decode) {
+        const nvfp4moe_decode_combine cb = {
+            .topk_ids = ids, .M = (int32_t)M, .top_k = st->K, .H = st->H, .counters = (int32_t *)(ws + L.counters),
+            .out = io->output, .out_dtype = st->cfg.out_dtype};
+        const nvfp4moe_decode_gemm g1 = {
+            .a = a_in, .a_row_div = st->K, .w = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
+            .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H,
+            .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
+            .sm_count = st->sm_count, .l2_prefetch = st->decode_prefetch};
+        CUDA_TRY(st, nvfp4moe_hopper_decode_gemm1(&g1, &st->act, st->I, act, &cb, stream), "GEMM1 + activation");
+        const nvfp4moe_decode_gemm g2 = {
+            .a = act, .a_row_div = 1, .w = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
+            .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->H, .K = st->I,
+            .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
+            .sm_count = st->sm_count, .l2_prefetch = st->decode_prefetch, .pdl = st->decode_pdl};
+        CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
+                 "GEMM2 + combine");
+        return NVFP4MOE_OK;
     }
 
     if (st->w4a16) {

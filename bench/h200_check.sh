@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# h200_check.sh - one device call on the lent H200: correctness first, then speed, everything under
+# $OUT (at most 8 files come back, so the logs are bundled into $OUT/logs.tgz at the end).
+#
+# Here (no GPU), before the call:
+#     bench/h200_check.sh pack            # build (BUILD=build-dev), strip, bundle into .devbin/bins.tgz,
+#                                         # copy the triton_kernels anchor into .anchors/triton_moe
+# Then, as the device command (carry .devbin and .anchors):
+#     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,sass,gputest,
+#                                         # bench,triton,gemm (default: all of them)
+# Knobs the steps use: NVFP4MOE_HOPPER_REGIME=decode|gemm and NVFP4MOE_HOPPER_DECODE=prefetch,pdl
+# (src/backends/cuda.c), gpu_hopper_decode --prefetch/--pdl.
+# Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
+# TRITON_MS (default 1,16,64,256).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = pack ]; then
+    set -e
+    make -j"$(nproc)" BUILD=build-dev build-all >/dev/null
+    rm -rf .devbin && mkdir -p .devbin/b
+    cp build-dev/nvfp4moe build-dev/tests/gpu_test build-dev/tests/gpu_hopper_decode \
+       build-dev/tests/gpu_hopper_gemm .devbin/b/
+    strip .devbin/b/*
+    cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
+    cp "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" .devbin/b/
+    tar -C .devbin/b -czf .devbin/bins.tgz . && rm -rf .devbin/b
+    git rev-parse --short HEAD >.devbin/commit
+    git diff --quiet HEAD || echo "+local changes" >>.devbin/commit
+    rm -rf .anchors && mkdir -p .anchors && cp -r ../shared/anchors/triton_moe .anchors/
+    for p in /.devbin/ /.anchors/; do grep -qx "$p" .git/info/exclude 2>/dev/null || echo "$p" >>.git/info/exclude; done
+    ls -la .devbin
+    exit 0
+fi
+[ "${1:-}" = run ] || { sed -n '2,13p' "$0"; exit 1; }
+steps=",${2:-decode,sanitize,stream,ncu,sass,gputest,bench,triton,gemm},"
+has() { [[ $steps == *",$1,"* ]]; }
+
+out=${OUT:-/tmp/h200-out}
+R=$out/r
+mkdir -p "$R"
+T0=$(date +%s)
+finish() { tar -C "$out" -czf "$out/logs.tgz" r 2>/dev/null; }
+log() { echo "[t=$(($(date +%s) - T0))s] $*" | tee -a "$out/summary.txt"; finish; }
+trap finish EXIT
+
+B=/tmp/b
+rm -rf $B && mkdir -p $B && tar -C $B -xzf .devbin/bins.tgz
+export LD_LIBRARY_PATH=$B
+commit=$(tr '\n' ' ' <.devbin/commit)
+log "commit $commit; $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
+
+if has decode; then
+    for o in "" "--prefetch --pdl"; do
+        f="$R/gpu_hopper_decode$(echo $o | tr -d ' -').txt"
+        timeout 240 $B/gpu_hopper_decode $o >"$f" 2>&1
+        log "gpu_hopper_decode $o rc=$?: $(tail -1 "$f")"
+        grep -E "^(FAIL|  )" "$f" | head -20 | tee -a "$out/summary.txt"
+    done
+fi
+if has sanitize; then
+    for c in 1 3 6; do
+        timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c --prefetch --pdl >"$R/memcheck$c.txt" 2>&1
+        log "memcheck case $c (prefetch, pdl) rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
+    done
+    timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case 2 --prefetch >"$R/racecheck2.txt" 2>&1
+    log "racecheck case 2 rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck2.txt" | tr '\n' ' ')"
+fi
+if has stream; then
+    timeout 90 $B/gpu_hopper_decode --stream >"$R/stream.txt" 2>&1
+    log "stream rc=$?"; cat "$R/stream.txt" >>"$out/summary.txt"
+fi
+if has ncu; then
+    timeout 120 ncu --clock-control none --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
+        --section MemoryWorkloadAnalysis -k regex:decode_kernel --launch-skip 4 --launch-count 1 \
+        $B/gpu_hopper_decode --stream >"$R/ncu_stream.txt" 2>&1
+    log "ncu stream rc=$?: $(grep -E 'DRAM Throughput|Issued Warp Per|Duration' "$R/ncu_stream.txt" | tr -s ' ' | tr '\n' ';')"
+fi
+if has sass; then
+    cuobjdump -sass $B/hopper_decode.o >"$R/hopper_decode.sass" 2>&1
+    # opcode histogram of each decode kernel instance
+    awk '/Function :/{f=$3} /^ +\/\*[0-9a-f]+\*\/ /{op=$2; if (op ~ /^@/) op=$3; sub(/\..*/,"",op); sub(/;$/,"",op); n[f" "op]++}
+         END{for (k in n) print k, n[k]}' "$R/hopper_decode.sass" | sort >"$R/sass_hist.txt"
+    log "sass: $(grep -c 'Function :' "$R/hopper_decode.sass") functions; HMUL2 with selectors: $(grep -cE 'HMUL2.*\.H[01]_H[01]' "$R/hopper_decode.sass")"
+fi
+if has gputest; then
+    timeout 120 $B/gpu_test >"$R/gpu_test_auto.txt" 2>&1
+    log "gpu_test (auto regime) rc=$?: $(grep -E 'passed' "$R/gpu_test_auto.txt" | tail -1)"
+    grep -E "FAIL" "$R/gpu_test_auto.txt" | head -10 | tee -a "$out/summary.txt"
+    NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_DECODE=prefetch,pdl timeout 120 $B/gpu_test >"$R/gpu_test_decode.txt" 2>&1
+    log "gpu_test (HOPPER_WGMMA forced to decode, prefetch+pdl) rc=$?: $(grep -E 'passed' "$R/gpu_test_decode.txt" | tail -1)"
+    grep -E "FAIL" "$R/gpu_test_decode.txt" | head -10 | tee -a "$out/summary.txt"
+fi
+presets=${BENCH_PRESETS:-deepseek-v3,qwen3-30b-a3b}
+ms=${BENCH_M:-1,4,16,64,256}
+if has bench; then
+    timeout 300 $B/nvfp4moe bench --m 1,4,16,64,256,1024,4096 --backend MARLIN,HOPPER_WGMMA --no-baseline \
+        --iters 20 --commit "$commit" --out "$R/bench-auto" >"$R/bench-auto.log" 2>&1
+    log "bench (auto, every preset) rc=$?"
+    for v in prefetch=2 prefetch=4 pdl prefetch=4,pdl; do
+        NVFP4MOE_HOPPER_DECODE=$v timeout 200 $B/nvfp4moe bench --preset "$presets" --m "$ms" \
+            --backend HOPPER_WGMMA --no-baseline --iters 20 --commit "$commit (decode: $v)" \
+            --out "$R/bench-$v" >"$R/bench-$v.log" 2>&1
+        log "bench (decode: $v) rc=$?"
+    done
+fi
+if has gemm; then
+    NVFP4MOE_HOPPER_REGIME=gemm timeout 300 $B/nvfp4moe bench --preset "$presets" --m "$ms" --backend HOPPER_WGMMA \
+        --no-baseline --iters 20 --commit "$commit (HOPPER_WGMMA forced to its wgmma GEMM)" --out "$R/bench-gemm" \
+        >"$R/bench-gemm.log" 2>&1
+    log "bench (HOPPER_WGMMA gemm regime) rc=$?"
+fi
+if has triton; then
+    PYTHONUNBUFFERED=1 timeout 400 python3 .anchors/triton_moe/bench_triton_moe.py --ms "${TRITON_MS:-1,16,64,256,1024,4096}" \
+        --no-check --out "$R/triton.json" >"$R/triton.log" 2>&1
+    log "triton anchor rc=$?"
+    tail -30 "$R/triton.log" >>"$out/summary.txt"
+fi
+for f in "$R"/bench-*.md; do
+    [ -f "$f" ] || continue
+    echo "== $f" >>"$out/summary.txt"
+    grep -E "^## |^\| *[0-9]+ \|" "$f" | cut -d'|' -f1-11 >>"$out/summary.txt"
+done
+log done
+cat "$out/summary.txt" | tail -60

@@ -1,0 +1,636 @@
+/*
+ * hopper_decode.cu - the small-batch (decode) kernels of the HOPPER_WGMMA backend: GEMM1 with the
+ * activation fused into its epilogue, and GEMM2 with the router weight and the top-k combine
+ * fused into its epilogue. Interface: kernels/hopper_decode.h. Weights: the packed layout of
+ * kernels/hopper_layout.cuh (the same copy the wgmma GEMM of kernels/hopper_gemm.cu reads).
+ *
+ * At decode an expert sees a handful of tokens, so the layer is a stream of weight bytes: the
+ * design goal is that every multiprocessor streams its equal share of them with enough bytes in
+ * flight, and spends as few instructions per weight as the FP4 decode allows.
+ *
+ * Work split. A work item is one grouping block (<= 8*NT pairs of one expert) times one row tile
+ * of 32 weight rows (two 16-row groups: for a gated GEMM1 the gate group and the matching up
+ * group, so the activation can run in the epilogue), over all of K. A CTA is 4 warps; each warp
+ * takes a quarter of the k tiles of the item, all warps meet in shared memory for the item's
+ * epilogue. Items are dealt round-robin to a persistent grid of (multiprocessors x resident CTAs)
+ * CTAs: with 1024-1800 items at DeepSeek-V3 M = 1 every multiprocessor gets within one item of
+ * its share (the CTAs of one multiprocessor share its bandwidth, so only the per-multiprocessor
+ * count quantizes).
+ *
+ * Inner loop (per warp, per k tile of 128): 6 LDG.128 of packed weights (two 16-row groups:
+ * 2 x 16 B of codes and 16 B of scales each, L1 no-allocate), 16 LDG.32 per 8-token column of
+ * activations (the mma.sync B fragment: token g, k 2t,2t+1 and 2t+8,2t+9), then per k16 step the
+ * ~19-instruction decode of kernels/hopper_layout.cuh for each row group and one mma.sync
+ * m16n8k16 per row group and token column. The loads of the next k tile (of this item or of the
+ * next) are issued before the current one is computed (two register buffers), so each warp keeps
+ * one k tile (2.3 KB of weights) in flight across item boundaries too.
+ *
+ * Epilogues (fp32 sums of the 4 warps through shared memory, in a fixed order):
+ *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)
+ *     in fp32, rounded once to the 16-bit dtype, stored as the pair's row of the intermediate.
+ *   GEMM2: acc * 128 * scale_2[e] + bias, times the router weight, stored as the pair's fp32 row
+ *     tile in `partial`; then per token an arrival counter for the row tile: the CTA whose
+ *     arrival completes the token's valid slots sums them in slot order and stores the output
+ *     row tile in out_dtype (and resets the counter). No combine kernel, and the result does not
+ *     depend on which CTA came last.
+ *   GEMM1 zeroes the counters for GEMM2 and writes the zero rows of tokens with no valid slot.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "activation.cuh"
+#include "hopper_decode.h"
+#include "hopper_layout.cuh"
+
+// sm_90a feature set only: the same build guard as the wgmma GEMM (one backend, one target).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NVFP4MOE_DECODE_DEVICE 1
+#else
+#define NVFP4MOE_DECODE_DEVICE 0
+#endif
+
+namespace {
+
+using namespace nvfp4moe_hopper;
+
+constexpr int kWarps = 4;                 // k slices of an item
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsPerItem = 32;          // two 16-row groups
+constexpr int kHTile = 32;                // output columns per GEMM2 item (= kRowsPerItem)
+
+enum Mode { GEMM1 = 0, GEMM2 = 1 };
+enum Rows { ROWS_CONSECUTIVE = 0, ROWS_GATE_UP = 1 };
+
+struct Params {
+    const uint16_t *a;
+    const uint8_t *w;
+    const float *scale_2;
+    const float *bias;
+    const int32_t *sorted_ids;
+    const int32_t *block_expert;
+    const int32_t *num_blocks;
+    int a_row_div;
+    int P, N, K, E;
+    int n_tiles, k_tiles;
+    int items_per_block;
+    int rows;                  // Rows: which two 16-row groups make item r
+    int I;                     // GEMM1: intermediate size (gate/up split, act_out row length)
+    // GEMM1
+    nvfp4moe_gpu_act_params act;
+    int interleaved;           // gate/up rows interleaved (SWIGLUOAI)
+    uint16_t *act_out;
+    // combine (both)
+    const int32_t *topk_ids;
+    int M, top_k, H;
+    int rt_count;              // counters per token: ceil(H / 32)
+    int32_t *counters;
+    void *out;
+    int out_dtype;
+    // GEMM2
+    const float *row_scale;
+    float *partial;
+    int l2_prefetch;           // k tiles each warp prefetches into L2 ahead of its register loads (0: none)
+};
+
+#if NVFP4MOE_DECODE_DEVICE
+
+__device__ __forceinline__ uint4 ldg_stream(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldg_act(const uint16_t *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+    return v;
+}
+// One contiguous range (16-byte aligned, a multiple of 16 bytes) into L2, no register or shared
+// memory involved: the copy engine's prefetch.
+__device__ __forceinline__ void prefetch_l2(const uint8_t *p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+// Programmatic dependent launch: let the next kernel's CTAs start (they wait in griddep_wait), and
+// wait for the previous kernel's completion and memory. Both are no-ops without the launch attribute.
+__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ uint32_t word(const uint4 &v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (BF16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+            "{%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+            "{%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ int valid_slots(const Params &p, int t) {
+    int n = 0;
+    for (int j = 0; j < p.top_k; j++) {
+        const int e = p.topk_ids[(size_t)t * p.top_k + j];
+        n += e >= 0 && e < p.E;
+    }
+    return n;
+}
+
+__device__ __forceinline__ void store_out(const Params &p, size_t i, float v) {
+    if (p.out_dtype == NVFP4MOE_DTYPE_BF16) reinterpret_cast<__nv_bfloat16 *>(p.out)[i] = __float2bfloat16_rn(v);
+    else if (p.out_dtype == NVFP4MOE_DTYPE_FP16) reinterpret_cast<__half *>(p.out)[i] = __float2half_rn(v);
+    else reinterpret_cast<float *>(p.out)[i] = v;
+}
+
+// The two 16-row groups of item r: first rows of group 0 and group 1.
+__device__ __forceinline__ void item_rows(const Params &p, int r, int &r0, int &r1) {
+    if (p.rows == ROWS_GATE_UP) {
+        r0 = 16 * r;
+        r1 = p.I + 16 * r;
+    } else {
+        r0 = kRowsPerItem * r;
+        r1 = kRowsPerItem * r + 16;
+    }
+}
+
+template <int NT, bool BF16, int MODE>
+struct Decode {
+    static constexpr int BM = 8 * NT;
+
+    // The registers of one k tile: two row groups' codes and scales, NT token columns of B.
+    struct Frag {
+        uint4 c[2][2];          // [group][q]: k16 steps 4q..4q+3
+        uint4 s[2];             // [group]: 8 steps x rows (g, g+8)
+        uint32_t b[NT][8][2];   // [column][step][b0, b1]
+        int ntv;                // valid token columns
+    };
+
+    // Where the loads are: the item, its k tile, and the lane's addresses in it.
+    struct Cursor {
+        int item, kk;
+        const uint8_t *w[2];    // lane's first code vector of group 0/1 at the slice's first k tile
+        const uint8_t *s[2];    // the quad's scale vector
+        const uint16_t *arow[NT];  // lane's activation row (offset 2t), or nullptr (sentinel)
+        int ntv;
+    };
+
+    static __device__ __forceinline__ void set_item(const Params &p, Cursor &c, int item, int kt0) {
+        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+        const int b = item / p.items_per_block, r = item % p.items_per_block;
+        const int e = p.block_expert[b];
+        c.item = item;
+        c.kk = 0;
+        int r0, r1;
+        item_rows(p, r, r0, r1);
+        const int rows[2] = {r0, r1};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *chunk = p.w + group_offset(e, rows[h], kt0, p.n_tiles, p.k_tiles);
+            const int gw = (rows[h] % kTN) / 16;
+            c.w[h] = chunk + gw * kGroupCodeBytes + lane * 16;
+            c.s[h] = chunk + kCodeBytes + gw * kGroupScaleBytes + g * 16;
+        }
+        int ntv = 0;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int pid = p.sorted_ids[(size_t)b * BM + 8 * j + g];
+            const bool ok = pid >= 0 && pid < p.P;
+            c.arow[j] = ok ? p.a + (size_t)(pid / p.a_row_div) * p.K + 2 * t : nullptr;
+            if (__any_sync(0xffffffffu, ok)) ntv = j + 1;
+        }
+        c.ntv = ntv;
+    }
+
+    // Both row groups' codes and scales of k tile kt of item `item` into L2: lanes 0..3 issue one
+    // bulk prefetch each (group, codes | scales).
+    static __device__ __forceinline__ void prefetch_tile(const Params &p, int item, int kt) {
+        const int lane = threadIdx.x % 32;
+        if (lane >= 4) return;
+        const int b = item / p.items_per_block, r = item % p.items_per_block;
+        const int e = p.block_expert[b];
+        int r0, r1;
+        item_rows(p, r, r0, r1);
+        const int row = (lane >> 1) ? r1 : r0;
+        const uint8_t *chunk = p.w + group_offset(e, row, kt, p.n_tiles, p.k_tiles);
+        const int gw = (row % kTN) / 16;
+        if (lane & 1) prefetch_l2(chunk + kCodeBytes + gw * kGroupScaleBytes, kGroupScaleBytes);
+        else prefetch_l2(chunk + gw * kGroupCodeBytes, kGroupCodeBytes);
+    }
+
+    static __device__ __forceinline__ void load_w(Frag &f, const Cursor &c) {
+        const size_t off = (size_t)c.kk * kWChunk;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            f.c[h][0] = ldg_stream(c.w[h] + off);
+            f.c[h][1] = ldg_stream(c.w[h] + off + 512);
+            f.s[h] = ldg_stream(c.s[h] + off);
+        }
+        f.ntv = c.ntv;
+    }
+
+    static __device__ __forceinline__ void load(const Params &p, Frag &f, const Cursor &c, int kt0) {
+        load_w(f, c);
+        load_b(p, f, c, kt0);
+    }
+
+    static __device__ __forceinline__ void load_b(const Params &p, Frag &f, const Cursor &c, int kt0) {
+        const int k0 = (kt0 + c.kk) * kTK;
+        const int steps = (p.K - k0) / 16;  // k16 steps of this tile inside K (K % 16 == 0)
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const uint16_t *row = j < c.ntv && c.arow[j] ? c.arow[j] + k0 : nullptr;
+            if (row && steps >= 8) {  // every tile but a K tail: no per-step bound
+#pragma unroll
+                for (int s = 0; s < 8; s++) {
+                    f.b[j][s][0] = ldg_act(row + 16 * s);
+                    f.b[j][s][1] = ldg_act(row + 16 * s + 8);
+                }
+            } else {
+#pragma unroll
+                for (int s = 0; s < 8; s++) {
+                    const bool in = row && s < steps;
+                    f.b[j][s][0] = in ? ldg_act(row + 16 * s) : 0u;
+                    f.b[j][s][1] = in ? ldg_act(row + 16 * s + 8) : 0u;
+                }
+            }
+        }
+    }
+
+    static __device__ __forceinline__ void compute(const Frag &f, float (&acc)[2][NT][4]) {
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t q = word(f.c[h][s / 4], s % 4);
+                const uint32_t sw = word(f.s[h], s / 2);
+                if (s % 2 == 0) decode_step<BF16, 0>(q, sw, a[h]);
+                else decode_step<BF16, 2>(q, sw, a[h]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (j > 0 && j >= f.ntv) break;
+#pragma unroll
+                for (int h = 0; h < 2; h++) mma16816<BF16>(acc[h][j], a[h], f.b[j][s][0], f.b[j][s][1]);
+            }
+        }
+    }
+
+    // Shared memory of the epilogue: every warp's accumulators, [warp][group][column][reg][lane].
+    struct Smem {
+        float red[kWarps][2][NT][4][32];
+        int last[BM];
+    };
+
+    // The item's sum over the 4 warps for row (group h, row16 of the group) and token column tok.
+    static __device__ __forceinline__ float sum_of(const Smem &sm, int h, int row16, int tok) {
+        const int j = tok / 8, n = tok % 8;
+        const int reg = (row16 >= 8 ? 2 : 0) + (n & 1);
+        const int ln = (row16 % 8) * 4 + n / 2;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; w++) v += sm.red[w][h][j][reg][ln];
+        return v;
+    }
+
+    static __device__ __forceinline__ float bias_of(const Params &p, int e, int row) {
+        return p.bias ? p.bias[(size_t)e * p.N + row] : 0.0f;
+    }
+
+    static __device__ void epilogue(const Params &p, Smem &sm, int item, float (&acc)[2][NT][4]) {
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    sm.red[warp][h][j][r][lane] = acc[h][j][r];
+                    acc[h][j][r] = 0.0f;
+                }
+        __syncthreads();
+        const int b = item / p.items_per_block, r = item % p.items_per_block;
+        const int e = p.block_expert[b];
+        const float s2 = p.scale_2[e] * kAccUnscale;
+        const int32_t *ids = p.sorted_ids + (size_t)b * BM;
+        if constexpr (MODE == GEMM1) {
+            const bool gated = p.act.activation < NVFP4MOE_ACT_SILU_NO_MUL;
+            if (gated) {
+                // 16 intermediate columns x BM tokens
+                for (int o = tid; o < 16 * BM; o += kThreads) {
+                    const int i = o % 16, tok = o / 16;
+                    const int pid = ids[tok];
+                    if (pid < 0 || pid >= p.P) continue;
+                    float gv, uv;
+                    int rg, ru;
+                    if (p.interleaved) {
+                        rg = kRowsPerItem * r + 2 * i;
+                        ru = rg + 1;
+                        gv = sum_of(sm, (2 * i) / 16, (2 * i) % 16, tok);
+                        uv = sum_of(sm, (2 * i + 1) / 16, (2 * i + 1) % 16, tok);
+                    } else {
+                        rg = 16 * r + i;
+                        ru = p.I + 16 * r + i;
+                        gv = sum_of(sm, 0, i, tok);
+                        uv = sum_of(sm, 1, i, tok);
+                    }
+                    gv = gv * s2 + bias_of(p, e, rg);
+                    uv = uv * s2 + bias_of(p, e, ru);
+                    const float v = nvfp4moe_dev::act_gated(p.act, gv, uv);
+                    p.act_out[(size_t)pid * p.I + 16 * r + i] = to_half_bits<BF16>(v);
+                }
+            } else {
+                for (int o = tid; o < kRowsPerItem * BM; o += kThreads) {
+                    const int i = o % kRowsPerItem, tok = o / kRowsPerItem;
+                    const int row = kRowsPerItem * r + i;
+                    const int pid = ids[tok];
+                    if (row >= p.N || pid < 0 || pid >= p.P) continue;
+                    const float x = sum_of(sm, i / 16, i % 16, tok) * s2 + bias_of(p, e, row);
+                    p.act_out[(size_t)pid * p.I + row] = to_half_bits<BF16>(nvfp4moe_dev::act_plain(p.act.activation, x));
+                }
+            }
+            __syncthreads();  // red is rewritten by the next item
+        } else {
+            for (int o = tid; o < kHTile * BM; o += kThreads) {
+                const int i = o % kHTile, tok = o / kHTile;
+                const int hcol = kHTile * r + i;
+                const int pid = ids[tok];
+                if (hcol >= p.N || pid < 0 || pid >= p.P) continue;
+                float v = sum_of(sm, i / 16, i % 16, tok) * s2 + bias_of(p, e, hcol);
+                if (p.row_scale) v *= p.row_scale[pid];
+                p.partial[(size_t)pid * p.N + hcol] = v;
+            }
+            __threadfence();  // the partial rows are visible before this item's arrivals count
+            __syncthreads();
+            if (tid < BM) {
+                const int pid = ids[tid];
+                int done = -1;
+                if (pid >= 0 && pid < p.P) {
+                    const int t = pid / p.top_k;
+                    int32_t *cnt = p.counters + (size_t)t * p.rt_count + r;
+                    const int before = atomicAdd(cnt, 1);
+                    if (before == valid_slots(p, t) - 1) {
+                        done = t;
+                        *cnt = 0;  // every slot has arrived: ready for the next forward
+                    }
+                }
+                sm.last[tid] = done;
+                __threadfence();  // acquire side: the other slots' partial rows are read after this
+            }
+            __syncthreads();
+            for (int tok = warp; tok < BM; tok += kWarps) {
+                const int t = sm.last[tok];
+                const int hcol = kHTile * r + lane;
+                if (t < 0 || hcol >= p.N) continue;
+                float v = 0.0f;
+                for (int j = 0; j < p.top_k; j++) {
+                    const int ej = p.topk_ids[(size_t)t * p.top_k + j];
+                    if (ej < 0 || ej >= p.E) continue;
+                    v += __ldcg(p.partial + ((size_t)t * p.top_k + j) * p.N + hcol);
+                }
+                store_out(p, (size_t)t * p.N + hcol, v);
+            }
+            __syncthreads();  // red and last are rewritten by the next item
+        }
+    }
+
+    // GEMM1's side duties for the combine: zero the arrival counters, zero the output rows of
+    // tokens without a valid slot (GEMM2 never writes them).
+    static __device__ void prepare_combine(const Params &p) {
+        const size_t stride = (size_t)gridDim.x * blockDim.x;
+        const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+        const size_t nc = (size_t)p.M * p.rt_count;
+        for (size_t i = first; i < nc; i += stride) p.counters[i] = 0;
+        for (size_t t = first; t < (size_t)p.M; t += stride)
+            if (valid_slots(p, (int)t) == 0)
+                for (int h = 0; h < p.H; h++) store_out(p, t * p.H + h, 0.0f);
+    }
+
+    static __device__ void run(const Params &p) {
+        __shared__ Smem sm;
+        if constexpr (MODE == GEMM1) {
+            griddep_launch();  // GEMM2's CTAs may start as this grid's CTAs retire
+            prepare_combine(p);
+        }
+        const int warp = threadIdx.x / 32;
+        // The grouping is the routing kernel's, complete before GEMM1 started: readable before
+        // GEMM2's griddep_wait. GEMM1's outputs (act rows, counters) are read only after it.
+        const int items = *p.num_blocks * p.items_per_block;
+        if ((int)blockIdx.x >= items) return;
+        const int kt0 = warp * p.k_tiles / kWarps, kt1 = (warp + 1) * p.k_tiles / kWarps;
+        const int nkt = kt1 - kt0;
+        float acc[2][NT][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) acc[h][j][r] = 0.0f;
+        if (nkt == 0) {  // fewer k tiles than warps: this warp only joins the epilogues
+            if constexpr (MODE == GEMM2) griddep_wait();
+            for (int item = blockIdx.x; item < items; item += gridDim.x) epilogue(p, sm, item, acc);
+            return;
+        }
+        Cursor cur;
+        set_item(p, cur, blockIdx.x, kt0);
+        Frag fa, fb;
+        // The L2 prefetch cursor runs l2_prefetch k tiles ahead of the register loads, over the
+        // same (item, k tile) sequence.
+        int pf_item = blockIdx.x, pf_kk = 0;
+        auto prefetch_next = [&]() {
+            if (++pf_kk == nkt) {
+                pf_kk = 0;
+                pf_item += gridDim.x;
+            }
+            if (pf_item < items) prefetch_tile(p, pf_item, kt0 + pf_kk);
+        };
+        // The weights depend only on the routing: the first tile's loads and the first prefetches
+        // go out before GEMM2 waits for GEMM1.
+        load_w(fa, cur);
+        for (int i = 0; i < p.l2_prefetch; i++) prefetch_next();
+        if constexpr (MODE == GEMM2) griddep_wait();
+        load_b(p, fa, cur, kt0);
+        int item = blockIdx.x, kk = 0;  // the tile being computed
+        // Two register buffers, alternately "being computed" and "being loaded".
+        auto step = [&](Frag &now, Frag &next) -> bool {
+            if (++cur.kk == nkt) {
+                cur.item += gridDim.x;
+                if (cur.item < items) set_item(p, cur, cur.item, kt0);
+            }
+            const bool more = cur.item < items;
+            if (p.l2_prefetch) prefetch_next();
+            if (more) load(p, next, cur, kt0);
+            compute(now, acc);
+            if (++kk == nkt) {
+                epilogue(p, sm, item, acc);
+                kk = 0;
+                item += gridDim.x;
+            }
+            return more;
+        };
+        while (step(fa, fb) && step(fb, fa)) {
+        }
+    }
+};
+
+#endif  // NVFP4MOE_DECODE_DEVICE
+
+// Registers: one column (NT = 1) fits 4 CTAs (16 warps) per multiprocessor in 128 registers,
+// two columns need 3 (12 warps, 168 registers): their B fragments are twice as many.
+template <int NT, bool BF16, int MODE>
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const __grid_constant__ Params p) {
+#if NVFP4MOE_DECODE_DEVICE
+    Decode<NT, BF16, MODE>::run(p);
+#elif defined(__CUDA_ARCH__)
+    __trap();  // no sm_90a code in this image: the launcher refuses before getting here
+#endif
+}
+
+template <int NT, bool BF16, int MODE>
+cudaError_t launch(const Params &p, int max_items, int sm_count, bool pdl, cudaStream_t stream) {
+    auto *fn = decode_kernel<NT, BF16, MODE>;
+    static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
+    if (resident < 0) return cudaErrorNoKernelImageForDevice;
+    if (resident == 0) {
+        int dev = 0, major = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        if (err != cudaSuccess) return err;
+        cudaFuncAttributes attr;
+        err = cudaFuncGetAttributes(&attr, fn);
+        if (err != cudaSuccess) return err;
+        if (major != 9 || attr.binaryVersion != 90) {
+            resident = -1;
+            return cudaErrorNoKernelImageForDevice;
+        }
+        int n = 0;
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kThreads, 0);
+        if (err != cudaSuccess) return err;
+        resident = n > 0 ? n : 1;
+    }
+    long long grid = (long long)(sm_count > 0 ? sm_count : 1) * resident;
+    if (grid > max_items) grid = max_items;
+    if (grid < 1) grid = 1;
+    if (!pdl) {
+        decode_kernel<NT, BF16, MODE><<<(unsigned)grid, kThreads, 0, stream>>>(p);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, fn, p);
+}
+
+template <int MODE>
+cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, bool pdl, cudaStream_t s) {
+    if (block_m == 8)
+        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, pdl, s)
+                    : launch<1, false, MODE>(p, max_items, sm_count, pdl, s);
+    if (block_m == 16)
+        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, pdl, s)
+                    : launch<2, false, MODE>(p, max_items, sm_count, pdl, s);
+    return cudaErrorInvalidValue;
+}
+
+bool gemm_ok(const nvfp4moe_decode_gemm *g) {
+    return g && g->a && g->w && g->scale_2 && g->sorted_ids && g->block_expert && g->num_blocks &&
+           g->N > 0 && g->K > 0 && g->N % 16 == 0 && g->K % 16 == 0 && g->E > 0 && g->a_row_div >= 1 &&
+           g->P >= 0 && g->max_blocks >= 0 && (g->block_m == 8 || g->block_m == 16);
+}
+
+bool combine_ok(const nvfp4moe_decode_combine *c) {
+    return c && c->topk_ids && c->counters && c->out && c->M >= 0 && c->top_k > 0 && c->H > 0 &&
+           (c->out_dtype == NVFP4MOE_DTYPE_BF16 || c->out_dtype == NVFP4MOE_DTYPE_FP16 ||
+            c->out_dtype == NVFP4MOE_DTYPE_F32);
+}
+
+Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c) {
+    Params p = {};
+    p.a = static_cast<const uint16_t *>(g->a);
+    p.w = static_cast<const uint8_t *>(g->w);
+    p.scale_2 = g->scale_2;
+    p.bias = g->bias;
+    p.sorted_ids = g->sorted_ids;
+    p.block_expert = g->block_expert;
+    p.num_blocks = g->num_blocks;
+    p.a_row_div = g->a_row_div;
+    p.P = g->P;
+    p.N = g->N;
+    p.K = g->K;
+    p.E = g->E;
+    p.n_tiles = n_tiles_of(g->N);
+    p.k_tiles = k_tiles_of(g->K);
+    p.topk_ids = c->topk_ids;
+    p.M = c->M;
+    p.top_k = c->top_k;
+    p.H = c->H;
+    p.rt_count = (c->H + kHTile - 1) / kHTile;
+    p.counters = c->counters;
+    p.out = c->out;
+    p.out_dtype = c->out_dtype;
+    p.l2_prefetch = g->l2_prefetch > 0 ? g->l2_prefetch : 0;
+    return p;
+}
+
+}  // namespace
+
+extern "C" int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E) {
+    if (P <= 0 || E <= 0) return 8;
+    // Measured on the H200 (bench/results/2026-12-03-h200-decode.md): one 8-token column beats
+    // the wgmma GEMM up to ~3 pairs per expert (DeepSeek-V3 M = 64, 2.2 per expert: 1957 vs
+    // 2082 us); with two columns (block_m 16) it loses (Qwen3-30B-A3B M = 64: 291 vs 240 us).
+    return (double)P / E <= 3.0 ? 8 : 0;
+}
+
+extern "C" size_t nvfp4moe_hopper_decode_counters(int64_t M, int32_t H) {
+    if (M <= 0 || H <= 0) return 0;
+    return (size_t)M * (size_t)((H + kHTile - 1) / kHTile);
+}
+
+extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_gpu_act_params *act,
+                                                    int32_t I, void *act_out, const nvfp4moe_decode_combine *c,
+                                                    cudaStream_t stream) {
+    if (!gemm_ok(g) || !combine_ok(c) || !act || !act_out || I <= 0 || I % 16) return cudaErrorInvalidValue;
+    const bool gated = act->activation < NVFP4MOE_ACT_SILU_NO_MUL;
+    if (g->N != (gated ? 2 * I : I)) return cudaErrorInvalidValue;
+    if (c->M == 0) return cudaSuccess;
+    Params p = params_of(g, c);
+    p.act = *act;
+    p.I = I;
+    p.act_out = static_cast<uint16_t *>(act_out);
+    p.interleaved = act->activation == NVFP4MOE_ACT_SWIGLUOAI;
+    p.rows = gated && !p.interleaved ? ROWS_GATE_UP : ROWS_CONSECUTIVE;
+    p.items_per_block = gated ? I / 16 : (I + kRowsPerItem - 1) / kRowsPerItem;
+    // at least enough CTAs for the combine preparation even when there are few items
+    const long long items = (long long)g->max_blocks * p.items_per_block;
+    const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items < 1 ? 1 : items);
+    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, false, stream);
+}
+
+extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *g, const float *row_scale, float *partial,
+                                                    const nvfp4moe_decode_combine *c, cudaStream_t stream) {
+    if (!gemm_ok(g) || !combine_ok(c) || !partial || g->N != c->H) return cudaErrorInvalidValue;
+    if (c->M == 0 || g->P == 0 || g->max_blocks == 0) return cudaSuccess;
+    Params p = params_of(g, c);
+    p.row_scale = row_scale;
+    p.partial = partial;
+    p.rows = ROWS_CONSECUTIVE;
+    p.items_per_block = (g->N + kRowsPerItem - 1) / kRowsPerItem;
+    const long long items = (long long)g->max_blocks * p.items_per_block;
+    const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items);
+    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->pdl != 0, stream);
+}

@@ -1,0 +1,83 @@
+/*
+ * hopper_decode.h - the C interface of the HOPPER_WGMMA backend's small-batch (decode) kernels
+ * (kernels/hopper_decode.cu): a fused GEMM1 + activation and a fused GEMM2 + router weight +
+ * top-k combine, over the weights packed by nvfp4moe_hopper_repack (kernels/hopper_gemm.h) and
+ * the token grouping of kernels/moe_gemm.h. Plain C, C linkage; includable from C and CUDA. All
+ * pointers are device pointers. No allocation, no host synchronization, no host branching on
+ * device data: both launches can be captured in a CUDA graph.
+ *
+ * Runs on compute capability 9.0 (built for sm_90a); elsewhere the launchers return
+ * cudaErrorNoKernelImageForDevice and launch nothing.
+ */
+#ifndef NVFP4MOE_HOPPER_DECODE_H
+#define NVFP4MOE_HOPPER_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "pipeline.h"  // nvfp4moe_gpu_act_params
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One projection's GEMM over the grouped pairs (fields as in nvfp4moe_marlin_args):
+ * D[p, n] = scale_2[e] * (A[p / a_row_div, :] . dequant(W_e)[n, :]) + bias[e, n]. */
+typedef struct nvfp4moe_decode_gemm {
+    const void *a;              /* activations, bf16 or fp16, rows of K values, 16-byte aligned */
+    int32_t a_row_div;          /* pair p reads A row p / a_row_div */
+    const void *w;              /* weights packed by nvfp4moe_hopper_repack ([E, N, K]) */
+    const float *scale_2;       /* [E] */
+    const float *bias;          /* [E, N] or NULL */
+    const int32_t *sorted_ids, *block_expert, *num_blocks;
+    int32_t P, N, K, E;
+    int32_t block_m;            /* nvfp4moe_hopper_decode_block_m(...): 8 or 16 */
+    int32_t max_blocks;         /* grid bound: cap / block_m */
+    int32_t is_bf16;
+    int32_t sm_count;
+    int32_t l2_prefetch;        /* k tiles (of 128) each warp prefetches into L2 ahead of its
+                                   register loads (0: none) */
+    int32_t pdl;                /* GEMM2 only, 1: launched as a programmatic dependent of the GEMM1
+                                   launched just before it on the same stream (its CTAs start and
+                                   fetch their first weights while GEMM1 drains) */
+} nvfp4moe_decode_gemm;
+
+/* The layer's output and the top-k combine state shared by the two launches. */
+typedef struct nvfp4moe_decode_combine {
+    const int32_t *topk_ids;    /* [M, top_k]: slots with ids outside [0, E) contribute nothing */
+    int32_t M, top_k, H;
+    int32_t *counters;          /* nvfp4moe_hopper_decode_counters(M, H) ints; GEMM1 zeroes them */
+    void *out;                  /* [M, H] of out_dtype (nvfp4moe_dtype) */
+    int32_t out_dtype;
+} nvfp4moe_decode_combine;
+
+/* block_m of the decode regime for P pairs over E experts (few enough tokens per expert that one
+ * 8-token MMA column holds an expert's tokens), or 0 when the wgmma GEMM should run. The kernels
+ * also take block_m 16 (two columns), which a caller may force. */
+int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E);
+
+/* Ints of the combine's arrival counters for M tokens of hidden size H. */
+size_t nvfp4moe_hopper_decode_counters(int64_t M, int32_t H);
+
+/* GEMM1 with the activation in its epilogue: act_out[p, i] = act(gate, up) of g (N = N1 rows:
+ * gate rows [0, I) and up rows [I, 2I), or interleaved g0,u0,g1,u1.. for SWIGLUOAI, or I rows for
+ * the non-gated activations), rounded to the 16-bit dtype. Also zeroes c->counters and writes
+ * zero output rows for tokens none of whose slots names an expert in [0, E). */
+cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_gpu_act_params *act,
+                                         int32_t I, void *act_out, const nvfp4moe_decode_combine *c,
+                                         cudaStream_t stream);
+
+/* GEMM2 with the combine in its epilogue: out[t, :] = sum over t's valid slots j, in slot order,
+ * of row_scale[t*top_k + j] * D[t*top_k + j, :] (row_scale NULL: 1), each slot's fp32 row parked
+ * in partial [P, H] until the last of the token's slots has arrived; rounded once to out_dtype.
+ * Deterministic: the same inputs give the same bits. */
+cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *g, const float *row_scale, float *partial,
+                                         const nvfp4moe_decode_combine *c, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NVFP4MOE_HOPPER_DECODE_H */

@@ -1,0 +1,407 @@
+/*
+ * gpu_hopper_decode.c - correctness test and streaming microbenchmark of HOPPER_WGMMA's decode
+ * kernels (kernels/hopper_decode.cu: GEMM1 + activation, GEMM2 + router weight + combine).
+ * CUDA builds only; needs a GPU. On a device other than compute capability 9.0 it only checks
+ * that the kernels refuse to run (cudaErrorNoKernelImageForDevice).
+ *
+ *   gpu_hopper_decode              correctness grid against a CPU float64 reference
+ *   gpu_hopper_decode --case I     case I alone (for compute-sanitizer)
+ *   gpu_hopper_decode [--prefetch] [--pdl]   the same with the kernels' L2 prefetch (4 k tiles
+ *                                  ahead) / GEMM2 as a programmatic dependent launch
+ *   gpu_hopper_decode --stream     one expert's packed weights (N x K = 65536 x 7168, 264 MB)
+ *                                  streamed at M = 1 with the L2 prefetch 0, 2, 4 and 8 k tiles
+ *                                  ahead: median time, TB/s, and the device-to-device copy
+ *                                  bandwidth measured in the same run
+ *
+ * Each case: random top-k routing (distinct experts per token, some experts empty, optionally a
+ * slot per token sent to expert -1 as expert parallelism does), the grouping built on the host,
+ * random E2M1 codes, realistic E4M3 block scales (zeros, subnormals, negatives), per-expert
+ * scale_2, optional biases, random activations and router weights. Checked, in double:
+ *   GEMM1: act[p, i] = act(s2[e] * (x[t] . W13_e[gate i]) + b, s2[e] * (x[t] . W13_e[up i]) + b)
+ *          against the kernel's bf16/fp16 act rows (relative error <= 1e-2 by norm; every valid
+ *          row written, no sentinel row touched);
+ *   GEMM2: out[t, h] = sum_j w[t, j] * (s2[e_j] * (act[p] . W2_e[h]) + b) computed from the
+ *          kernel's own act rows (so GEMM2 is judged on its exact input), relative error <= 1e-2,
+ *          tokens without a valid slot exactly 0, the whole output written (poisoned before);
+ *   determinism: a second run gives the same bits.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../kernels/hopper_decode.h"
+#include "../kernels/hopper_gemm.h"
+#include "../kernels/moe_gemm.h"
+#include "nvfp4moe.h"
+
+#include "gpu_gemm_common.h"
+
+typedef struct {
+    const char *name;
+    int E, H, I, M, topk, e_used, block_m;
+    int act;       /* nvfp4moe_activation */
+    int limit;     /* clamp on (silu / swigluoai) */
+    int bias, bf16, row_scale, ep_holes, out_dtype;
+} test_case;
+
+static double act_ref(int act, int has_limit, double limit, double g, double u) {
+    const double alpha = 1.702, beta = 1.0;
+    switch (act) {
+    case NVFP4MOE_ACT_SILU:
+        if (has_limit) { g = fmin(g, limit); u = fmin(fmax(u, -limit), limit); }
+        return g / (1.0 + exp(-g)) * u;
+    case NVFP4MOE_ACT_GELU: return 0.5 * g * (1.0 + erf(g / sqrt(2.0))) * u;
+    case NVFP4MOE_ACT_SWIGLUOAI:
+        if (has_limit) { g = fmin(g, limit); u = fmin(fmax(u, -limit), limit); }
+        return (u + beta) * g / (1.0 + exp(-alpha * g));
+    case NVFP4MOE_ACT_SILU_NO_MUL: return g / (1.0 + exp(-g));
+    case NVFP4MOE_ACT_RELU2_NO_MUL: { double r = fmax(g, 0.0); return r * r; }
+    default: return NAN;
+    }
+}
+
+static float to_f(int bf16, uint16_t h) { return bf16 ? bf2f(h) : h2f(h); }
+
+static void *dup_dev(const void *h, size_t n) {
+    void *d = NULL;
+    CUDA_OK(cudaMalloc(&d, n ? n : 1));
+    if (n) CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Repacked copy of one projection [E, N, K] in the HOPPER_WGMMA layout (device). */
+static void *pack(const uint8_t *w, const uint8_t *sf, int E, int N, int K) {
+    void *dw = dup_dev(w, (size_t)E * N * (K / 2)), *dsf = dup_dev(sf, (size_t)E * N * (K / 16));
+    void *out = NULL;
+    CUDA_OK(cudaMalloc(&out, nvfp4moe_hopper_packed_bytes(E, N, K)));
+    CUDA_OK(nvfp4moe_hopper_repack(dw, dsf, E, N, K, out, 0));
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(dw);
+    cudaFree(dsf);
+    return out;
+}
+
+/* [E, N, K] dequantized (e2m1 * e4m3: exact in float). */
+static float *dequant(const uint8_t *w, const uint8_t *sf, int E, int N, int K) {
+    float *d = malloc(sizeof(float) * (size_t)E * N * K);
+    for (size_t r = 0; r < (size_t)E * N; r++)
+        for (int k = 0; k < K; k++) {
+            const uint8_t byte = w[r * (K / 2) + k / 2];
+            d[r * K + k] = (float)(e2m1_val((k & 1) ? byte >> 4 : byte & 15) * e4m3_val(sf[r * (K / 16) + k / 16]));
+        }
+    return d;
+}
+
+static int g_prefetch, g_pdl;  /* --prefetch / --pdl: the decode kernels' options under test */
+
+static int run_case(const test_case *tc, int sm_count) {
+    const int E = tc->E, H = tc->H, I = tc->I, M = tc->M, k = tc->topk, bm = tc->block_m;
+    const int P = M * k, bf = tc->bf16;
+    const int gated = tc->act < NVFP4MOE_ACT_SILU_NO_MUL, N1 = gated ? 2 * I : I;
+    const int inter = tc->act == NVFP4MOE_ACT_SWIGLUOAI;
+    int fails = 0;
+
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
+    route(M, k, tc->e_used, ids);
+    if (tc->ep_holes)  /* slot 0 of every third token is another rank's expert, token 1 has none */
+        for (int t = 0; t < M; t++)
+            for (int j = 0; j < k; j++)
+                if ((t % 3 == 0 && j == 0) || t == 1) ids[t * k + j] = -1;
+    grouping g = make_grouping(ids, P, E, bm);
+
+    uint8_t *w13 = malloc((size_t)E * N1 * (H / 2)), *sf13 = malloc((size_t)E * N1 * (H / 16));
+    uint8_t *w2 = malloc((size_t)E * H * (I / 2)), *sf2 = malloc((size_t)E * H * (I / 16));
+    for (size_t i = 0; i < (size_t)E * N1 * (H / 2); i++) w13[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < (size_t)E * N1 * (H / 16); i++) sf13[i] = rand_scale(1);
+    for (size_t i = 0; i < (size_t)E * H * (I / 2); i++) w2[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < (size_t)E * H * (I / 16); i++) sf2[i] = rand_scale(1);
+    float *s13 = malloc(sizeof(float) * E), *s2 = malloc(sizeof(float) * E);
+    for (int e = 0; e < E; e++) {
+        const double sc = bf ? 0.002 : 0.0002;  /* fp16 outputs must stay below 65504 */
+        s13[e] = (float)(sc * (1.0 + rng_unif()));
+        s2[e] = (float)(sc * (1.0 + rng_unif()));
+    }
+    float *b13 = NULL, *b2 = NULL;
+    if (tc->bias) {
+        b13 = malloc(sizeof(float) * (size_t)E * N1);
+        b2 = malloc(sizeof(float) * (size_t)E * H);
+        for (size_t i = 0; i < (size_t)E * N1; i++) b13[i] = (float)(0.5 * rng_normal());
+        for (size_t i = 0; i < (size_t)E * H; i++) b2[i] = (float)(0.05 * rng_normal());
+    }
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)M * H);
+    for (size_t i = 0; i < (size_t)M * H; i++) {
+        const float v = (float)rng_normal();
+        x[i] = bf ? f2bf(v) : f2h(v);
+    }
+    float *rw = malloc(sizeof(float) * (size_t)P);
+    for (int p = 0; p < P; p++) rw[p] = (float)(0.1 + rng_unif());
+
+    void *d_w13 = pack(w13, sf13, E, N1, H), *d_w2 = pack(w2, sf2, E, H, I);
+    void *d_s13 = dup_dev(s13, sizeof(float) * E), *d_s2 = dup_dev(s2, sizeof(float) * E);
+    void *d_b13 = b13 ? dup_dev(b13, sizeof(float) * (size_t)E * N1) : NULL;
+    void *d_b2 = b2 ? dup_dev(b2, sizeof(float) * (size_t)E * H) : NULL;
+    void *d_x = dup_dev(x, sizeof(uint16_t) * (size_t)M * H);
+    void *d_ids = dup_dev(ids, sizeof(int32_t) * (size_t)P);
+    void *d_rw = dup_dev(rw, sizeof(float) * (size_t)P);
+    void *d_sorted = dup_dev(g.sorted_ids, sizeof(int32_t) * (size_t)g.cap);
+    void *d_bexp = dup_dev(g.block_expert, sizeof(int32_t) * (size_t)g.max_blocks);
+    void *d_nb = dup_dev(&g.num_blocks, sizeof(int32_t));
+    const int osz = tc->out_dtype == NVFP4MOE_DTYPE_F32 ? 4 : 2;
+    void *d_act = NULL, *d_part = NULL, *d_cnt = NULL, *d_out = NULL;
+    const size_t act_bytes = sizeof(uint16_t) * (size_t)(P + 2) * I;  // + 2 guard rows
+    CUDA_OK(cudaMalloc(&d_act, act_bytes));
+    CUDA_OK(cudaMalloc(&d_part, sizeof(float) * (size_t)P * H));
+    CUDA_OK(cudaMalloc(&d_cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H) + 4));
+    CUDA_OK(cudaMalloc(&d_out, (size_t)osz * M * H));
+
+    nvfp4moe_gpu_act_params ap = {.activation = tc->act, .has_limit = tc->limit, .limit = 7.0f,
+                                  .alpha = 1.702f, .beta = 1.0f, .situ_beta = 0, .situ_linear_beta = 0};
+    nvfp4moe_decode_combine cb = {.topk_ids = d_ids, .M = M, .top_k = k, .H = H, .counters = d_cnt,
+                                  .out = d_out, .out_dtype = tc->out_dtype};
+    nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = k, .w = d_w13, .scale_2 = d_s13, .bias = d_b13,
+                               .sorted_ids = d_sorted, .block_expert = d_bexp, .num_blocks = d_nb,
+                               .P = P, .N = N1, .K = H, .E = E, .block_m = bm, .max_blocks = g.max_blocks,
+                               .is_bf16 = bf, .sm_count = sm_count, .l2_prefetch = g_prefetch};
+    nvfp4moe_decode_gemm g2 = g1;
+    g2.pdl = g_pdl;
+    g2.a = d_act;
+    g2.a_row_div = 1;
+    g2.w = d_w2;
+    g2.scale_2 = d_s2;
+    g2.bias = d_b2;
+    g2.N = H;
+    g2.K = I;
+
+    uint16_t *act = malloc(act_bytes);
+    uint8_t *out = malloc((size_t)osz * M * H), *out2 = malloc((size_t)osz * M * H);
+    for (int rep = 0; rep < 2; rep++) {
+        CUDA_OK(cudaMemset(d_act, 0xFF, act_bytes));  // NaN
+        CUDA_OK(cudaMemset(d_part, 0xFF, sizeof(float) * (size_t)P * H));
+        CUDA_OK(cudaMemset(d_cnt, 0x7F, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
+        CUDA_OK(cudaMemset(d_out, 0xFF, (size_t)osz * M * H));
+        cudaError_t e1 = nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, 0);
+        cudaError_t e2 = e1 == cudaSuccess ? nvfp4moe_hopper_decode_gemm2(&g2, tc->row_scale ? d_rw : NULL, d_part, &cb, 0)
+                                           : cudaSuccess;
+        if (e1 != cudaSuccess || e2 != cudaSuccess) {
+            printf("  %s: launch failed: %s\n", tc->name, cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
+            fails++;
+            goto done;
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(rep ? out2 : out, d_out, (size_t)osz * M * H, cudaMemcpyDeviceToHost));
+        if (!rep) CUDA_OK(cudaMemcpy(act, d_act, act_bytes, cudaMemcpyDeviceToHost));
+    }
+
+    float *dq13 = dequant(w13, sf13, E, N1, H), *dq2 = dequant(w2, sf2, E, H, I);
+    /* GEMM1 + activation */
+    {
+        double num = 0, den = 0;
+        int bad = 0;
+        for (int p = 0; p < P && bad < 4; p++) {
+            const int e = ids[p], t = p / k;
+            for (int i = 0; i < I; i++) {
+                const uint16_t got = act[(size_t)p * I + i];
+                if (e < 0) continue;
+                const int rg = inter ? 2 * i : i, ru = inter ? 2 * i + 1 : I + i;
+                double gv = 0, uv = 0;
+                for (int kk = 0; kk < H; kk++) {
+                    const double xv = to_f(bf, x[(size_t)t * H + kk]);
+                    gv += xv * dq13[((size_t)e * N1 + rg) * H + kk];
+                    if (gated) uv += xv * dq13[((size_t)e * N1 + ru) * H + kk];
+                }
+                gv = gv * s13[e] + (b13 ? b13[(size_t)e * N1 + rg] : 0);
+                uv = uv * s13[e] + (b13 && gated ? b13[(size_t)e * N1 + ru] : 0);
+                const double ref = act_ref(tc->act, tc->limit, 7.0, gv, uv);
+                const double v = to_f(bf, got);
+                if (!isfinite(v)) {
+                    if (bad++ < 3) printf("  %s: act[%d][%d] not written (0x%04x), ref %g\n", tc->name, p, i, got, ref);
+                    continue;
+                }
+                num += (v - ref) * (v - ref);
+                den += ref * ref;
+            }
+        }
+        for (int i = 0; i < 2 * I; i++)
+            if (act[(size_t)P * I + i] != 0xFFFF) bad++;  // guard rows untouched
+        const double rel = sqrt(num / (den > 0 ? den : 1));
+        if (bad || !(rel <= 1e-2)) {
+            printf("  %s: GEMM1+act rel err %.3e, %d unwritten/guard values\n", tc->name, rel, bad);
+            fails++;
+        }
+    }
+    /* GEMM2 + combine, from the kernel's act rows */
+    {
+        double num = 0, den = 0;
+        int bad = 0;
+        for (int t = 0; t < M; t++)
+            for (int h = 0; h < H; h++) {
+                double ref = 0;
+                for (int j = 0; j < k; j++) {
+                    const int p = t * k + j, e = ids[p];
+                    if (e < 0) continue;
+                    double y = 0;
+                    for (int i = 0; i < I; i++) y += to_f(bf, act[(size_t)p * I + i]) * dq2[((size_t)e * H + h) * I + i];
+                    y = y * s2[e] + (b2 ? b2[(size_t)e * H + h] : 0);
+                    ref += (tc->row_scale ? rw[p] : 1.0) * y;
+                }
+                const size_t o = (size_t)t * H + h;
+                double v;
+                if (tc->out_dtype == NVFP4MOE_DTYPE_F32) { float f; memcpy(&f, out + 4 * o, 4); v = f; }
+                else { uint16_t u; memcpy(&u, out + 2 * o, 2); v = tc->out_dtype == NVFP4MOE_DTYPE_BF16 ? bf2f(u) : h2f(u); }
+                if (!isfinite(v)) {
+                    if (bad++ < 3) printf("  %s: out[%d][%d] not written, ref %g\n", tc->name, t, h, ref);
+                    continue;
+                }
+                if (ref == 0 && v != 0 && bad++ < 3) printf("  %s: out[%d][%d] = %g, expected exactly 0\n", tc->name, t, h, v);
+                num += (v - ref) * (v - ref);
+                den += ref * ref;
+            }
+        const double rel = sqrt(num / (den > 0 ? den : 1));
+        if (bad || !(rel <= 1e-2)) {
+            printf("  %s: GEMM2+combine rel err %.3e, %d bad values\n", tc->name, rel, bad);
+            fails++;
+        }
+    }
+    free(dq13);
+    free(dq2);
+    if (memcmp(out, out2, (size_t)osz * M * H) != 0) {
+        printf("  %s: a second run gave different bits\n", tc->name);
+        fails++;
+    }
+done:
+    printf("%s %s (E=%d H=%d I=%d M=%d top-%d block_m=%d)\n", fails ? "FAIL" : "ok  ", tc->name, E, H, I, M, k, bm);
+    void *dev[] = {d_w13, d_w2, d_s13, d_s2, d_b13, d_b2, d_x, d_ids, d_rw, d_sorted, d_bexp, d_nb, d_act, d_part, d_cnt, d_out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) cudaFree(dev[i]);
+    free(ids); free(w13); free(sf13); free(w2); free(sf2); free(s13); free(s2); free(b13); free(b2);
+    free(x); free(rw); free(act); free(out); free(out2);
+    free(g.sorted_ids); free(g.block_expert);
+    return fails;
+}
+
+static const test_case k_cases[] = {
+    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out */
+    {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
+    {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
+    {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
+    {"m40-fp16",       16, 512,  256,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16},
+    {"swigluoai",      8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
+    {"no-mul-odd",     8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32},
+    {"relu2-k128",     8,  256,  128,  17, 3,  6,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
+    {"ep-holes",       16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16},
+    {"one-expert",     8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
+};
+#define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
+
+static int stream_one(int sm_count);
+static int stream_bench(int sm_count) {
+    static const int kDist[] = {0, 2, 4, 8};
+    for (int i = 0; i < 4; i++) {
+        g_prefetch = kDist[i];
+        stream_one(sm_count);
+    }
+    return 0;
+}
+
+static int stream_one(int sm_count) {
+    const int E = 1, N = 65536, K = 7168, iters = 20;
+    const size_t wb = (size_t)N * (K / 2), sb = (size_t)N * (K / 16);
+    uint8_t *w = malloc(wb), *sf = malloc(sb);
+    for (size_t i = 0; i < wb; i++) w[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < sb; i++) sf[i] = rand_scale(0);
+    void *d_w = pack(w, sf, E, N, K);
+    free(w);
+    free(sf);
+    const size_t packed = nvfp4moe_hopper_packed_bytes(E, N, K);
+    uint16_t x[7168];
+    for (int i = 0; i < K; i++) x[i] = f2bf((float)rng_normal());
+    int32_t ids = 0, sorted[8] = {0, 1, 1, 1, 1, 1, 1, 1}, bexp = 0, nb = 1;
+    float s2 = 1e-3f, one = 1.0f;
+    void *d_x = dup_dev(x, sizeof x), *d_ids = dup_dev(&ids, 4), *d_sorted = dup_dev(sorted, sizeof sorted);
+    void *d_bexp = dup_dev(&bexp, 4), *d_nb = dup_dev(&nb, 4), *d_s2 = dup_dev(&s2, 4), *d_rw = dup_dev(&one, 4);
+    void *d_part, *d_cnt, *d_out;
+    CUDA_OK(cudaMalloc(&d_part, sizeof(float) * N));
+    CUDA_OK(cudaMalloc(&d_cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(1, N)));
+    CUDA_OK(cudaMemset(d_cnt, 0, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(1, N)));
+    CUDA_OK(cudaMalloc(&d_out, 2 * (size_t)N));
+    nvfp4moe_decode_combine cb = {.topk_ids = d_ids, .M = 1, .top_k = 1, .H = N, .counters = d_cnt, .out = d_out,
+                                  .out_dtype = NVFP4MOE_DTYPE_BF16};
+    nvfp4moe_decode_gemm g2 = {.a = d_x, .a_row_div = 1, .w = d_w, .scale_2 = d_s2, .sorted_ids = d_sorted,
+                               .block_expert = d_bexp, .num_blocks = d_nb, .P = 1, .N = N, .K = K, .E = E,
+                               .block_m = 8, .max_blocks = 1, .is_bf16 = 1, .sm_count = sm_count,
+                               .l2_prefetch = g_prefetch};
+    /* the copy ceiling: 2 GB device-to-device (read + write counted) */
+    void *c0, *c1;
+    const size_t cbytes = (size_t)1 << 30;
+    CUDA_OK(cudaMalloc(&c0, cbytes));
+    CUDA_OK(cudaMalloc(&c1, cbytes));
+    CUDA_OK(cudaMemset(c0, 1, cbytes));
+    cudaEvent_t a, b;
+    CUDA_OK(cudaEventCreate(&a));
+    CUDA_OK(cudaEventCreate(&b));
+    float tk[64], tc[64];
+    for (int i = 0; i < iters + 3; i++) {
+        CUDA_OK(cudaEventRecord(a, 0));
+        CUDA_OK(nvfp4moe_hopper_decode_gemm2(&g2, d_rw, d_part, &cb, 0));
+        CUDA_OK(cudaEventRecord(b, 0));
+        CUDA_OK(cudaEventSynchronize(b));
+        if (i >= 3) CUDA_OK(cudaEventElapsedTime(&tk[i - 3], a, b));
+        CUDA_OK(cudaEventRecord(a, 0));
+        CUDA_OK(cudaMemcpyAsync(c1, c0, cbytes, cudaMemcpyDeviceToDevice, 0));
+        CUDA_OK(cudaEventRecord(b, 0));
+        CUDA_OK(cudaEventSynchronize(b));
+        if (i >= 3) CUDA_OK(cudaEventElapsedTime(&tc[i - 3], a, b));
+    }
+    for (int i = 0; i < iters; i++)  // sort for the medians
+        for (int j = i + 1; j < iters; j++) {
+            if (tk[j] < tk[i]) { float s = tk[i]; tk[i] = tk[j]; tk[j] = s; }
+            if (tc[j] < tc[i]) { float s = tc[i]; tc[i] = tc[j]; tc[j] = s; }
+        }
+    const double kt = tk[iters / 2] * 1e-3, ct = tc[iters / 2] * 1e-3;
+    const double ktb = packed / kt / 1e12, ctb = 2.0 * cbytes / ct / 1e12;
+    printf("stream (L2 prefetch %d tiles): one expert N=%d K=%d, %.1f MB packed, M=1: median %.1f us = %.2f TB/s; "
+           "device copy %.2f TB/s (read+write); %.1f %% of the copy bandwidth\n",
+           g_prefetch, N, K, packed / 1e6, kt * 1e6, ktb, ctb, 100.0 * ktb / ctb);
+    void *dev[] = {d_w, d_x, d_ids, d_sorted, d_bexp, d_nb, d_s2, d_rw, d_part, d_cnt, d_out, c0, c1};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int dev = 0, major = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        printf("gpu_hopper_decode: no CUDA device\ngpu_hopper_decode: 0 passed, 1 failed\n");
+        return 1;
+    }
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (major != 9) {
+        nvfp4moe_decode_gemm g = {0};
+        nvfp4moe_decode_combine c = {0};
+        cudaError_t e = nvfp4moe_hopper_decode_gemm2(&g, NULL, NULL, &c, 0);
+        printf("gpu_hopper_decode: sm_%d0 device: the kernels must refuse (%s)\n", major, cudaGetErrorString(e));
+        printf("gpu_hopper_decode: %d passed, %d failed\n", e != cudaSuccess, e == cudaSuccess);
+        return e == cudaSuccess;
+    }
+    int only = -1, stream = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--stream") == 0) stream = 1;
+        else if (strcmp(argv[i], "--prefetch") == 0) g_prefetch = 4;
+        else if (strcmp(argv[i], "--pdl") == 0) g_pdl = 1;
+        else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: gpu_hopper_decode [--case I] [--stream] [--prefetch] [--pdl]\n");
+            return 2;
+        }
+    }
+    if (stream) return stream_bench(sms);
+    printf("gpu_hopper_decode: l2_prefetch=%d pdl=%d\n", g_prefetch, g_pdl);
+    for (int i = 0; i < N_CASES; i++) {
+        if (only >= 0 && i != only) continue;
+        t_record(run_case(&k_cases[i], sms) == 0);
+    }
+    return t_finish("gpu_hopper_decode");
+}
