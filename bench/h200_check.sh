@@ -7,9 +7,8 @@
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,sass,gputest,
-#                                         # bench,triton,gemm (default: all of them)
-# Knobs the steps use: NVFP4MOE_HOPPER_REGIME=decode|gemm and NVFP4MOE_HOPPER_DECODE=prefetch,pdl
-# (src/backends/cuda.c), gpu_hopper_decode --prefetch/--pdl.
+#                                         # others,bench,triton,gemm (default: all of them)
+# The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
 # TRITON_MS (default 1,16,64,256).
 set -uo pipefail
@@ -20,7 +19,7 @@ if [ "${1:-}" = pack ]; then
     make -j"$(nproc)" BUILD=build-dev build-all >/dev/null
     rm -rf .devbin && mkdir -p .devbin/b
     cp build-dev/nvfp4moe build-dev/tests/gpu_test build-dev/tests/gpu_hopper_decode \
-       build-dev/tests/gpu_hopper_gemm .devbin/b/
+       build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback .devbin/b/
     strip .devbin/b/*
     cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
     cp "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" .devbin/b/
@@ -33,7 +32,7 @@ if [ "${1:-}" = pack ]; then
     exit 0
 fi
 [ "${1:-}" = run ] || { sed -n '2,13p' "$0"; exit 1; }
-steps=",${2:-decode,sanitize,stream,ncu,sass,gputest,bench,triton,gemm},"
+steps=",${2:-decode,sanitize,stream,ncu,sass,gputest,others,bench,triton,gemm},"
 has() { [[ $steps == *",$1,"* ]]; }
 
 out=${OUT:-/tmp/h200-out}
@@ -51,19 +50,16 @@ commit=$(tr '\n' ' ' <.devbin/commit)
 log "commit $commit; $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
 
 if has decode; then
-    for o in "" "--prefetch --pdl"; do
-        f="$R/gpu_hopper_decode$(echo $o | tr -d ' -').txt"
-        timeout 240 $B/gpu_hopper_decode $o >"$f" 2>&1
-        log "gpu_hopper_decode $o rc=$?: $(tail -1 "$f")"
-        grep -E "^(FAIL|  )" "$f" | head -20 | tee -a "$out/summary.txt"
-    done
+    timeout 240 $B/gpu_hopper_decode >"$R/gpu_hopper_decode.txt" 2>&1
+    log "gpu_hopper_decode rc=$?: $(tail -1 "$R/gpu_hopper_decode.txt")"
+    grep -E "^(FAIL|  )" "$R/gpu_hopper_decode.txt" | head -20 | tee -a "$out/summary.txt"
 fi
 if has sanitize; then
     for c in 1 3 6; do
-        timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c --prefetch --pdl >"$R/memcheck$c.txt" 2>&1
-        log "memcheck case $c (prefetch, pdl) rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
+        timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c >"$R/memcheck$c.txt" 2>&1
+        log "memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
     done
-    timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case 2 --prefetch >"$R/racecheck2.txt" 2>&1
+    timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case 2 >"$R/racecheck2.txt" 2>&1
     log "racecheck case 2 rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck2.txt" | tr '\n' ' ')"
 fi
 if has stream; then
@@ -87,9 +83,17 @@ if has gputest; then
     timeout 120 $B/gpu_test >"$R/gpu_test_auto.txt" 2>&1
     log "gpu_test (auto regime) rc=$?: $(grep -E 'passed' "$R/gpu_test_auto.txt" | tail -1)"
     grep -E "FAIL" "$R/gpu_test_auto.txt" | head -10 | tee -a "$out/summary.txt"
-    NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_DECODE=prefetch,pdl timeout 120 $B/gpu_test >"$R/gpu_test_decode.txt" 2>&1
-    log "gpu_test (HOPPER_WGMMA forced to decode, prefetch+pdl) rc=$?: $(grep -E 'passed' "$R/gpu_test_decode.txt" | tail -1)"
-    grep -E "FAIL" "$R/gpu_test_decode.txt" | head -10 | tee -a "$out/summary.txt"
+    for rg in decode gemm; do
+        NVFP4MOE_HOPPER_REGIME=$rg timeout 120 $B/gpu_test >"$R/gpu_test_$rg.txt" 2>&1
+        log "gpu_test (HOPPER_WGMMA forced to $rg) rc=$?: $(grep -E 'passed' "$R/gpu_test_$rg.txt" | tail -1)"
+        grep -E "FAIL" "$R/gpu_test_$rg.txt" | head -10 | tee -a "$out/summary.txt"
+    done
+fi
+if has others; then
+    for t in gpu_hopper_gemm gpu_marlin_gemm gpu_ep_loopback; do
+        timeout 120 $B/$t >"$R/$t.txt" 2>&1
+        log "$t rc=$?: $(tail -1 "$R/$t.txt")"
+    done
 fi
 presets=${BENCH_PRESETS:-deepseek-v3,qwen3-30b-a3b}
 ms=${BENCH_M:-1,4,16,64,256}
@@ -97,12 +101,6 @@ if has bench; then
     timeout 300 $B/nvfp4moe bench --m 1,4,16,64,256,1024,4096 --backend MARLIN,HOPPER_WGMMA --no-baseline \
         --iters 20 --commit "$commit" --out "$R/bench-auto" >"$R/bench-auto.log" 2>&1
     log "bench (auto, every preset) rc=$?"
-    for v in prefetch=2 prefetch=4 pdl prefetch=4,pdl; do
-        NVFP4MOE_HOPPER_DECODE=$v timeout 200 $B/nvfp4moe bench --preset "$presets" --m "$ms" \
-            --backend HOPPER_WGMMA --no-baseline --iters 20 --commit "$commit (decode: $v)" \
-            --out "$R/bench-$v" >"$R/bench-$v.log" 2>&1
-        log "bench (decode: $v) rc=$?"
-    done
 fi
 if has gemm; then
     NVFP4MOE_HOPPER_REGIME=gemm timeout 300 $B/nvfp4moe bench --preset "$presets" --m "$ms" --backend HOPPER_WGMMA \

@@ -91,7 +91,6 @@ struct Params {
     // GEMM2
     const float *row_scale;
     float *partial;
-    int l2_prefetch;           // k tiles each warp prefetches into L2 ahead of its register loads (0: none)
 };
 
 #if NVFP4MOE_DECODE_DEVICE
@@ -108,15 +107,6 @@ __device__ __forceinline__ uint32_t ldg_act(const uint16_t *p) {
     asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
     return v;
 }
-// One contiguous range (16-byte aligned, a multiple of 16 bytes) into L2, no register or shared
-// memory involved: the copy engine's prefetch.
-__device__ __forceinline__ void prefetch_l2(const uint8_t *p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-// Programmatic dependent launch: let the next kernel's CTAs start (they wait in griddep_wait), and
-// wait for the previous kernel's completion and memory. Both are no-ops without the launch attribute.
-__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -209,23 +199,7 @@ struct Decode {
         c.ntv = ntv;
     }
 
-    // Both row groups' codes and scales of k tile kt of item `item` into L2: lanes 0..3 issue one
-    // bulk prefetch each (group, codes | scales).
-    static __device__ __forceinline__ void prefetch_tile(const Params &p, int item, int kt) {
-        const int lane = threadIdx.x % 32;
-        if (lane >= 4) return;
-        const int b = item / p.items_per_block, r = item % p.items_per_block;
-        const int e = p.block_expert[b];
-        int r0, r1;
-        item_rows(p, r, r0, r1);
-        const int row = (lane >> 1) ? r1 : r0;
-        const uint8_t *chunk = p.w + group_offset(e, row, kt, p.n_tiles, p.k_tiles);
-        const int gw = (row % kTN) / 16;
-        if (lane & 1) prefetch_l2(chunk + kCodeBytes + gw * kGroupScaleBytes, kGroupScaleBytes);
-        else prefetch_l2(chunk + gw * kGroupCodeBytes, kGroupCodeBytes);
-    }
-
-    static __device__ __forceinline__ void load_w(Frag &f, const Cursor &c) {
+    static __device__ __forceinline__ void load(const Params &p, Frag &f, const Cursor &c, int kt0) {
         const size_t off = (size_t)c.kk * kWChunk;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -234,14 +208,6 @@ struct Decode {
             f.s[h] = ldg_stream(c.s[h] + off);
         }
         f.ntv = c.ntv;
-    }
-
-    static __device__ __forceinline__ void load(const Params &p, Frag &f, const Cursor &c, int kt0) {
-        load_w(f, c);
-        load_b(p, f, c, kt0);
-    }
-
-    static __device__ __forceinline__ void load_b(const Params &p, Frag &f, const Cursor &c, int kt0) {
         const int k0 = (kt0 + c.kk) * kTK;
         const int steps = (p.K - k0) / 16;  // k16 steps of this tile inside K (K % 16 == 0)
 #pragma unroll
@@ -416,13 +382,8 @@ struct Decode {
 
     static __device__ void run(const Params &p) {
         __shared__ Smem sm;
-        if constexpr (MODE == GEMM1) {
-            griddep_launch();  // GEMM2's CTAs may start as this grid's CTAs retire
-            prepare_combine(p);
-        }
+        if constexpr (MODE == GEMM1) prepare_combine(p);
         const int warp = threadIdx.x / 32;
-        // The grouping is the routing kernel's, complete before GEMM1 started: readable before
-        // GEMM2's griddep_wait. GEMM1's outputs (act rows, counters) are read only after it.
         const int items = *p.num_blocks * p.items_per_block;
         if ((int)blockIdx.x >= items) return;
         const int kt0 = warp * p.k_tiles / kWarps, kt1 = (warp + 1) * p.k_tiles / kWarps;
@@ -435,29 +396,13 @@ struct Decode {
 #pragma unroll
                 for (int r = 0; r < 4; r++) acc[h][j][r] = 0.0f;
         if (nkt == 0) {  // fewer k tiles than warps: this warp only joins the epilogues
-            if constexpr (MODE == GEMM2) griddep_wait();
             for (int item = blockIdx.x; item < items; item += gridDim.x) epilogue(p, sm, item, acc);
             return;
         }
         Cursor cur;
         set_item(p, cur, blockIdx.x, kt0);
         Frag fa, fb;
-        // The L2 prefetch cursor runs l2_prefetch k tiles ahead of the register loads, over the
-        // same (item, k tile) sequence.
-        int pf_item = blockIdx.x, pf_kk = 0;
-        auto prefetch_next = [&]() {
-            if (++pf_kk == nkt) {
-                pf_kk = 0;
-                pf_item += gridDim.x;
-            }
-            if (pf_item < items) prefetch_tile(p, pf_item, kt0 + pf_kk);
-        };
-        // The weights depend only on the routing: the first tile's loads and the first prefetches
-        // go out before GEMM2 waits for GEMM1.
-        load_w(fa, cur);
-        for (int i = 0; i < p.l2_prefetch; i++) prefetch_next();
-        if constexpr (MODE == GEMM2) griddep_wait();
-        load_b(p, fa, cur, kt0);
+        load(p, fa, cur, kt0);
         int item = blockIdx.x, kk = 0;  // the tile being computed
         // Two register buffers, alternately "being computed" and "being loaded".
         auto step = [&](Frag &now, Frag &next) -> bool {
@@ -466,7 +411,6 @@ struct Decode {
                 if (cur.item < items) set_item(p, cur, cur.item, kt0);
             }
             const bool more = cur.item < items;
-            if (p.l2_prefetch) prefetch_next();
             if (more) load(p, next, cur, kt0);
             compute(now, acc);
             if (++kk == nkt) {
@@ -495,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const
 }
 
 template <int NT, bool BF16, int MODE>
-cudaError_t launch(const Params &p, int max_items, int sm_count, bool pdl, cudaStream_t stream) {
+cudaError_t launch(const Params &p, int max_items, int sm_count, cudaStream_t stream) {
     auto *fn = decode_kernel<NT, BF16, MODE>;
     static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
     if (resident < 0) return cudaErrorNoKernelImageForDevice;
@@ -519,30 +463,18 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, bool pdl, cudaS
     long long grid = (long long)(sm_count > 0 ? sm_count : 1) * resident;
     if (grid > max_items) grid = max_items;
     if (grid < 1) grid = 1;
-    if (!pdl) {
-        decode_kernel<NT, BF16, MODE><<<(unsigned)grid, kThreads, 0, stream>>>(p);
-        return cudaGetLastError();
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(kThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, fn, p);
+    decode_kernel<NT, BF16, MODE><<<(unsigned)grid, kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
 }
 
 template <int MODE>
-cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, bool pdl, cudaStream_t s) {
+cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, cudaStream_t s) {
     if (block_m == 8)
-        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, pdl, s)
-                    : launch<1, false, MODE>(p, max_items, sm_count, pdl, s);
+        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, s)
+                    : launch<1, false, MODE>(p, max_items, sm_count, s);
     if (block_m == 16)
-        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, pdl, s)
-                    : launch<2, false, MODE>(p, max_items, sm_count, pdl, s);
+        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, s)
+                    : launch<2, false, MODE>(p, max_items, sm_count, s);
     return cudaErrorInvalidValue;
 }
 
@@ -582,7 +514,6 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
     p.counters = c->counters;
     p.out = c->out;
     p.out_dtype = c->out_dtype;
-    p.l2_prefetch = g->l2_prefetch > 0 ? g->l2_prefetch : 0;
     return p;
 }
 
@@ -618,7 +549,7 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *
     // at least enough CTAs for the combine preparation even when there are few items
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items < 1 ? 1 : items);
-    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, false, stream);
+    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, stream);
 }
 
 extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *g, const float *row_scale, float *partial,
@@ -632,5 +563,5 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *
     p.items_per_block = (g->N + kRowsPerItem - 1) / kRowsPerItem;
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items);
-    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->pdl != 0, stream);
+    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, stream);
 }

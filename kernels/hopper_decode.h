@@ -37,11 +37,6 @@ typedef struct nvfp4moe_decode_gemm {
     int32_t max_blocks;         /* grid bound: cap / block_m */
     int32_t is_bf16;
     int32_t sm_count;
-    int32_t l2_prefetch;        /* k tiles (of 128) each warp prefetches into L2 ahead of its
-                                   register loads (0: none) */
-    int32_t pdl;                /* GEMM2 only, 1: launched as a programmatic dependent of the GEMM1
-                                   launched just before it on the same stream (its CTAs start and
-                                   fetch their first weights while GEMM1 drains) */
 } nvfp4moe_decode_gemm;
 
 /* The layer's output and the top-k combine state shared by the two launches. */

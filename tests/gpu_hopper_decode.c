@@ -6,12 +6,9 @@
  *
  *   gpu_hopper_decode              correctness grid against a CPU float64 reference
  *   gpu_hopper_decode --case I     case I alone (for compute-sanitizer)
- *   gpu_hopper_decode [--prefetch] [--pdl]   the same with the kernels' L2 prefetch (4 k tiles
- *                                  ahead) / GEMM2 as a programmatic dependent launch
  *   gpu_hopper_decode --stream     one expert's packed weights (N x K = 65536 x 7168, 264 MB)
- *                                  streamed at M = 1 with the L2 prefetch 0, 2, 4 and 8 k tiles
- *                                  ahead: median time, TB/s, and the device-to-device copy
- *                                  bandwidth measured in the same run
+ *                                  streamed at M = 1: median time, TB/s, and the device-to-device
+ *                                  copy bandwidth measured in the same run
  *
  * Each case: random top-k routing (distinct experts per token, some experts empty, optionally a
  * slot per token sent to expert -1 as expert parallelism does), the grouping built on the host,
@@ -96,8 +93,6 @@ static float *dequant(const uint8_t *w, const uint8_t *sf, int E, int N, int K) 
     return d;
 }
 
-static int g_prefetch, g_pdl;  /* --prefetch / --pdl: the decode kernels' options under test */
-
 static int run_case(const test_case *tc, int sm_count) {
     const int E = tc->E, H = tc->H, I = tc->I, M = tc->M, k = tc->topk, bm = tc->block_m;
     const int P = M * k, bf = tc->bf16;
@@ -165,9 +160,8 @@ static int run_case(const test_case *tc, int sm_count) {
     nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = k, .w = d_w13, .scale_2 = d_s13, .bias = d_b13,
                                .sorted_ids = d_sorted, .block_expert = d_bexp, .num_blocks = d_nb,
                                .P = P, .N = N1, .K = H, .E = E, .block_m = bm, .max_blocks = g.max_blocks,
-                               .is_bf16 = bf, .sm_count = sm_count, .l2_prefetch = g_prefetch};
+                               .is_bf16 = bf, .sm_count = sm_count};
     nvfp4moe_decode_gemm g2 = g1;
-    g2.pdl = g_pdl;
     g2.a = d_act;
     g2.a_row_div = 1;
     g2.w = d_w2;
@@ -297,17 +291,7 @@ static const test_case k_cases[] = {
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
-static int stream_one(int sm_count);
 static int stream_bench(int sm_count) {
-    static const int kDist[] = {0, 2, 4, 8};
-    for (int i = 0; i < 4; i++) {
-        g_prefetch = kDist[i];
-        stream_one(sm_count);
-    }
-    return 0;
-}
-
-static int stream_one(int sm_count) {
     const int E = 1, N = 65536, K = 7168, iters = 20;
     const size_t wb = (size_t)N * (K / 2), sb = (size_t)N * (K / 16);
     uint8_t *w = malloc(wb), *sf = malloc(sb);
@@ -332,8 +316,7 @@ static int stream_one(int sm_count) {
                                   .out_dtype = NVFP4MOE_DTYPE_BF16};
     nvfp4moe_decode_gemm g2 = {.a = d_x, .a_row_div = 1, .w = d_w, .scale_2 = d_s2, .sorted_ids = d_sorted,
                                .block_expert = d_bexp, .num_blocks = d_nb, .P = 1, .N = N, .K = K, .E = E,
-                               .block_m = 8, .max_blocks = 1, .is_bf16 = 1, .sm_count = sm_count,
-                               .l2_prefetch = g_prefetch};
+                               .block_m = 8, .max_blocks = 1, .is_bf16 = 1, .sm_count = sm_count};
     /* the copy ceiling: 2 GB device-to-device (read + write counted) */
     void *c0, *c1;
     const size_t cbytes = (size_t)1 << 30;
@@ -363,9 +346,9 @@ static int stream_one(int sm_count) {
         }
     const double kt = tk[iters / 2] * 1e-3, ct = tc[iters / 2] * 1e-3;
     const double ktb = packed / kt / 1e12, ctb = 2.0 * cbytes / ct / 1e12;
-    printf("stream (L2 prefetch %d tiles): one expert N=%d K=%d, %.1f MB packed, M=1: median %.1f us = %.2f TB/s; "
+    printf("stream: one expert N=%d K=%d, %.1f MB packed, M=1: median %.1f us = %.2f TB/s; "
            "device copy %.2f TB/s (read+write); %.1f %% of the copy bandwidth\n",
-           g_prefetch, N, K, packed / 1e6, kt * 1e6, ktb, ctb, 100.0 * ktb / ctb);
+           N, K, packed / 1e6, kt * 1e6, ktb, ctb, 100.0 * ktb / ctb);
     void *dev[] = {d_w, d_x, d_ids, d_sorted, d_bexp, d_nb, d_s2, d_rw, d_part, d_cnt, d_out, c0, c1};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     return 0;
@@ -389,16 +372,13 @@ int main(int argc, char **argv) {
     int only = -1, stream = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--stream") == 0) stream = 1;
-        else if (strcmp(argv[i], "--prefetch") == 0) g_prefetch = 4;
-        else if (strcmp(argv[i], "--pdl") == 0) g_pdl = 1;
         else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: gpu_hopper_decode [--case I] [--stream] [--prefetch] [--pdl]\n");
+            fprintf(stderr, "usage: gpu_hopper_decode [--case I] [--stream]\n");
             return 2;
         }
     }
     if (stream) return stream_bench(sms);
-    printf("gpu_hopper_decode: l2_prefetch=%d pdl=%d\n", g_prefetch, g_pdl);
     for (int i = 0; i < N_CASES; i++) {
         if (only >= 0 && i != only) continue;
         t_record(run_case(&k_cases[i], sms) == 0);

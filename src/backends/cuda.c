@@ -73,8 +73,6 @@ typedef struct cuda_state {
     int32_t sm_count;
     int device;
     regime regime;                /* HOPPER_WGMMA: decode/gemm choice */
-    int32_t decode_prefetch;      /* decode kernels: k tiles prefetched into L2 ahead (0: none) */
-    bool decode_pdl;              /* decode kernels: GEMM2 as a programmatic dependent launch */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -333,11 +331,6 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
                                       "%s: NVFP4MOE_HOPPER_REGIME=%s: expected auto, decode or gemm", name, r);
         }
-        /* tuning knobs of the decode kernels, for benchmarks: NVFP4MOE_HOPPER_DECODE=prefetch[=N],pdl */
-        const char *d = getenv("NVFP4MOE_HOPPER_DECODE");
-        const char *pf = d ? strstr(d, "prefetch") : NULL;
-        st->decode_prefetch = pf ? (pf[8] == '=' ? atoi(pf + 9) : 4) : 0;
-        st->decode_pdl = d && strstr(d, "pdl");
     }
     nvfp4moe_status s = NVFP4MOE_OK;
     cudaError_t e;
@@ -505,13 +498,13 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .a = a_in, .a_row_div = st->K, .w = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
-            .sm_count = st->sm_count, .l2_prefetch = st->decode_prefetch};
+            .sm_count = st->sm_count};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm1(&g1, &st->act, st->I, act, &cb, stream), "GEMM1 + activation");
         const nvfp4moe_decode_gemm g2 = {
             .a = act, .a_row_div = 1, .w = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->H, .K = st->I,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
-            .sm_count = st->sm_count, .l2_prefetch = st->decode_prefetch, .pdl = st->decode_pdl};
+            .sm_count = st->sm_count};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
                  "GEMM2 + combine");
         return NVFP4MOE_OK;
