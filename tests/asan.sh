@@ -11,7 +11,7 @@ build=$(mktemp -d /tmp/nvfp4moe-asan.XXXXXX)
 trap 'rm -rf "$build"' EXIT
 
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-tests="test_safetensors test_checkpoint"
+tests="test_safetensors test_checkpoint test_hostile"
 targets=""
 for t in $tests; do targets="$targets $build/tests/$t"; done
 

@@ -636,8 +636,8 @@ static nvfp4moe_status parse_model(json_t *root, json_t *hfq, const char *name,
         cfg->in_dtype = cfg->out_dtype = NVFP4MOE_DTYPE_FP16;
     NVFP4MOE_TRY(parse_routing(c, src, mt, cfg, &info->warnings));
     if (E > 0) NVFP4MOE_TRY(moe_layers(c, src, info, s));
-    else {
-        s->is_moe = calloc(1, 1);
+    else {   // no experts: every layer is dense, and the per-layer table says so for each
+        s->is_moe = calloc(L ? (size_t)L : 1, 1);
         NVFP4MOE_RETURN_IF(!s->is_moe, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
         info->first_moe_layer = -1;
     }
