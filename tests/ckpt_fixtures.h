@@ -80,10 +80,10 @@ static inline nvfp4moe_ckpt_layer *make_quantized(const nvfp4moe_config *cfg, ui
     return q;
 }
 
-/* One change rewrite() makes to a checkpoint: drop a tensor, or replace it. */
+/* One change rewrite() makes to a checkpoint: drop a tensor, replace it, or add a new one. */
 typedef struct {
     const char *name;       /* tensor to change ("" none) */
-    int action;             /* 0 drop, 1 replace */
+    int action;             /* 0 drop, 1 replace, 2 add (after the file's own tensors) */
     nvfp4moe_st_dtype dtype;
     int32_t ndim;
     int64_t shape[3];
@@ -108,6 +108,10 @@ static inline void rewrite(const char *src_dir, const char *dst_dir, const edit 
         else CHECK_OK(nvfp4moe_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data));
     }
     nvfp4moe_st_close(f);
+    for (int k = 0; k < n; k++)
+        if (edits[k].action == 2)
+            CHECK_OK(nvfp4moe_st_writer_add(w, edits[k].name, edits[k].dtype, edits[k].ndim, edits[k].shape,
+                                            edits[k].data));
     snprintf(p, sizeof p, "%s/model.safetensors", dst_dir);
     CHECK_OK(nvfp4moe_st_writer_save(w, p));
     nvfp4moe_st_writer_free(w);

@@ -45,9 +45,38 @@ static void test_dense_config(void) {
     }
 }
 
+// ---- checkpoints ----
+
+/* A quantized layer 0 of small_cfg's shape in dir (ModelOpt per-expert unless fmt says otherwise). */
+static void quantized_model(const char *dir, nvfp4moe_ckpt_format fmt) {
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 5);
+    if (q) save_layer(dir, fmt, q, 0);
+    nvfp4moe_ckpt_layer_free(q);
+}
+
+/* Expert biases are all there or all absent: one bias alone is named, in the full load and in
+ * inspect's check-only load (which must not call such a layer "ok"). */
+static void test_partial_biases(void) {
+    T_CASE("expert 0 has only a down_proj bias");
+    const char *src = dir_in("bias_src"), *d = dir_in("bias_down_only");
+    quantized_model(src, NVFP4MOE_CKPT_MODELOPT);
+    static float bias[64];
+    const edit add = {"model.layers.0.mlp.experts.0.down_proj.bias", 2, NVFP4MOE_ST_F32, 1, {64}, bias};
+    rewrite(src, d, &add, 1);
+    ckpt_load_fails(d, NVFP4MOE_ERR_NOT_FOUND, "experts.0.gate_proj.bias' not found");
+    if (getenv("NVFP4MOE_CLI")) {
+        int rc = cli("inspect %s", d);
+        CHECK(rc == 1 && strstr(g_out, "PROBLEM") && strstr(g_out, "gate_proj.bias"), "rc %d: %s", rc, g_out);
+        rc = cli("run --model %s --tokens 2", d);
+        CHECK(rc == 1 && strstr(g_out, "gate_proj.bias' not found"), "rc %d: %s", rc, g_out);
+    }
+}
+
 int main(void) {
     fixtures_begin("nvfp4moe-hostile");
     test_dense_config();
+    test_partial_biases();
     fixtures_end();
     return t_finish("test_hostile");
 }

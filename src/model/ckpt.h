@@ -51,6 +51,9 @@ nvfp4moe_status nvfp4moe_ckpt_scalar(const nvfp4moe_st_tensor *t, float *v);
 nvfp4moe_status nvfp4moe_ckpt_global_scale(const nvfp4moe_st_tensor *t, float v, bool reciprocal, float *out);
 /* Canonical w13 row of element i of a half (0 gate, 1 up). */
 int64_t nvfp4moe_ckpt_w13_row(const nvfp4moe_config *cfg, int half, int64_t i);
+/* Whether the layer has expert biases: all of them (every projection of every expert, or both
+ * fused ones) or none, else NOT_FOUND naming the first missing one. */
+nvfp4moe_status nvfp4moe_ckpt_bias_presence(const load_ctx *c, bool fused, bool *has);
 /* The router weight and bias and the correction bias: checks, and copies unless check_only. */
 nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out);
 /* The directory of the model's first file: what messages name. */

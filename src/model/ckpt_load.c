@@ -157,24 +157,13 @@ static nvfp4moe_status load_per_expert(load_ctx *c, bool ct) {
     const nvfp4moe_config *cfg = &c->cfg;
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
     const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
+    // A bias without its counterparts would be dropped, or copied where no buffer was sized.
+    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(c, false, &c->cfg.has_bias));
     for (int32_t e = 0; e < cfg->num_experts; e++) {
         proj_view g = {0}, u = {0}, d = {0};
         if (gated) NVFP4MOE_TRY(proj_resolve(c, e, c->gate, I, H, ct, &g));
         NVFP4MOE_TRY(proj_resolve(c, e, c->up, I, H, ct, &u));
         NVFP4MOE_TRY(proj_resolve(c, e, c->down, H, I, ct, &d));
-        if (gated && (!g.bias) != (!u.bias)) {
-            const nvfp4moe_st_tensor *has = g.bias ? g.bias : u.bias;
-            return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND,
-                                      "%s: tensor '%s' has no %s counterpart", has->file,
-                                      has->name, g.bias ? "up" : "gate");
-        }
-        NVFP4MOE_RETURN_IF(e > 0 && (!u.bias) != !c->cfg.has_bias, NVFP4MOE_ERR_NOT_FOUND,
-                           "%s: layer %d: expert %d %s biases but expert 0 %s", c->where,
-                           c->layer, e, u.bias ? "has" : "lacks", u.bias ? "does not" : "does");
-        NVFP4MOE_RETURN_IF(e > 0 && (!d.bias) != !c->cfg.has_bias, NVFP4MOE_ERR_NOT_FOUND,
-                           "%s: layer %d: expert %d down_proj bias presence differs from expert 0",
-                           c->where, c->layer, e);
-        if (e == 0) c->cfg.has_bias = u.bias != NULL;
         if (!c->check_only) {
             if (gated) proj_copy(c, e, 0, &g, I, H);
             proj_copy(c, e, 1, &u, I, H);
@@ -279,12 +268,7 @@ static nvfp4moe_status load_fused(load_ctx *c) {
     }
     const nvfp4moe_st_tensor *gub = nvfp4moe_ckpt_maybe(c, "experts.gate_up_proj_bias");
     const nvfp4moe_st_tensor *dnb = nvfp4moe_ckpt_maybe(c, "experts.down_proj_bias");
-    NVFP4MOE_RETURN_IF((!gub) != (!dnb), NVFP4MOE_ERR_NOT_FOUND,
-                       "%s: layer %d: tensor '%sexperts.%s_bias' not found (its %s bias is "
-                       "present)",
-                       c->where, c->layer, c->base, gub ? "down_proj" : "gate_up_proj",
-                       gub ? "gate_up_proj" : "down_proj");
-    c->cfg.has_bias = gub != NULL;
+    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(c, true, &c->cfg.has_bias));
     ckpt_storage *st = c->st;
     NVFP4MOE_TRY(fused_weight(c, gu, gus, N1, H, c->check_only ? NULL : st->w13,
                               c->check_only ? NULL : st->w13_scale));

@@ -123,6 +123,35 @@ int64_t nvfp4moe_ckpt_w13_row(const nvfp4moe_config *cfg, int half, int64_t i) {
     return (int64_t)half * cfg->intermediate_size + i;
 }
 
+// ---- expert biases ----
+
+/* Whether a layer has expert biases: every one the layout names (fused
+ * experts.{gate_up,down}_proj_bias; per expert experts.E.{gate,up,down}_proj.bias) or none, else
+ * NOT_FOUND naming the first missing one, so no bias is dropped or half-applied. */
+nvfp4moe_status nvfp4moe_ckpt_bias_presence(const load_ctx *c, bool fused, bool *has) {
+    const bool gated = nvfp4moe_activation_is_gated(c->cfg.activation);
+    const nvfp4moe_st_tensor *present = NULL;
+    char suf[160], missing[320] = "";
+    const int32_t E = fused ? 1 : c->cfg.num_experts;
+    for (int32_t e = 0; e < E; e++) {
+        for (int p = fused || gated ? 0 : 1; p < 3; p++) {
+            if (fused && p == 2) break;
+            if (fused) snprintf(suf, sizeof suf, "experts.%s_bias", p ? "down_proj" : "gate_up_proj");
+            else snprintf(suf, sizeof suf, "experts.%d.%s.bias", e,
+                          p == 0 ? c->gate : p == 1 ? c->up : c->down);
+            const nvfp4moe_st_tensor *t = nvfp4moe_ckpt_maybe(c, suf);
+            if (t && !present) present = t;
+            if (!t && !missing[0]) snprintf(missing, sizeof missing, "%s%s", c->base, suf);
+        }
+    }
+    NVFP4MOE_RETURN_IF(present && missing[0], NVFP4MOE_ERR_NOT_FOUND,
+                       "%s: layer %d: tensor '%s' not found ('%s' is present: expert biases must "
+                       "be given for every projection and expert, or for none)",
+                       c->where, c->layer, missing, present->name);
+    *has = present != NULL;
+    return NVFP4MOE_OK;
+}
+
 // ---- router and correction bias ----
 
 nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out) {

@@ -125,33 +125,6 @@ static nvfp4moe_status float_matrix(const nvfp4moe_st_tensor *t, int64_t rows, i
     return NVFP4MOE_OK;
 }
 
-/* Whether an unquantized layer has expert biases: every one the layout names (fused
- * experts.{gate_up,down}_proj_bias; per expert experts.E.{gate,up,down}_proj.bias) or none, else
- * NOT_FOUND naming the first missing one, so no bias is dropped or half-applied. */
-static nvfp4moe_status float_bias_presence(const load_ctx *c, bool fused, bool *has) {
-    const bool gated = nvfp4moe_activation_is_gated(c->cfg.activation);
-    const nvfp4moe_st_tensor *present = NULL;
-    char suf[160], missing[320] = "";
-    const int32_t E = fused ? 1 : c->cfg.num_experts;
-    for (int32_t e = 0; e < E; e++) {
-        for (int p = fused || gated ? 0 : 1; p < 3; p++) {
-            if (fused && p == 2) break;
-            if (fused) snprintf(suf, sizeof suf, "experts.%s_bias", p ? "down_proj" : "gate_up_proj");
-            else snprintf(suf, sizeof suf, "experts.%d.%s.bias", e,
-                          p == 0 ? c->gate : p == 1 ? c->up : c->down);
-            const nvfp4moe_st_tensor *t = nvfp4moe_ckpt_maybe(c, suf);
-            if (t && !present) present = t;
-            if (!t && !missing[0]) snprintf(missing, sizeof missing, "%s%s", c->base, suf);
-        }
-    }
-    NVFP4MOE_RETURN_IF(present && missing[0], NVFP4MOE_ERR_NOT_FOUND,
-                       "%s: layer %d: tensor '%s' not found ('%s' is present: expert biases must "
-                       "be given for every projection and expert, or for none)",
-                       c->where, c->layer, missing, present->name);
-    *has = present != NULL;
-    return NVFP4MOE_OK;
-}
-
 /* A float bias tensor base+suffix of shape [rows] (ndim 1, n = 1) or [n, rows] into dst. */
 static nvfp4moe_status float_bias(const load_ctx *c, const char *suffix, int32_t ndim, int64_t n,
                                   int64_t rows, float *dst) {
@@ -199,7 +172,7 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
     c.cfg.has_correction_bias = false;
     NVFP4MOE_TRY(nvfp4moe_ckpt_load_router(&c, &probe));   // check only: shapes and bias presence
     NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
-    NVFP4MOE_TRY(float_bias_presence(&c, fmt == NVFP4MOE_CKPT_MODELOPT_FUSED, &c.cfg.has_bias));
+    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(&c, fmt == NVFP4MOE_CKPT_MODELOPT_FUSED, &c.cfg.has_bias));
     const nvfp4moe_config *cfg = &c.cfg;
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
