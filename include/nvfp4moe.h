@@ -201,11 +201,15 @@ typedef struct nvfp4moe_parallel {
     bool    eplb;           /* expert-parallel load balancer */
 } nvfp4moe_parallel;
 
+/* The largest hidden or intermediate size a config may have (no model comes near it; it keeps
+ * 2*I and every tensor size of a layer well inside 64 bits). */
+#define NVFP4MOE_MAX_DIM (1 << 20)
+
 typedef struct nvfp4moe_config {
     int32_t num_experts;        /* E (global) */
     int32_t top_k;              /* experts per token */
-    int32_t hidden_size;        /* H, multiple of 16 */
-    int32_t intermediate_size;  /* I (per expert), multiple of 16 */
+    int32_t hidden_size;        /* H, multiple of 16, at most NVFP4MOE_MAX_DIM */
+    int32_t intermediate_size;  /* I (per expert), multiple of 16, at most NVFP4MOE_MAX_DIM */
     nvfp4moe_dtype in_dtype;    /* hidden states: bf16 or fp16 (f32 for the CPU backends) */
     nvfp4moe_dtype out_dtype;   /* output */
     nvfp4moe_activation activation;
@@ -243,7 +247,8 @@ NVFP4MOE_API void nvfp4moe_config_init(nvfp4moe_config *cfg);
  * message names the field, e.g. "hidden_size=100 must be a multiple of 16". */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *cfg);
 
-/* Columns of GEMM1's output: 2*I for gated activations, I otherwise. */
+/* Columns of GEMM1's output: 2*I for gated activations, I otherwise (0 when 2*I does not fit an
+ * int32_t, which only a config that fails nvfp4moe_config_validate can have). */
 NVFP4MOE_API int32_t nvfp4moe_config_n1(const nvfp4moe_config *cfg);
 
 /* The clamp/alpha/beta an activation uses once defaults are resolved. has_limit false: no clamp. */

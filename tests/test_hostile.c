@@ -9,6 +9,14 @@
 
 // ---- config.json ----
 
+/* A quantized layer 0 of small_cfg's shape in dir (ModelOpt per-expert unless fmt says otherwise). */
+static void quantized_model(const char *dir, nvfp4moe_ckpt_format fmt) {
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 5);
+    if (q) save_layer(dir, fmt, q, 0);
+    nvfp4moe_ckpt_layer_free(q);
+}
+
 static nvfp4moe_model_info *parse_config(const char *config_json) {
     nvfp4moe_model_info *info = NULL;
     CHECK_OK(nvfp4moe_model_info_parse(config_json, NULL, "m", &info));
@@ -45,15 +53,39 @@ static void test_dense_config(void) {
     }
 }
 
-// ---- checkpoints ----
-
-/* A quantized layer 0 of small_cfg's shape in dir (ModelOpt per-expert unless fmt says otherwise). */
-static void quantized_model(const char *dir, nvfp4moe_ckpt_format fmt) {
-    nvfp4moe_config cfg = small_cfg();
-    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 5);
-    if (q) save_layer(dir, fmt, q, 0);
-    nvfp4moe_ckpt_layer_free(q);
+/* Sizes past what any layer has: validation names the field before anything multiplies them. */
+static void test_huge_sizes(void) {
+    T_CASE("intermediate_size near INT32_MAX");
+    nvfp4moe_model_info *info = parse_config(
+        "{\"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_experts\": 8, "
+        "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 2147483632}");
+    if (info) {
+        CHECK_ERR(nvfp4moe_config_validate(&info->cfg), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                  "intermediate_size=2147483632");
+        CHECK(nvfp4moe_config_n1(&info->cfg) >= 0, "n1 %d", nvfp4moe_config_n1(&info->cfg));
+    }
+    nvfp4moe_model_info_free(info);
+    nvfp4moe_config c = small_cfg();
+    c.hidden_size = 1 << 30;
+    CHECK_ERR(nvfp4moe_config_validate(&c), NVFP4MOE_ERR_INVALID_ARGUMENT, "hidden_size=1073741824");
+    if (getenv("NVFP4MOE_CLI")) {
+        const char *d = dir_in("huge_inter");
+        write_text(d, "config.json", "{\"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_experts\": 8, "
+                                     "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 2147483632}");
+        quantized_model(dir_in("huge_inter_src"), NVFP4MOE_CKPT_MODELOPT);
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "cp '%s/model.safetensors' '%s/'", dir_in("huge_inter_src"), d);
+        CHECK(system(cmd) == 0, "copy");
+        int rc = cli("inspect %s", d);
+        CHECK(rc == 1 && strstr(g_out, "intermediate_size=2147483632") && !strstr(g_out, "-2147483648") &&
+                  !strstr(g_out, "-4294967"),
+              "rc %d: %s", rc, g_out);
+        rc = cli("select --model %s --device h200", d);
+        CHECK(rc == 1 && strstr(g_out, "intermediate_size=2147483632"), "rc %d: %s", rc, g_out);
+    }
 }
+
+// ---- checkpoints ----
 
 /* Expert biases are all there or all absent: one bias alone is named, in the full load and in
  * inspect's check-only load (which must not call such a layer "ok"). */
@@ -77,6 +109,7 @@ int main(void) {
     fixtures_begin("nvfp4moe-hostile");
     test_dense_config();
     test_partial_biases();
+    test_huge_sizes();
     fixtures_end();
     return t_finish("test_hostile");
 }

@@ -159,7 +159,8 @@ void nvfp4moe_config_init(nvfp4moe_config *cfg) {
 }
 
 int32_t nvfp4moe_config_n1(const nvfp4moe_config *cfg) {
-    return nvfp4moe_activation_is_gated(cfg->activation) ? 2 * cfg->intermediate_size : cfg->intermediate_size;
+    const int64_t n1 = (nvfp4moe_activation_is_gated(cfg->activation) ? 2 : 1) * (int64_t)cfg->intermediate_size;
+    return n1 <= INT32_MAX && n1 >= INT32_MIN ? (int32_t)n1 : 0;
 }
 
 nvfp4moe_act_params nvfp4moe_config_act_params(const nvfp4moe_config *cfg) {
@@ -218,11 +219,12 @@ nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *c) {
         return INVALID("num_experts=%d must be between 1 and 65536", c->num_experts);
     if (c->top_k < 1 || c->top_k > c->num_experts)
         return INVALID("top_k=%d must be between 1 and num_experts=%d", c->top_k, c->num_experts);
-    if (c->hidden_size < 16 || c->hidden_size % 16)
-        return INVALID("hidden_size=%d must be a positive multiple of 16 (NVFP4 blocks)", c->hidden_size);
-    if (c->intermediate_size < 16 || c->intermediate_size % 16)
-        return INVALID("intermediate_size=%d must be a positive multiple of 16 (NVFP4 blocks)",
-                       c->intermediate_size);
+    if (c->hidden_size < 16 || c->hidden_size % 16 || c->hidden_size > NVFP4MOE_MAX_DIM)
+        return INVALID("hidden_size=%d must be a positive multiple of 16 (NVFP4 blocks), at most %d",
+                       c->hidden_size, NVFP4MOE_MAX_DIM);
+    if (c->intermediate_size < 16 || c->intermediate_size % 16 || c->intermediate_size > NVFP4MOE_MAX_DIM)
+        return INVALID("intermediate_size=%d must be a positive multiple of 16 (NVFP4 blocks), at most %d",
+                       c->intermediate_size, NVFP4MOE_MAX_DIM);
     if ((int)c->in_dtype < 0 || c->in_dtype > NVFP4MOE_DTYPE_F32)
         return INVALID("in_dtype=%d is not a dtype", (int)c->in_dtype);
     if ((int)c->out_dtype < 0 || c->out_dtype > NVFP4MOE_DTYPE_F32)
