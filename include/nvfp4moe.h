@@ -644,7 +644,12 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, 
                                                        const char *name, nvfp4moe_model_info **out);
 NVFP4MOE_API void nvfp4moe_model_info_free(nvfp4moe_model_info *info);   /* NULL is fine */
 NVFP4MOE_API bool nvfp4moe_model_info_is_moe_layer(const nvfp4moe_model_info *info, int32_t layer);
-/* The i-th exclude_modules / ignore pattern (fnmatch wildcards, or "re:" + POSIX extended regex). */
+/* The i-th exclude_modules / ignore pattern: fnmatch wildcards (* ? [seq] [!seq], matched against
+ * the whole module name, as Python's fnmatch), or "re:" + a regular expression matched as Python's
+ * re.match (anchored at the start): literals, ., classes, \d \w \s, groups, |, * + ? {n,m}, ^ $.
+ * nvfp4moe_model_info_read refuses (FORMAT, naming the pattern) look-around, back-references, \b
+ * and patterns over 1024 bytes or too complex once their repetitions are expanded; matching is
+ * linear in the pattern and the name. */
 NVFP4MOE_API const char *nvfp4moe_model_info_excluded(const nvfp4moe_model_info *info, int32_t i);
 /* True when module (e.g. "model.layers.3.mlp.experts") matches an exclusion pattern. */
 NVFP4MOE_API bool nvfp4moe_model_info_is_excluded(const nvfp4moe_model_info *info, const char *module);

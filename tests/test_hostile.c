@@ -7,6 +7,48 @@
  */
 #include "ckpt_fixtures.h"
 
+#include <jansson.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+// Sanitizers reserve terabytes of address space: an address-space limit cannot apply under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+
+/* Runs fn in a child process limited to `seconds` of wall time (alarm) and, outside sanitizer
+ * builds, `mib` MiB of address space, so that a hang or a runaway allocation fails the case instead
+ * of the machine. The child's own checks decide its exit status. */
+static void bounded(const char *what, void (*fn)(void), unsigned seconds, long mib) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(seconds);
+#ifndef UNDER_SANITIZER
+        struct rlimit rl = {(rlim_t)mib << 20, (rlim_t)mib << 20};
+        setrlimit(RLIMIT_AS, &rl);
+#else
+        (void)mib;
+#endif
+        t_passed = t_failed = 0;
+        fn();
+        fflush(NULL);
+        _exit(t_failed ? 1 : 0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "%s: fork/wait failed", what);
+    if (WIFSIGNALED(st))
+        CHECK(false, "%s: %s", what,
+              WTERMSIG(st) == SIGALRM ? "did not finish in time (a hang or a runaway computation)"
+                                      : strsignal(WTERMSIG(st)));
+    else
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit status %d", what, WEXITSTATUS(st));
+}
+
 // ---- config.json ----
 
 /* A quantized layer 0 of small_cfg's shape in dir (ModelOpt per-expert unless fmt says otherwise). */
@@ -85,6 +127,129 @@ static void test_huge_sizes(void) {
     }
 }
 
+// ---- exclusion patterns ----
+
+/* Parses a config.json whose quantization config ignores the one module pattern p. */
+static nvfp4moe_status parse_with_pattern(const char *p, nvfp4moe_model_info **info) {
+    json_t *root = json_pack("{s:i, s:i, s:{s:s, s:s, s:[s]}}", "hidden_size", 64, "num_hidden_layers", 1,
+                             "quantization_config", "quant_method", "modelopt", "quant_algo", "NVFP4",
+                             "ignore", p);
+    char *text = root ? json_dumps(root, 0) : NULL;
+    json_decref(root);
+    if (!text) {
+        fprintf(stderr, "cannot encode pattern '%s'\n", p);
+        exit(2);
+    }
+    nvfp4moe_status s = nvfp4moe_model_info_parse(text, NULL, "m", info);
+    free(text);
+    return s;
+}
+
+/* Whether pattern p (as config.json's ignore list would give it) excludes module. */
+static bool excludes(const char *p, const char *module) {
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_status s = parse_with_pattern(p, &info);
+    CHECK(s == NVFP4MOE_OK, "pattern '%s': %s", p, nvfp4moe_last_error());
+    bool r = info && nvfp4moe_model_info_is_excluded(info, module);
+    nvfp4moe_model_info_free(info);
+    return r;
+}
+
+/* The matcher reads what Python's re.match and fnmatch read, for the forms checkpoints use. */
+static void test_pattern_semantics(void) {
+    T_CASE("exclusion patterns match as Python does");
+    static const struct {
+        const char *pattern, *module;
+        bool want;
+    } k_cases[] = {
+        {"re:.*mlp\\.gate$", "model.layers.7.mlp.gate", true},
+        {"re:.*mlp\\.gate$", "model.layers.7.mlp.gate_proj", false},
+        {"re:model\\.layers\\.\\d+\\.mlp\\.gate", "model.layers.12.mlp.gate_proj", true},   // re.match: a prefix
+        {"re:model\\.layers\\.\\d+\\.mlp\\.gate", "model.layers.x.mlp.gate", false},
+        {"re:.*lm_head", "lm_head", true},
+        {"re:(?:vision|audio)_tower.*", "vision_tower.blocks.0", true},
+        {"re:(?:vision|audio)_tower.*", "model.vision_tower", false},
+        {"re:^model\\.layers\\.[0-2]\\.", "model.layers.1.mlp", true},
+        {"re:^model\\.layers\\.[0-2]\\.", "model.layers.3.mlp", false},
+        {"re:a{2,3}b", "aab", true},
+        {"re:a{2,3}b", "ab", false},
+        {"re:a{2,3}b", "aaaab", false},
+        {"re:a{,2}b", "b", true},
+        {"re:a{x}", "a{x}", true},
+        {"re:x|y", "y", true},
+        {"re:[^.]+\\.mlp", "layers.mlp", true},
+        {"re:[^.]+\\.mlp", ".mlp", false},
+        {"re:\\w+\\s?$", "abc", true},
+        {"re:\\D+", "7", false},
+        {"re:.*(?P<n>gate)$", "mlp.gate", true},
+        {"re:.*gate\\Z", "mlp.gate", true},
+        {"re:.*gate+?$", "mlp.gateee", true},
+        {"re:", "anything", true},
+        {"*.mlp.gate", "model.layers.3.mlp.gate", true},
+        {"*.mlp.gate", "model.layers.3.mlp.gate_proj", false},
+        {"model.layers.?.mlp.*", "model.layers.3.mlp.experts", true},
+        {"model.layers.?.mlp.*", "model.layers.13.mlp.experts", false},
+        {"model.layers.[0-4].mlp*", "model.layers.2.mlpx", true},
+        {"model.layers.[!0-4].mlp", "model.layers.5.mlp", true},
+        {"model.layers.[!0-4].mlp", "model.layers.4.mlp", false},
+        {"[]x]", "]", true},
+        {"[abc", "[abc", true},
+        {"lm_head", "lm_head.weight", true},   // a plain module name covers what is inside it
+        {"lm_head", "lm_head2", false},
+    };
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++)
+        CHECK(excludes(k_cases[i].pattern, k_cases[i].module) == k_cases[i].want, "'%s' on '%s': want %s",
+              k_cases[i].pattern, k_cases[i].module, k_cases[i].want ? "a match" : "no match");
+}
+
+/* Patterns made to blow up a regex engine: refused at once or matched in linear time. */
+static void hostile_patterns(void) {
+    static const struct {
+        const char *pattern, *needle;   /* needle: in the FORMAT message; NULL: must load */
+    } k_cases[] = {
+        {"re:a+++++++++++++++++++++++++++++++", "a repetition of a repetition"},
+        {"re:(((a{256}){256}){256})", "too complex"},
+        {"re:(?=model)", "look-around"},
+        {"re:model\\b", "does not read"},
+        {"re:(a)\\1", "does not read"},
+        {"re:(a", "an unterminated ("},
+        {"re:a)", "an unmatched )"},
+        {"re:[a", "an unterminated ["},
+        {"re:*a", "nothing to repeat"},
+        {"re:(a*)*$", NULL},
+        {"re:(a|a|aa)*b", NULL},
+        {"*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", NULL},
+    };
+    // A long name that almost matches: what makes a backtracking matcher take forever.
+    char name[1002];
+    memset(name, 'a', 1000);
+    strcpy(name + 1000, "c");
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
+        nvfp4moe_model_info *info = NULL;
+        nvfp4moe_status s = parse_with_pattern(k_cases[i].pattern, &info);
+        if (k_cases[i].needle) {
+            CHECK(s == NVFP4MOE_ERR_FORMAT && strstr(nvfp4moe_last_error(), k_cases[i].needle) &&
+                      strstr(nvfp4moe_last_error(), "m/config.json") && !info,
+                  "'%s': %s: %s", k_cases[i].pattern, nvfp4moe_status_str(s), nvfp4moe_last_error());
+        } else {
+            CHECK(s == NVFP4MOE_OK, "'%s': %s", k_cases[i].pattern, nvfp4moe_last_error());
+            CHECK(info && !nvfp4moe_model_info_is_excluded(info, name), "'%s' matched", k_cases[i].pattern);
+        }
+        nvfp4moe_model_info_free(info);
+    }
+    char pat[1100];
+    memset(pat, 'a', sizeof pat - 1);
+    pat[sizeof pat - 1] = '\0';
+    memcpy(pat, "re:", 3);
+    nvfp4moe_model_info *info = NULL;
+    CHECK_ERR(parse_with_pattern(pat, &info), NVFP4MOE_ERR_FORMAT, "more than 1024");
+}
+
+static void test_hostile_patterns(void) {
+    T_CASE("regular expressions made to exhaust memory or time");
+    bounded("hostile exclusion patterns", hostile_patterns, 60, 1024);
+}
+
 // ---- checkpoints ----
 
 /* Expert biases are all there or all absent: one bias alone is named, in the full load and in
@@ -110,6 +275,8 @@ int main(void) {
     test_dense_config();
     test_partial_biases();
     test_huge_sizes();
+    test_pattern_semantics();
+    test_hostile_patterns();
     fixtures_end();
     return t_finish("test_hostile");
 }
