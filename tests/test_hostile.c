@@ -270,6 +270,37 @@ static void test_partial_biases(void) {
     }
 }
 
+// ---- the command line ----
+
+/* Values that must be refused before anything uses them, and error paths that must free what the
+ * command had loaded (under tests/asan.sh a leak turns the exit status into LeakSanitizer's). */
+static void test_cli_errors(void) {
+    if (!getenv("NVFP4MOE_CLI")) return;
+    T_CASE("run --hidden-size 0 with an input file");
+    const char *d = dir_in("cli_errors");
+    char x[700];
+    snprintf(x, sizeof x, "%s/x.bin", d);
+    FILE *f = fopen(x, "wb");
+    static float zeros[256];
+    if (f) fwrite(zeros, sizeof zeros, 1, f), fclose(f);
+    int rc = cli("run --hidden-size 0 --input %s", x);
+    CHECK(rc == 1 && strstr(g_out, "hidden_size=0"), "rc %d: %s", rc, g_out);
+    rc = cli("run --hidden-size 24 --input %s", x);
+    CHECK(rc == 1 && strstr(g_out, "hidden_size=24"), "rc %d: %s", rc, g_out);
+
+    T_CASE("run --model: errors after the layer is loaded");
+    const char *m = dir_in("cli_errors_model");
+    quantized_model(m, NVFP4MOE_CKPT_MODELOPT);
+    rc = cli("run --model %s --device no-such-gpu", m);
+    CHECK(rc == 1 && strstr(g_out, "--device") && strstr(g_out, "no-such-gpu"), "rc %d: %s", rc, g_out);
+    rc = cli("run --model %s --top-k 9", m);
+    CHECK(rc == 1 && strstr(g_out, "top_k=9"), "rc %d: %s", rc, g_out);
+    rc = cli("run --model %s --input %s --device no-such-gpu", m, x);
+    CHECK(rc == 1 && strstr(g_out, "no-such-gpu"), "rc %d: %s", rc, g_out);
+    rc = cli("run --model %s --input %s/none.bin", m, d);
+    CHECK(rc == 1 && strstr(g_out, "none.bin"), "rc %d: %s", rc, g_out);
+}
+
 int main(void) {
     fixtures_begin("nvfp4moe-hostile");
     test_dense_config();
@@ -277,6 +308,7 @@ int main(void) {
     test_huge_sizes();
     test_pattern_semantics();
     test_hostile_patterns();
+    test_cli_errors();
     fixtures_end();
     return t_finish("test_hostile");
 }
