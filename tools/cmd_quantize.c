@@ -133,19 +133,8 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
         goto out;
     }
     snprintf(path, sizeof path, "%s/config.json", in);
-    FILE *cf = fopen(path, "rb");
-    if (cf) {
-        fseek(cf, 0, SEEK_END);
-        long n = ftell(cf);
-        fseek(cf, 0, SEEK_SET);
-        base = n >= 0 ? malloc((size_t)n + 1) : NULL;
-        if (base) base[fread(base, 1, (size_t)n, cf)] = '\0';
-        fclose(cf);
-    }
-    if (!base) {
-        fprintf(stderr, "nvfp4moe quantize: cannot read %s\n", path);
-        goto out;
-    }
+    size_t base_len;
+    if (cli_read_file("quantize", "--in", path, (size_t)64 << 20, &base, &base_len) != 0) goto out;
     if (make_dir(out) || nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK) goto out;
     nvfp4moe_config qcfg = info->cfg;
     // The router keeps the source's module name (gpt-oss: mlp.router); the quantization config's

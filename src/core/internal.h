@@ -58,6 +58,20 @@ double nvfp4moe_rand_uniform(uint64_t *state);
 /* Standard normal (Box-Muller). */
 double nvfp4moe_rand_normal(uint64_t *state);
 
+// ---- files (src/core/files.c) ----
+
+/* Opens path read-only if it is a regular file, without blocking on anything else (a FIFO would
+ * wait for a writer forever): IO "not a regular file" for FIFOs, devices, sockets and directories,
+ * NOT_FOUND when it does not exist. *size: its size now. */
+nvfp4moe_status nvfp4moe_open_regular(const char *path, int *fd, uint64_t *size);
+
+/* Reads a whole (small) regular file: config.json and friends. *out is NUL-terminated, caller
+ * frees. Files over max_bytes are a FORMAT error. */
+nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char **out);
+
+/* Writes text to path through path.tmp + rename. */
+nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text);
+
 // ---- weights (src/core/weights.c) ----
 
 /* Pieces of nvfp4moe_weights_validate for backends that check device-resident weights: the NaN

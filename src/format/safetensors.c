@@ -262,10 +262,9 @@ static nvfp4moe_status parse_header(nvfp4moe_st_file *f, const char *hdr, size_t
 
 nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
     NVFP4MOE_RETURN_IF(!path || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_open: NULL argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return nvfp4moe_set_error(errno == ENOENT ? NVFP4MOE_ERR_NOT_FOUND : NVFP4MOE_ERR_IO,
-                                  "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t size;
+    NVFP4MOE_TRY(nvfp4moe_open_regular(path, &fd, &size));
     nvfp4moe_st_file *f = calloc(1, sizeof *f);
     char *p = strdup(path);
     if (!f || !p) {
@@ -276,16 +275,6 @@ nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
     }
     f->path = p;
     nvfp4moe_status s = NVFP4MOE_OK;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: not a regular file", path);
-        goto fail;
-    }
-    uint64_t size = (uint64_t)st.st_size;
     if (size < 8) {
         s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
                                "%s: file is %llu bytes, too short for the 8-byte header length "
@@ -362,6 +351,9 @@ const char *nvfp4moe_st_file_metadata(const nvfp4moe_st_file *f, const char *key
 
 // ---- models: one or more files ----
 
+/* model.safetensors.index.json: a 100k-tensor model's is about 10 MB. */
+#define MAX_INDEX_BYTES (256u << 20)
+
 struct nvfp4moe_st_model {
     nvfp4moe_st_file **files;
     size_t nfiles;
@@ -413,8 +405,11 @@ static bool safe_shard_name(const char *s) {
 
 static nvfp4moe_status open_index(nvfp4moe_st_model *m, const char *dir, const char *index_path,
                                   json_t **index_out) {
+    char *text = NULL;
+    NVFP4MOE_TRY(nvfp4moe_read_text_file(index_path, MAX_INDEX_BYTES, &text));
     json_error_t err;
-    json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &err);
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    free(text);
     NVFP4MOE_RETURN_IF(!root, NVFP4MOE_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", index_path,
                        err.text, err.line);
     *index_out = root;
