@@ -529,12 +529,23 @@ typedef struct nvfp4moe_st_tensor {
     int64_t  numel;                           /* product of shape (1 for a scalar) */
     uint64_t offset;                          /* from the start of the data section */
     uint64_t nbytes;                          /* == numel * bits / 8, checked */
-    const void *data;                         /* may be unaligned: copy with memcpy */
+    const void *data;                         /* into the read-only mapping; may be unaligned:
+                                                 copy with memcpy. Touching it after another
+                                                 process truncated the file raises SIGBUS, which
+                                                 nvfp4moe_st_tensor_read reports as an error */
+    const void *file_;                        /* private: the open file it is read from */
 } nvfp4moe_st_tensor;
 
 typedef struct nvfp4moe_st_file nvfp4moe_st_file;
 
-/* Maps path and validates the whole header: 8-byte little-endian length (<= file size - 8 and <=
+/* Copies bytes [offset, offset + n) of t's data into dst, read from the file with pread rather
+ * than through the mapping, so a file that shrank since it was opened is an IO error naming the
+ * file and the tensor, never a signal. Every loader of the library reads this way.
+ * INVALID_ARGUMENT when the range is not inside the tensor. Thread-safe. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_tensor_read(const nvfp4moe_st_tensor *t, uint64_t offset, uint64_t n,
+                                                     void *dst);
+
+/* Opens path (a regular file), reads and validates the whole header, and maps the file: 8-byte little-endian length (<= file size - 8 and <=
  * NVFP4MOE_ST_MAX_HEADER), UTF-8 JSON object starting with '{' (duplicate keys rejected), known
  * dtypes, shapes (<= 8 dims, no overflow), shape x dtype size == data_offsets span, offsets inside
  * the data section, sorted and contiguous (no overlap, no hole, nothing left uncovered),

@@ -329,6 +329,44 @@ static void test_fifos(void) {
     bounded("readers on FIFOs", fifo_readers, 60, 4096);
 }
 
+// ---- a file that changes while it is open ----
+
+static const char *g_trunc_dir;
+
+/* Opens the model, then cuts its file in half (another process rewriting it), then loads: every
+ * read must see the change as an I/O error naming the file, never as SIGBUS. */
+static void truncated_while_open(void) {
+    const char *d = g_trunc_dir;
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(d, &info));
+    CHECK_OK(nvfp4moe_st_model_open(d, &m));
+    struct stat st;
+    CHECK(stat(p, &st) == 0 && truncate(p, st.st_size / 2) == 0, "truncate %s", p);
+    for (int check_only = 0; check_only < 2 && info && m; check_only++) {
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_ERR(nvfp4moe_ckpt_layer_load_from(info, m, 0, check_only, &l), NVFP4MOE_ERR_IO, "model.safetensors");
+        CHECK(l == NULL, "output written on failure");
+        CHECK(strstr(nvfp4moe_last_error(), "changed") != NULL, "message: %s", nvfp4moe_last_error());
+    }
+    const nvfp4moe_st_file *file = m ? nvfp4moe_st_model_file(m, 0) : NULL;   // its last tensor in data order
+    const nvfp4moe_st_tensor *t = file ? nvfp4moe_st_file_tensor(file, nvfp4moe_st_file_count(file) - 1) : NULL;
+    uint8_t byte;
+    if (t && t->nbytes)
+        CHECK_ERR(nvfp4moe_st_tensor_read(t, t->nbytes - 1, 1, &byte), NVFP4MOE_ERR_IO, t->name);
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+}
+
+static void test_truncated_while_open(void) {
+    T_CASE("a checkpoint truncated while it is open");
+    g_trunc_dir = dir_in("truncated_while_open");
+    quantized_model(g_trunc_dir, NVFP4MOE_CKPT_MODELOPT);
+    bounded("loading a file truncated after it was opened", truncated_while_open, 60, 4096);
+}
+
 // ---- the command line ----
 
 /* Values that must be refused before anything uses them, and error paths that must free what the
@@ -369,6 +407,7 @@ int main(void) {
     test_hostile_patterns();
     test_cli_errors();
     test_fifos();
+    test_truncated_while_open();
     fixtures_end();
     return t_finish("test_hostile");
 }

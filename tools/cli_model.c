@@ -122,19 +122,19 @@ int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, floa
             const nvfp4moe_dtype dt = t->dtype == NVFP4MOE_ST_F32   ? NVFP4MOE_DTYPE_F32
                                       : t->dtype == NVFP4MOE_ST_BF16 ? NVFP4MOE_DTYPE_BF16
                                                                     : NVFP4MOE_DTYPE_FP16;
-            // The mapping may be unaligned for the element type: go through an aligned copy.
+            // Read (not through the mapping, which may be unaligned and SIGBUS on a truncated file).
             void *tmp = malloc((size_t)t->nbytes + 1);
-            if (tmp) {
-                memcpy(tmp, t->data, (size_t)t->nbytes);
+            nvfp4moe_status s = tmp ? nvfp4moe_st_tensor_read(t, 0, t->nbytes, tmp) : NVFP4MOE_ERR_OUT_OF_MEMORY;
+            if (s == NVFP4MOE_OK) {
                 nvfp4moe_to_float(dt, tmp, t->numel, *x);
-                free(tmp);
                 *m = t->shape[0];
                 rc = 0;
             } else {
                 free(*x);
                 *x = NULL;
-                fprintf(stderr, "nvfp4moe %s: out of memory\n", cmd);
+                fprintf(stderr, "nvfp4moe %s: --input: %s\n", cmd, tmp ? nvfp4moe_last_error() : "out of memory");
             }
+            free(tmp);
         }
         nvfp4moe_st_close(f);
         return rc;

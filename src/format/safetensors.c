@@ -77,6 +77,8 @@ static bool tensor_bytes(int64_t numel, int bits, uint64_t *out, bool *misaligne
 
 struct nvfp4moe_st_file {
     char *path;
+    int fd;                  /* open while the file is: nvfp4moe_st_tensor_read reads through it */
+    uint64_t data_start;     /* file offset of the data section */
     const uint8_t *map;      /* the whole file, read-only */
     size_t map_size;
     const uint8_t *data;     /* start of the data section */
@@ -102,11 +104,39 @@ static int cmp_name_ptr(const void *a, const void *b) {
 void nvfp4moe_st_close(nvfp4moe_st_file *f) {
     if (!f) return;
     if (f->map && f->map_size) munmap((void *)f->map, f->map_size);
+    if (f->fd >= 0) close(f->fd);
     if (f->root) json_decref(f->root);
     free(f->tensors);
     free(f->by_name);
     free(f->path);
     free(f);
+}
+
+/* Reads n bytes at file offset off with pread. A short read means the file shrank since it was
+ * opened: an IO error (what names the part being read; NULL: the caller names it). */
+static nvfp4moe_status read_at(const nvfp4moe_st_file *f, uint64_t off, uint64_t n, void *dst, const char *what) {
+    uint64_t got = 0;
+    while (got < n) {
+        size_t chunk = n - got > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)(n - got);
+        ssize_t r = pread(f->fd, (uint8_t *)dst + got, chunk, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            return what ? nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: reading %s: %s", f->path, what, strerror(errno))
+                        : nvfp4moe_set_error(NVFP4MOE_ERR_IO, "read failed: %s", strerror(errno));
+        }
+        if (r == 0) {
+            return what ? nvfp4moe_set_error(NVFP4MOE_ERR_IO,
+                                             "%s: reading %s: the file ends at byte %llu: it changed size since "
+                                             "it was opened (truncated while in use?)",
+                                             f->path, what, (unsigned long long)(off + got))
+                        : nvfp4moe_set_error(NVFP4MOE_ERR_IO,
+                                             "the file ends at byte %llu: it changed size since it was opened "
+                                             "(truncated while in use?)",
+                                             (unsigned long long)(off + got));
+        }
+        got += (uint64_t)r;
+    }
+    return NVFP4MOE_OK;
 }
 
 /* Parses one header entry into t (name already set). Messages name the file and tensor. */
@@ -225,6 +255,7 @@ static nvfp4moe_status parse_header(nvfp4moe_st_file *f, const char *hdr, size_t
         t->file = f->path;
         NVFP4MOE_TRY(parse_entry(path, key, v, f->data_size, t));
         t->data = f->data + t->offset;
+        t->file_ = f;
         k++;
     }
     f->count = k;
@@ -274,7 +305,10 @@ nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
     f->path = p;
+    f->fd = fd;
     nvfp4moe_status s = NVFP4MOE_OK;
+    char *hdr = NULL;
+    uint8_t len8[8];
     if (size < 8) {
         s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
                                "%s: file is %llu bytes, too short for the 8-byte header length "
@@ -282,17 +316,10 @@ nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
                                path, (unsigned long long)size);
         goto fail;
     }
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        goto fail;
-    }
-    f->map = m;
-    f->map_size = (size_t)size;
-    close(fd);
-    fd = -1;
+    // The header is read, not mapped: a file that shrinks meanwhile gives a short read, not SIGBUS.
+    if ((s = read_at(f, 0, 8, len8, "the header length")) != NVFP4MOE_OK) goto fail;
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | len8[i];
     if (hlen > NVFP4MOE_ST_MAX_HEADER) {
         s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
                                "%s: header length %llu exceeds the %u-byte limit (corrupt header "
@@ -307,15 +334,43 @@ nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
                                path, (unsigned long long)hlen, (unsigned long long)size);
         goto fail;
     }
+    if (!(hdr = malloc(hlen ? (size_t)hlen : 1))) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory for a %llu-byte header", path,
+                               (unsigned long long)hlen);
+        goto fail;
+    }
+    if ((s = read_at(f, 8, hlen, hdr, "the header")) != NVFP4MOE_OK) goto fail;
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        goto fail;
+    }
+    f->map = m;
+    f->map_size = (size_t)size;
+    f->data_start = 8 + hlen;
     f->data = f->map + 8 + hlen;
     f->data_size = size - 8 - hlen;
-    s = parse_header(f, (const char *)f->map + 8, (size_t)hlen);
+    s = parse_header(f, hdr, (size_t)hlen);
     if (s != NVFP4MOE_OK) goto fail;
+    free(hdr);
     *out = f;
     return NVFP4MOE_OK;
 fail:
-    if (fd >= 0) close(fd);
+    free(hdr);
     nvfp4moe_st_close(f);
+    return s;
+}
+
+nvfp4moe_status nvfp4moe_st_tensor_read(const nvfp4moe_st_tensor *t, uint64_t offset, uint64_t n, void *dst) {
+    NVFP4MOE_RETURN_IF(!t || !t->file_ || (n && !dst), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_tensor_read: NULL argument, or a tensor not from an open file");
+    NVFP4MOE_RETURN_IF(offset > t->nbytes || n > t->nbytes - offset, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "%s: tensor '%s': bytes [%llu, %llu + %llu) are not inside its %llu bytes", t->file,
+                       t->name, (unsigned long long)offset, (unsigned long long)offset, (unsigned long long)n,
+                       (unsigned long long)t->nbytes);
+    const nvfp4moe_st_file *f = t->file_;
+    nvfp4moe_status s = read_at(f, f->data_start + t->offset + offset, n, dst, NULL);
+    if (s != NVFP4MOE_OK) nvfp4moe_error_prefix("%s: tensor '%s'", f->path, t->name);
     return s;
 }
 

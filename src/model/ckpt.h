@@ -36,7 +36,12 @@ typedef struct {
 
 
 /* Shared by the loaders (ckpt_tensors.c defines these). */
-float nvfp4moe_ckpt_tensor_float(const nvfp4moe_st_tensor *t, int64_t i);   /* one value as float */
+/* Values [first, first + n) of a float tensor (F32, F64, BF16, F16) as float, read from the file
+ * (nvfp4moe_st_tensor_read): FORMAT for another dtype, IO when the file changed. */
+nvfp4moe_status nvfp4moe_ckpt_read_floats(const nvfp4moe_st_tensor *t, int64_t first, int64_t n, float *dst);
+/* The rows of a [rows, row_bytes] tensor into dst, consecutive rows dst_stride bytes apart. */
+nvfp4moe_status nvfp4moe_ckpt_read_rows(const nvfp4moe_st_tensor *t, int64_t rows, int64_t row_bytes, uint8_t *dst,
+                                        int64_t dst_stride);
 bool nvfp4moe_ckpt_is_float_dtype(nvfp4moe_st_dtype d);
 bool nvfp4moe_ckpt_shape_is(const nvfp4moe_st_tensor *t, int32_t ndim, const int64_t *dims);
 /* The tensor base+suffix, or NOT_FOUND naming it; maybe: NULL when absent. */

@@ -13,32 +13,63 @@
 
 // ---- tensor access ----
 
-/* One value of a float tensor (F32, F64, BF16, F16) as float. */
-float nvfp4moe_ckpt_tensor_float(const nvfp4moe_st_tensor *t, int64_t i) {
-    const uint8_t *p = t->data;
-    switch (t->dtype) {
+/* One value of a float dtype (F32, F64, BF16, F16) at p, as float. */
+static float float_at(nvfp4moe_st_dtype dt, const uint8_t *p) {
+    switch (dt) {
     case NVFP4MOE_ST_F32: {
         float v;
-        memcpy(&v, p + 4 * i, 4);
+        memcpy(&v, p, 4);
         return v;
     }
     case NVFP4MOE_ST_F64: {
         double v;
-        memcpy(&v, p + 8 * i, 8);
+        memcpy(&v, p, 8);
         return (float)v;
     }
     case NVFP4MOE_ST_BF16: {
         uint16_t v;
-        memcpy(&v, p + 2 * i, 2);
+        memcpy(&v, p, 2);
         return nvfp4moe_bf16_to_float(v);
     }
-    case NVFP4MOE_ST_F16: {
+    default: {
         uint16_t v;
-        memcpy(&v, p + 2 * i, 2);
+        memcpy(&v, p, 2);
         return nvfp4moe_fp16_to_float(v);
     }
-    default: return NAN;
     }
+}
+
+nvfp4moe_status nvfp4moe_ckpt_read_floats(const nvfp4moe_st_tensor *t, int64_t first, int64_t n, float *dst) {
+    NVFP4MOE_RETURN_IF(!nvfp4moe_ckpt_is_float_dtype(t->dtype), NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': dtype %s, expected a float type", t->file, t->name,
+                       nvfp4moe_st_dtype_name(t->dtype));
+    const int64_t esz = nvfp4moe_st_dtype_bits(t->dtype) / 8;
+    uint8_t buf[4096];
+    const int64_t per = (int64_t)sizeof buf / esz;
+    for (int64_t i = 0; i < n; i += per) {
+        const int64_t k = n - i < per ? n - i : per;
+        NVFP4MOE_TRY(nvfp4moe_st_tensor_read(t, (uint64_t)((first + i) * esz), (uint64_t)(k * esz), buf));
+        for (int64_t j = 0; j < k; j++) dst[i + j] = float_at(t->dtype, buf + j * esz);
+    }
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_ckpt_read_rows(const nvfp4moe_st_tensor *t, int64_t rows, int64_t row_bytes, uint8_t *dst,
+                                        int64_t dst_stride) {
+    if (dst_stride == row_bytes) return nvfp4moe_st_tensor_read(t, 0, (uint64_t)(rows * row_bytes), dst);
+    // Scattered rows (gpt-oss's interleaved gate/up): through a bounded scratch buffer.
+    const int64_t per = row_bytes >= (1 << 20) ? 1 : (1 << 20) / row_bytes;
+    uint8_t *buf = malloc((size_t)((per < rows ? per : rows) * row_bytes));
+    NVFP4MOE_RETURN_IF(!buf, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: tensor '%s': out of memory", t->file, t->name);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    for (int64_t r = 0; r < rows && s == NVFP4MOE_OK; r += per) {
+        const int64_t k = rows - r < per ? rows - r : per;
+        s = nvfp4moe_st_tensor_read(t, (uint64_t)(r * row_bytes), (uint64_t)(k * row_bytes), buf);
+        for (int64_t j = 0; j < k && s == NVFP4MOE_OK; j++)
+            memcpy(dst + (r + j) * dst_stride, buf + j * row_bytes, (size_t)row_bytes);
+    }
+    free(buf);
+    return s;
 }
 
 bool nvfp4moe_ckpt_is_float_dtype(nvfp4moe_st_dtype d) {
@@ -97,8 +128,7 @@ nvfp4moe_status nvfp4moe_ckpt_scalar(const nvfp4moe_st_tensor *t, float *v) {
                        "%s: tensor '%s': dtype %s, expected F32", t->file, t->name,
                        nvfp4moe_st_dtype_name(t->dtype));
     if (t->numel != 1) return nvfp4moe_ckpt_bad_shape(t, "[] or [1] (one value)");
-    *v = nvfp4moe_ckpt_tensor_float(t, 0);
-    return NVFP4MOE_OK;
+    return nvfp4moe_ckpt_read_floats(t, 0, 1, v);
 }
 
 /* A global scale must be finite and positive to mean anything; reciprocal for compressed-tensors. */
@@ -178,7 +208,7 @@ nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out)
             c->router_t = r;
             nvfp4moe_strlcpy(out->router_name, rname, sizeof out->router_name);
             if (!c->check_only) {
-                for (int64_t i = 0; i < E * H; i++) c->st->router[i] = nvfp4moe_ckpt_tensor_float(r, i);
+                NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(r, 0, E * H, c->st->router));
                 out->router = c->st->router;
             }
         }
@@ -200,7 +230,7 @@ nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out)
         out->has_router_bias = true;
         c->router_bias_t = rb;
         if (!c->check_only) {
-            for (int64_t i = 0; i < E; i++) c->st->router_bias[i] = nvfp4moe_ckpt_tensor_float(rb, i);
+            NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(rb, 0, E, c->st->router_bias));
             out->router_bias = c->st->router_bias;
         }
     }
@@ -225,8 +255,7 @@ nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out)
         char want[32];
         snprintf(want, sizeof want, "[%lld]", (long long)E);
         if (!nvfp4moe_ckpt_is_float_dtype(b->dtype) || !nvfp4moe_ckpt_shape_is(b, 1, dims)) return nvfp4moe_ckpt_bad_shape(b, want);
-        if (!c->check_only)
-            for (int64_t i = 0; i < E; i++) c->st->correction_bias[i] = nvfp4moe_ckpt_tensor_float(b, i);
+        if (!c->check_only) NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(b, 0, E, c->st->correction_bias));
     }
     return NVFP4MOE_OK;
 }

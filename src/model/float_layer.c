@@ -115,14 +115,18 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
     return NVFP4MOE_OK;
 }
 
-/* A float matrix [rows, cols] from a float tensor, optionally transposed ([cols, rows] stored). */
+/* A float matrix [rows, cols] from a float tensor at element offset_elems, optionally transposed
+ * ([cols, rows] stored). */
 static nvfp4moe_status float_matrix(const nvfp4moe_st_tensor *t, int64_t rows, int64_t cols,
                                     int64_t offset_elems, bool transposed, float *dst) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t k = 0; k < cols; k++)
-            dst[r * cols + k] = nvfp4moe_ckpt_tensor_float(t, offset_elems + (transposed ? k * rows + r
-                                                                           : r * cols + k));
-    return NVFP4MOE_OK;
+    if (!transposed) return nvfp4moe_ckpt_read_floats(t, offset_elems, rows * cols, dst);
+    float *tmp = malloc(sizeof(float) * (size_t)(rows * cols));
+    NVFP4MOE_RETURN_IF(!tmp, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: tensor '%s': out of memory", t->file, t->name);
+    nvfp4moe_status s = nvfp4moe_ckpt_read_floats(t, offset_elems, rows * cols, tmp);
+    for (int64_t r = 0; r < rows && s == NVFP4MOE_OK; r++)
+        for (int64_t k = 0; k < cols; k++) dst[r * cols + k] = tmp[k * rows + r];
+    free(tmp);
+    return s;
 }
 
 /* A float bias tensor base+suffix of shape [rows] (ndim 1, n = 1) or [n, rows] into dst. */
@@ -143,8 +147,7 @@ static nvfp4moe_status float_bias(const load_ctx *c, const char *suffix, int32_t
         snprintf(want, sizeof want, "[%lld, %lld]", (long long)n, (long long)rows);
         return nvfp4moe_ckpt_bad_shape(t, want);
     }
-    for (int64_t i = 0; i < n * rows; i++) dst[i] = nvfp4moe_ckpt_tensor_float(t, i);
-    return NVFP4MOE_OK;
+    return nvfp4moe_ckpt_read_floats(t, 0, n * rows, dst);
 }
 
 nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
@@ -200,8 +203,8 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
             s = nvfp4moe_ckpt_bad_shape(dn, want);
         }
         for (int64_t e = 0; s == NVFP4MOE_OK && e < E; e++) {
-            float_matrix(gu, N1, H, e * H * N1, true, l->w13 + e * N1 * H);
-            float_matrix(dn, H, I, e * I * H, true, l->w2 + e * H * I);
+            s = float_matrix(gu, N1, H, e * H * N1, true, l->w13 + e * N1 * H);
+            if (s == NVFP4MOE_OK) s = float_matrix(dn, H, I, e * I * H, true, l->w2 + e * H * I);
         }
         // gate_up_proj_bias follows gate_up_proj's last dimension: w13's rows (gpt-oss interleaved).
         if (s == NVFP4MOE_OK && cfg->has_bias)
@@ -228,14 +231,14 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
                     break;
                 }
                 if (p == 2) {
-                    float_matrix(t, H, I, 0, false, l->w2 + (int64_t)e * H * I);
+                    s = float_matrix(t, H, I, 0, false, l->w2 + (int64_t)e * H * I);
                 } else {
-                    float_matrix(t, I, H, 0, false, rowbuf);
-                    for (int64_t r = 0; r < I; r++)
+                    s = float_matrix(t, I, H, 0, false, rowbuf);
+                    for (int64_t r = 0; r < I && s == NVFP4MOE_OK; r++)
                         memcpy(l->w13 + ((int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)) * H, rowbuf + r * H,
                                sizeof(float) * (size_t)H);
                 }
-                if (!cfg->has_bias) continue;
+                if (s != NVFP4MOE_OK || !cfg->has_bias) continue;
                 snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
                 if (p == 2) {
                     s = float_bias(&c, suf, 1, 1, H, l->w2_bias + (int64_t)e * H);
@@ -248,14 +251,12 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
         }
         free(rowbuf);
     }
-    if (s == NVFP4MOE_OK && router)
-        for (int64_t i = 0; i < E * H; i++) l->router[i] = nvfp4moe_ckpt_tensor_float(router, i);
-    if (s == NVFP4MOE_OK && router_bias)
-        for (int64_t i = 0; i < E; i++) l->router_bias[i] = nvfp4moe_ckpt_tensor_float(router_bias, i);
+    if (s == NVFP4MOE_OK && router) s = nvfp4moe_ckpt_read_floats(router, 0, E * H, l->router);
+    if (s == NVFP4MOE_OK && router_bias) s = nvfp4moe_ckpt_read_floats(router_bias, 0, E, l->router_bias);
     if (s == NVFP4MOE_OK && l->correction_bias) {
         const nvfp4moe_st_tensor *b = nvfp4moe_ckpt_maybe(&c, "gate.e_score_correction_bias");
         if (!b) b = nvfp4moe_ckpt_maybe(&c, "e_score_correction_bias");
-        for (int64_t i = 0; i < E; i++) l->correction_bias[i] = nvfp4moe_ckpt_tensor_float(b, i);
+        s = nvfp4moe_ckpt_read_floats(b, 0, E, l->correction_bias);
     }
     if (s != NVFP4MOE_OK) {
         nvfp4moe_float_layer_free(l);
