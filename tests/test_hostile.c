@@ -329,6 +329,61 @@ static void test_fifos(void) {
     bounded("readers on FIFOs", fifo_readers, 60, 4096);
 }
 
+/* Values a run would refuse (a NaN block scale, a NaN bias) are problems for inspect's check-only
+ * load too, named with the tensor and the element, in every layout. */
+static void test_nan_values(void) {
+    T_CASE("NaN block scales and biases");
+    static const nvfp4moe_ckpt_format fmts[] = {NVFP4MOE_CKPT_MODELOPT, NVFP4MOE_CKPT_MODELOPT_FUSED,
+                                                NVFP4MOE_CKPT_COMPRESSED_TENSORS};
+    static const char *scale_names[] = {"model.layers.0.mlp.experts.2.down_proj.weight_scale",
+                                        "model.layers.0.mlp.experts.down_proj_weight_scale",
+                                        "model.layers.0.mlp.experts.2.down_proj.weight_scale"};
+    for (int i = 0; i < 3; i++) {
+        char src[64], dst[64];
+        snprintf(src, sizeof src, "nan_src_%d", i);
+        snprintf(dst, sizeof dst, "nan_scale_%d", i);
+        const char *sd = dir_in(src), *dd = dir_in(dst);
+        quantized_model(sd, fmts[i]);
+        char p[700];
+        snprintf(p, sizeof p, "%s/model.safetensors", sd);
+        nvfp4moe_st_file *f = NULL;
+        CHECK_OK(nvfp4moe_st_open(p, &f));
+        const nvfp4moe_st_tensor *t = f ? nvfp4moe_st_file_find(f, scale_names[i]) : NULL;
+        CHECK(t != NULL, "no tensor %s", scale_names[i]);
+        if (!t) {
+            nvfp4moe_st_close(f);
+            continue;
+        }
+        uint8_t *bad = malloc((size_t)t->nbytes);
+        memcpy(bad, t->data, (size_t)t->nbytes);
+        bad[t->nbytes - 3] = 0x7F;   // one NaN block scale near the end
+        edit e = {scale_names[i], 1, t->dtype, t->ndim, {t->shape[0], t->ndim > 1 ? t->shape[1] : 0,
+                                                          t->ndim > 2 ? t->shape[2] : 0}, bad};
+        rewrite(sd, dd, &e, 1);
+        nvfp4moe_st_close(f);
+        free(bad);
+        ckpt_load_fails(dd, NVFP4MOE_ERR_FORMAT, "is NaN (E4M3 code 0x7F)");
+        CHECK(strstr(nvfp4moe_last_error(), scale_names[i]) != NULL, "message: %s", nvfp4moe_last_error());
+        if (getenv("NVFP4MOE_CLI")) {
+            int rc = cli("inspect %s", dd);
+            CHECK(rc == 1 && strstr(g_out, "PROBLEM") && strstr(g_out, "NaN"), "rc %d: %s", rc, g_out);
+        }
+    }
+    T_CASE("a NaN expert bias");
+    const char *bs = dir_in("nan_bias_src"), *bd = dir_in("nan_bias");
+    nvfp4moe_config cfg = small_cfg();
+    cfg.has_bias = true;
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 8);
+    if (q) save_layer(bs, NVFP4MOE_CKPT_MODELOPT, q, 0);
+    nvfp4moe_ckpt_layer_free(q);
+    float bias[64];
+    for (int i = 0; i < 64; i++) bias[i] = 0.25f;
+    bias[17] = NAN;
+    edit e = {"model.layers.0.mlp.experts.1.down_proj.bias", 1, NVFP4MOE_ST_F32, 1, {64}, bias};
+    rewrite(bs, bd, &e, 1);
+    ckpt_load_fails(bd, NVFP4MOE_ERR_FORMAT, "experts.1.down_proj.bias': element [17] is nan");
+}
+
 // ---- a file that changes while it is open ----
 
 static const char *g_trunc_dir;
@@ -407,6 +462,7 @@ int main(void) {
     test_hostile_patterns();
     test_cli_errors();
     test_fifos();
+    test_nan_values();
     test_truncated_while_open();
     fixtures_end();
     return t_finish("test_hostile");

@@ -50,6 +50,11 @@ const nvfp4moe_st_tensor *nvfp4moe_ckpt_maybe(const load_ctx *c, const char *suf
 /* FORMAT errors naming the file and tensor. */
 nvfp4moe_status nvfp4moe_ckpt_bad_shape(const nvfp4moe_st_tensor *t, const char *want);
 nvfp4moe_status nvfp4moe_ckpt_want_dtype(const nvfp4moe_st_tensor *t, nvfp4moe_st_dtype a, nvfp4moe_st_dtype b);
+/* Values a layer cannot run with, checked in every load (check-only included) so that inspect
+ * reports what a run would refuse: FORMAT naming the tensor and the element for a NaN E4M3 block
+ * scale (read from the file in chunks) or a non-finite float (a bias). */
+nvfp4moe_status nvfp4moe_ckpt_check_scales(const nvfp4moe_st_tensor *t);
+nvfp4moe_status nvfp4moe_ckpt_check_finite(const nvfp4moe_st_tensor *t);
 /* A per-tensor scale: one float value; a global scale (finite, > 0; reciprocal for
  * compressed-tensors). */
 nvfp4moe_status nvfp4moe_ckpt_scalar(const nvfp4moe_st_tensor *t, float *v);

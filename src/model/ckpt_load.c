@@ -112,6 +112,7 @@ static nvfp4moe_status proj_resolve(load_ctx *c, int32_t e, const char *proj, in
     snprintf(want, sizeof want, "[%lld, %lld] (one E4M3 scale per 16)", (long long)rows,
              (long long)cols / 16);
     if (!nvfp4moe_ckpt_shape_is(v->s, 2, ds)) return nvfp4moe_ckpt_bad_shape(v->s, want);
+    NVFP4MOE_TRY(nvfp4moe_ckpt_check_scales(v->s));
     float x;
     NVFP4MOE_TRY(nvfp4moe_ckpt_scalar(v->s2, &x));
     NVFP4MOE_TRY(nvfp4moe_ckpt_global_scale(v->s2, x, ct, &v->scale_2));
@@ -127,6 +128,7 @@ static nvfp4moe_status proj_resolve(load_ctx *c, int32_t e, const char *proj, in
         int64_t db[1] = {rows};
         snprintf(want, sizeof want, "[%lld]", (long long)rows);
         if (!nvfp4moe_ckpt_shape_is(v->bias, 1, db)) return nvfp4moe_ckpt_bad_shape(v->bias, want);
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(v->bias));
     }
     return NVFP4MOE_OK;
 }
@@ -237,6 +239,7 @@ static nvfp4moe_status fused_weight(load_ctx *c, const nvfp4moe_st_tensor *w,
                  (long long)ww[0], (long long)ww[1], (long long)ww[2]);
         return nvfp4moe_ckpt_bad_shape(w, want);
     }
+    NVFP4MOE_TRY(nvfp4moe_ckpt_check_scales(s));
     if (c->check_only) return NVFP4MOE_OK;
     if (!transposed) {
         NVFP4MOE_TRY(nvfp4moe_st_tensor_read(w, 0, w->nbytes, dst));
@@ -290,6 +293,8 @@ static nvfp4moe_status load_fused(load_ctx *c) {
         if (!nvfp4moe_ckpt_is_float_dtype(gub->dtype) || !nvfp4moe_ckpt_shape_is(gub, 2, db1)) return nvfp4moe_ckpt_bad_shape(gub, want);
         snprintf(want, sizeof want, "[%lld, %lld]", (long long)E, (long long)H);
         if (!nvfp4moe_ckpt_is_float_dtype(dnb->dtype) || !nvfp4moe_ckpt_shape_is(dnb, 2, db2)) return nvfp4moe_ckpt_bad_shape(dnb, want);
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(gub));
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(dnb));
         if (!c->check_only) {
             NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(gub, 0, E * N1, st->w13_bias));
             NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(dnb, 0, E * H, st->w2_bias));

@@ -84,6 +84,52 @@ static void shape_str(const nvfp4moe_st_tensor *t, char *buf, size_t len) {
     if (n < len) snprintf(buf + n, len - n, "]");
 }
 
+/* Flat element i of t as an index in its shape: "[2, 17, 3]". */
+static void index_str(const nvfp4moe_st_tensor *t, int64_t i, char *buf, size_t len) {
+    int64_t idx[NVFP4MOE_ST_MAX_DIMS];
+    for (int32_t d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = t->shape[d] ? i % t->shape[d] : 0;
+        i = t->shape[d] ? i / t->shape[d] : 0;
+    }
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int32_t d = 0; d < t->ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)idx[d]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+nvfp4moe_status nvfp4moe_ckpt_check_scales(const nvfp4moe_st_tensor *t) {
+    uint8_t buf[16384];
+    for (uint64_t off = 0; off < t->nbytes; off += sizeof buf) {
+        const uint64_t k = t->nbytes - off < sizeof buf ? t->nbytes - off : sizeof buf;
+        NVFP4MOE_TRY(nvfp4moe_st_tensor_read(t, off, k, buf));
+        for (uint64_t j = 0; j < k; j++) {
+            if ((buf[j] & 0x7F) != 0x7F) continue;
+            char at[160];
+            index_str(t, (int64_t)(off + j), at, sizeof at);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                                      "%s: tensor '%s': block scale %s is NaN (E4M3 code 0x%02X)", t->file,
+                                      t->name, at, buf[j]);
+        }
+    }
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_ckpt_check_finite(const nvfp4moe_st_tensor *t) {
+    float buf[1024];
+    for (int64_t i = 0; i < t->numel; i += 1024) {
+        const int64_t k = t->numel - i < 1024 ? t->numel - i : 1024;
+        NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(t, i, k, buf));
+        for (int64_t j = 0; j < k; j++) {
+            if (isfinite(buf[j])) continue;
+            char at[160];
+            index_str(t, i + j, at, sizeof at);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: tensor '%s': element %s is %g, not a finite number",
+                                      t->file, t->name, at, (double)buf[j]);
+        }
+    }
+    return NVFP4MOE_OK;
+}
+
 bool nvfp4moe_ckpt_shape_is(const nvfp4moe_st_tensor *t, int32_t ndim, const int64_t *dims) {
     if (t->ndim != ndim) return false;
     for (int32_t i = 0; i < ndim; i++)
@@ -255,6 +301,7 @@ nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out)
         char want[32];
         snprintf(want, sizeof want, "[%lld]", (long long)E);
         if (!nvfp4moe_ckpt_is_float_dtype(b->dtype) || !nvfp4moe_ckpt_shape_is(b, 1, dims)) return nvfp4moe_ckpt_bad_shape(b, want);
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(b));
         if (!c->check_only) NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(b, 0, E, c->st->correction_bias));
     }
     return NVFP4MOE_OK;
