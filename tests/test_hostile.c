@@ -282,6 +282,43 @@ static void test_partial_biases(void) {
     }
 }
 
+/* config.json sizes that would need gigabytes, beside a file that holds small experts: the
+ * quantize loader must find the wrong shapes before it allocates anything of that size (in a
+ * child limited to 1 GiB of address space, outside sanitizer builds). */
+static const char *g_big_dir;
+
+static void big_config_small_file(void) {
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(g_big_dir, &info));
+    CHECK_OK(nvfp4moe_st_model_open(g_big_dir, &m));
+    if (info && m)
+        CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &f), NVFP4MOE_ERR_FORMAT,
+                  "experts.0.gate_proj.weight': shape [32, 64], expected [4096, 4096] float");
+    CHECK(f == NULL, "output written on failure");
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+}
+
+static void test_big_config(void) {
+    T_CASE("config.json sizes far beyond the file's tensors");
+    const char *src = dir_in("big_config_src");
+    g_big_dir = dir_in("big_config");
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(&cfg, 1, &f));
+    if (f) write_float_model(src, &cfg, f);
+    nvfp4moe_float_layer_free(f);
+    const edit no_router = {"model.layers.0.mlp.gate.weight", 0, 0, 0, {0}, NULL};   // its shape is checked first
+    rewrite(src, g_big_dir, &no_router, 1);
+    // 64 experts of 4096 x 8192: 8.6 GB of float w13 alone.
+    write_text(g_big_dir, "config.json",
+               "{\"hidden_size\": 4096, \"num_hidden_layers\": 1, \"num_experts\": 64, "
+               "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 4096}");
+    bounded("quantize loader with a lying config", big_config_small_file, 60, 1024);
+}
+
 // ---- files that are not regular files ----
 
 static const char *g_fifo_dir;
@@ -461,6 +498,7 @@ int main(void) {
     test_pattern_semantics();
     test_hostile_patterns();
     test_cli_errors();
+    test_big_config();
     test_fifos();
     test_nan_values();
     test_truncated_while_open();
