@@ -594,8 +594,9 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const
                                                     const int64_t *shape, const void *data);
 NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_set_metadata(nvfp4moe_st_writer *w, const char *key,
                                                              const char *value);
-/* Writes the file (header padded with spaces to a multiple of 8) through path.tmp + rename, so
- * a failed save leaves no partial file at path. */
+/* Writes the file (header padded with spaces to a multiple of 8) through path.tmp, fsynced and
+ * renamed over path, then fsyncs the directory: path holds the old file or the complete new one,
+ * never a partial file, even across a crash. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char *path);
 
 // ---- model configs ----

@@ -7,6 +7,7 @@
  */
 #include "ckpt_fixtures.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -490,6 +491,107 @@ static void test_cli_errors(void) {
     CHECK(rc == 1 && strstr(g_out, "none.bin"), "rc %d: %s", rc, g_out);
 }
 
+// ---- quantize's output ----
+
+/* The bytes of dir/name (NULL if unreadable); *n its size. */
+static uint8_t *file_bytes(const char *dir, const char *name, size_t *n) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)size + 1);
+    *n = b ? fread(b, 1, (size_t)size, f) : 0;
+    fclose(f);
+    return b;
+}
+
+/* dir/name holds exactly the bytes of want (n of them). */
+static bool same_file(const char *dir, const char *name, const uint8_t *want, size_t n) {
+    size_t m = 0;
+    uint8_t *got = file_bytes(dir, name, &m);
+    bool same = got && want && m == n && !memcmp(got, want, n);
+    free(got);
+    return same;
+}
+
+/* How many entries of dir hold `part` in their name. */
+static int entries_named(const char *dir, const char *part) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, part) != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* quantize writes --out as one transaction: never over or inside its source, never into a
+ * non-empty directory unless --force (which replaces it whole), nothing left behind on failure. */
+static void test_quantize_output(void) {
+    if (!getenv("NVFP4MOE_CLI")) return;
+    T_CASE("quantize --out: the source, stale files, failures");
+    char q[512], src[512], stale[512], fresh[512], bad[512];   // dir_in's own buffers rotate
+    snprintf(q, sizeof q, "%s", dir_in("qout"));
+    snprintf(src, sizeof src, "%s", dir_in("qout/src"));
+    int rc = cli("quantize --random --num-experts 4 --hidden-size 64 --intermediate-size 32 --out %s", src);
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    size_t nw = 0, nc = 0;
+    uint8_t *w0 = file_bytes(src, "model.safetensors", &nw), *c0 = file_bytes(src, "config.json", &nc);
+    rc = cli("quantize --in %s --out %s", src, src);
+    CHECK(rc == 1 && strstr(g_out, "the source would be overwritten"), "rc %d: %s", rc, g_out);
+    rc = cli("quantize --in %s --out %s/./", src, src);
+    CHECK(rc == 1 && strstr(g_out, "the source would be overwritten"), "rc %d: %s", rc, g_out);
+    rc = cli("quantize --in %s --out %s/sub/dir", src, src);
+    CHECK(rc == 1 && strstr(g_out, "is inside --in"), "rc %d: %s", rc, g_out);
+    CHECK(same_file(src, "model.safetensors", w0, nw) && same_file(src, "config.json", c0, nc),
+          "the source changed");
+    CHECK(entries_named(src, "nvfp4moe") == 0 && entries_named(src, "sub") == 0, "left something in the source");
+
+    // An output directory holding an older sharded checkpoint: its index would win over the new file.
+    snprintf(stale, sizeof stale, "%s", dir_in("qout/stale"));
+    snprintf(fresh, sizeof fresh, "%s", dir_in("qout/fresh"));
+    write_text(stale, "model.safetensors.index.json", "{\"metadata\": {}, \"weight_map\": {}}");
+    write_text(stale, "model-00001-of-00002.safetensors", "old");
+    rc = cli("quantize --in %s --out %s", src, stale);
+    CHECK(rc == 1 && strstr(g_out, "is not empty") && strstr(g_out, "--force"), "rc %d: %s", rc, g_out);
+    CHECK(entries_named(stale, "index.json") == 1, "--out changed although refused");
+    rc = cli("quantize --in %s --out %s --force", src, stale);
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    rc = cli("quantize --in %s --out %s", src, fresh);   // an empty directory is fine
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    CHECK(entries_named(stale, "") == 5, "--force left other files (%d entries)", entries_named(stale, ""));
+    size_t nf = 0;
+    uint8_t *wf = file_bytes(fresh, "model.safetensors", &nf);
+    CHECK(same_file(stale, "model.safetensors", wf, nf), "replaced output differs from a fresh one");
+    free(wf);
+    nvfp4moe_ckpt_layer *l = NULL;
+    CHECK_OK(nvfp4moe_ckpt_layer_load(stale, 0, &l));
+    nvfp4moe_ckpt_layer_free(l);
+    rc = cli("quantize --in %s --out %s --force", src, q);
+    CHECK(rc == 1 && strstr(g_out, "would delete the source"), "rc %d: %s", rc, g_out);
+    rc = cli("quantize --random --out %s", stale);
+    CHECK(rc == 1 && strstr(g_out, "is not empty"), "rc %d: %s", rc, g_out);
+    rc = cli("quantize --in %s --out %s/model.safetensors --force", src, stale);
+    CHECK(rc == 1 && strstr(g_out, "is not a directory"), "rc %d: %s", rc, g_out);
+
+    // A source that fails half-way (a bias without its counterparts): no output, no temporary left.
+    snprintf(bad, sizeof bad, "%s", dir_in("qout/bad"));
+    static float bias[64];
+    const edit add = {"model.layers.0.mlp.experts.3.down_proj.bias", 2, NVFP4MOE_ST_F32, 1, {64}, bias};
+    rewrite(src, bad, &add, 1);
+    rc = cli("quantize --in %s --out %s/never", bad, q);
+    CHECK(rc == 1 && strstr(g_out, "bias"), "rc %d: %s", rc, g_out);
+    CHECK(entries_named(q, "never") == 0 && entries_named(q, "nvfp4moe") == 0, "a failed quantize left files");
+    rc = cli("quantize --in %s --out %s --force", bad, stale);
+    CHECK(rc == 1, "rc %d: %s", rc, g_out);
+    CHECK(same_file(stale, "model.safetensors", w0, 0) == false && entries_named(stale, "") == 5 &&
+              entries_named(q, "nvfp4moe") == 0,
+          "a failed --force changed --out");
+    free(w0);
+    free(c0);
+}
+
 int main(void) {
     fixtures_begin("nvfp4moe-hostile");
     test_dense_config();
@@ -498,6 +600,7 @@ int main(void) {
     test_pattern_semantics();
     test_hostile_patterns();
     test_cli_errors();
+    test_quantize_output();
     test_big_config();
     test_fifos();
     test_nan_values();

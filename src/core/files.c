@@ -83,22 +83,52 @@ nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char
     return NVFP4MOE_OK;
 }
 
+nvfp4moe_status nvfp4moe_sync_parent_dir(const char *path) {
+    char dir[4096];
+    nvfp4moe_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (!slash) nvfp4moe_strlcpy(dir, ".", sizeof dir);
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    NVFP4MOE_RETURN_IF(fd < 0, NVFP4MOE_ERR_IO, "%s: cannot open to sync: %s", dir, strerror(errno));
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    NVFP4MOE_RETURN_IF(rc != 0, NVFP4MOE_ERR_IO, "%s: fsync: %s", dir, strerror(err));
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_commit_file(FILE *f, const char *tmp, const char *path) {
+    int err = 0;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) err = errno;
+    if (fclose(f) != 0 && !err) err = errno;
+    if (!err && rename(tmp, path) != 0) err = errno;
+    if (err) {
+        remove(tmp);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot write: %s", path, strerror(err));
+    }
+    return nvfp4moe_sync_parent_dir(path);
+}
+
 nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text) {
     size_t plen = strlen(path) + 8;
     char *tmp = malloc(plen);
     NVFP4MOE_RETURN_IF(!tmp, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     snprintf(tmp, plen, "%s.tmp", path);
-    nvfp4moe_status s = NVFP4MOE_OK;
+    nvfp4moe_status s;
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     } else {
         size_t n = strlen(text);
-        bool ok = fwrite(text, 1, n, f) == n;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        if (fwrite(text, 1, n, f) != n) {
+            int err = errno;
+            fclose(f);
             remove(tmp);
+            s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot write: %s", tmp, strerror(err));
+        } else {
+            s = nvfp4moe_commit_file(f, tmp, path);
         }
     }
     free(tmp);

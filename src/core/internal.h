@@ -8,6 +8,7 @@
 #include "nvfp4moe.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 
 // ---- errors ----
 
@@ -69,8 +70,16 @@ nvfp4moe_status nvfp4moe_open_regular(const char *path, int *fd, uint64_t *size)
  * frees. Files over max_bytes are a FORMAT error. */
 nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char **out);
 
-/* Writes text to path through path.tmp + rename. */
+/* Writes text to path through path.tmp: written, fsynced, renamed over path, and the directory
+ * fsynced, so that path holds the old text or the new one even across a crash. */
 nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text);
+
+/* The end of such a write: flushes, fsyncs and closes f (open on tmp), renames tmp to path and
+ * fsyncs path's directory; removes tmp on failure. IO naming path. */
+nvfp4moe_status nvfp4moe_commit_file(FILE *f, const char *tmp, const char *path);
+
+/* fsync of the directory holding path (a rename is durable once its directory is). */
+nvfp4moe_status nvfp4moe_sync_parent_dir(const char *path);
 
 // ---- weights (src/core/weights.c) ----
 

@@ -800,18 +800,14 @@ nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char 
     bool ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
     for (size_t i = 0; i < w->n && ok; i++)
         ok = fwrite(w->t[i].data, 1, (size_t)w->t[i].nbytes, fp) == w->t[i].nbytes;
-    int err = errno;
-    if (fclose(fp) != 0 && ok) ok = false, err = errno;
     if (!ok) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
+        int err = errno;
+        fclose(fp);
         remove(tmp);
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
         goto done;
     }
-    if (rename(tmp, path) != 0) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot rename to %s: %s", tmp, path,
-                               strerror(errno));
-        remove(tmp);
-    }
+    s = nvfp4moe_commit_file(fp, tmp, path);
 done:
     free(tmp);
     free(hdr);
