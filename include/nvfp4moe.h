@@ -90,7 +90,8 @@ NVFP4MOE_API float   nvfp4moe_e4m3_decode(uint8_t code);
  *     inv = s == 0 ? 0 : 1 / (s / global_scale)
  *     q   = e2m1_encode(clamp(x * inv, -6, 6))
  * packed: [rows, cols/2], element 2j in the low nibble, 2j+1 in the high nibble.
- * scales: [rows, cols/16] E4M3 codes. global_scale must be finite and > 0. */
+ * scales: [rows, cols/16] E4M3 codes. global_scale must be finite and > 0. SHAPE when cols is not
+ * a positive multiple of 16, rows is negative, or rows x cols floats overflow 64-bit sizes. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_quantize(const float *x, int64_t rows, int64_t cols, float global_scale,
                                                uint8_t *packed, uint8_t *scales);
 
@@ -99,7 +100,8 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_dequantize(const uint8_t *packed, const ui
                                                  int64_t cols, float scale_2, float *out);
 
 /* Number of bytes of the 128x4-swizzled scale layout of a [rows, kblocks] scale matrix:
- * round_up(rows, 128) * round_up(kblocks, 4). */
+ * round_up(rows, 128) * round_up(kblocks, 4); 0 when rows or kblocks is not positive or the size
+ * does not fit a size_t (the (un)swizzle functions then return SHAPE). */
 NVFP4MOE_API size_t nvfp4moe_swizzled_scales_size(int64_t rows, int64_t kblocks);
 
 /* linear [rows, kblocks] -> swizzled (CUTLASS/FlashInfer 128x4 layout, zero padded). The byte of

@@ -491,6 +491,27 @@ static void test_cli_errors(void) {
     CHECK(rc == 1 && strstr(g_out, "none.bin"), "rc %d: %s", rc, g_out);
 }
 
+// ---- C API misuse ----
+
+/* Sizes whose products overflow 64 bits: SHAPE before a byte is touched (the buffers here are far
+ * too small for the sizes claimed: a function that believed them would write out of bounds). */
+static void test_codec_overflow(void) {
+    T_CASE("codec sizes that overflow");
+    float x[16] = {0};
+    uint8_t packed[8], scales[4], lin[4], sw[4];
+    const int64_t big = (int64_t)1 << 40;
+    CHECK(nvfp4moe_swizzled_scales_size(big, big) == 0, "2^40 x 2^40 gave %zu", nvfp4moe_swizzled_scales_size(big, big));
+    CHECK(nvfp4moe_swizzled_scales_size(INT64_MAX, 1) == 0, "INT64_MAX rows gave %zu",
+          nvfp4moe_swizzled_scales_size(INT64_MAX, 1));
+    CHECK(nvfp4moe_swizzled_scales_size(1, INT64_MAX) == 0, "INT64_MAX kblocks");
+    CHECK(nvfp4moe_swizzled_scales_size(200, 5) == 256 * 8, "200 x 5: %zu", nvfp4moe_swizzled_scales_size(200, 5));
+    CHECK_ERR(nvfp4moe_swizzle_scales(lin, big, big, sw), NVFP4MOE_ERR_SHAPE, "overflow");
+    CHECK_ERR(nvfp4moe_unswizzle_scales(sw, INT64_MAX, 3, lin), NVFP4MOE_ERR_SHAPE, "overflow");
+    CHECK_ERR(nvfp4moe_quantize(x, big, big, 1.0f, packed, scales), NVFP4MOE_ERR_SHAPE, "overflow");
+    CHECK_ERR(nvfp4moe_dequantize(packed, scales, big, big, 1.0f, x), NVFP4MOE_ERR_SHAPE, "overflow");
+    CHECK_ERR(nvfp4moe_quantize(x, INT64_MAX / 8, 16, 1.0f, packed, scales), NVFP4MOE_ERR_SHAPE, "overflow");
+}
+
 // ---- quantize's output ----
 
 /* The bytes of dir/name (NULL if unreadable); *n its size. */
@@ -599,6 +620,7 @@ int main(void) {
     test_huge_sizes();
     test_pattern_semantics();
     test_hostile_patterns();
+    test_codec_overflow();
     test_cli_errors();
     test_quantize_output();
     test_big_config();
