@@ -178,13 +178,14 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_routing_parse(const char *s, nvfp4moe_rout
 NVFP4MOE_API nvfp4moe_status nvfp4moe_scheme_parse(const char *s, nvfp4moe_scheme *out);
 
 /* Converts n values of dtype at src (bf16/fp16 as uint16_t bit patterns, or f32) to float, and
- * back (round to nearest even). */
+ * back (round to nearest even). A NULL src or dst does nothing. */
 NVFP4MOE_API void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst);
 NVFP4MOE_API void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst);
 /* Bytes of one value of dt. */
 NVFP4MOE_API size_t nvfp4moe_dtype_size(nvfp4moe_dtype dt);
 
-/* Fills dst with n standard-normal values in dtype dt, deterministic in seed (test and demo data). */
+/* Fills dst with n standard-normal values in dtype dt, deterministic in seed (test and demo data).
+ * A NULL dst does nothing. */
 NVFP4MOE_API void nvfp4moe_fill_normal(void *dst, nvfp4moe_dtype dt, int64_t n, uint64_t seed);
 
 /* True for the gated ("act_and_mul") activations: GEMM1 produces N1 = 2*I columns. */

@@ -6,6 +6,7 @@
  * UndefinedBehaviorSanitizer). Every fixture is generated at test time.
  */
 #include "ckpt_fixtures.h"
+#include "nvfp4moe_experimental.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -512,6 +513,112 @@ static void test_codec_overflow(void) {
     CHECK_ERR(nvfp4moe_quantize(x, INT64_MAX / 8, 16, 1.0f, packed, scales), NVFP4MOE_ERR_SHAPE, "overflow");
 }
 
+/* NULL where an object belongs, objects destroyed twice or given to the wrong free function, a
+ * destroyed plan run again: a status (or nothing, for the void functions), never a crash or a
+ * double free (tests/asan.sh checks the latter). */
+static void test_api_misuse(void) {
+    T_CASE("NULL arguments");
+    nvfp4moe_config_init(NULL);
+    nvfp4moe_config cfg = small_cfg();
+    char buf[64] = "x";
+    CHECK_ERR(nvfp4moe_config_validate(NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK(nvfp4moe_config_describe(NULL, buf, sizeof buf) == 0 && buf[0] == '\0', "describe(NULL)");
+    CHECK(nvfp4moe_config_n1(NULL) == 0, "n1(NULL)");
+    CHECK(!nvfp4moe_config_act_params(NULL).has_limit, "act_params(NULL)");
+    nvfp4moe_to_float(NVFP4MOE_DTYPE_BF16, NULL, 4, NULL);
+    nvfp4moe_from_float(NVFP4MOE_DTYPE_BF16, NULL, 4, NULL);
+    nvfp4moe_fill_normal(NULL, NVFP4MOE_DTYPE_F32, 4, 1);
+    CHECK_ERR(nvfp4moe_weights_validate(&cfg, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_layer_random(NULL, 1, &(nvfp4moe_layer *){NULL}), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_layer_random(&cfg, 1, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_layer_copy(&cfg, NULL, &(nvfp4moe_layer *){NULL}), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_reference_forward(&cfg, NULL, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_plan_create(&cfg, NULL, NULL, &(nvfp4moe_plan *){NULL}), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK(nvfp4moe_plan_backend(NULL)[0] == '\0' && nvfp4moe_plan_report(NULL) == NULL &&
+              nvfp4moe_plan_workspace_size(NULL, 4) == 0 && !nvfp4moe_plan_uses_device_memory(NULL),
+          "plan accessors on NULL");
+    CHECK(!strcmp(nvfp4moe_scheme_name(nvfp4moe_plan_effective_scheme(NULL)), "?"), "effective_scheme(NULL)");
+    CHECK_ERR(nvfp4moe_device_detect(NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "");
+    CHECK_ERR(nvfp4moe_device_parse(NULL, &(nvfp4moe_device){0}), NVFP4MOE_ERR_INVALID_ARGUMENT, "");
+    CHECK_ERR(nvfp4moe_dtype_parse(NULL, &(nvfp4moe_dtype){0}), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_st_open(NULL, &(nvfp4moe_st_file *){NULL}), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK(nvfp4moe_st_file_find(NULL, "x") == NULL && nvfp4moe_st_model_find(NULL, "x") == NULL &&
+              nvfp4moe_st_file_count(NULL) == 0 && nvfp4moe_st_model_count(NULL) == 0,
+          "safetensors accessors on NULL");
+    CHECK_ERR(nvfp4moe_st_tensor_read(NULL, 0, 1, buf), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_st_writer_add(NULL, "x", NVFP4MOE_ST_U8, 0, NULL, buf), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_model_info_parse(NULL, NULL, "m", &(nvfp4moe_model_info *){NULL}), NVFP4MOE_ERR_INVALID_ARGUMENT,
+              "NULL");
+    CHECK(!nvfp4moe_model_info_is_moe_layer(NULL, 0) && !nvfp4moe_model_info_is_excluded(NULL, "x") &&
+              nvfp4moe_model_info_excluded(NULL, 0) == NULL,
+          "model_info accessors on NULL");
+    CHECK_ERR(nvfp4moe_ckpt_layer_load(NULL, 0, &(nvfp4moe_ckpt_layer *){NULL}), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    CHECK_ERR(nvfp4moe_ckpt_router_logits(NULL, NULL, 1, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "");
+    CHECK_ERR(nvfp4moe_float_layer_quantize(NULL, 16, 1, &(nvfp4moe_ckpt_layer *){NULL}), NVFP4MOE_ERR_INVALID_ARGUMENT,
+              "NULL");
+    CHECK_ERR(nvfp4moe_ckpt_add_layer(NULL, NVFP4MOE_CKPT_MODELOPT, "model.layers", 0, NULL, NULL),
+              NVFP4MOE_ERR_INVALID_ARGUMENT, "");
+    CHECK_ERR(nvfp4moe_model_config_write(NULL, &cfg, 1, 0, NVFP4MOE_CKPT_MODELOPT, NULL, NULL),
+              NVFP4MOE_ERR_INVALID_ARGUMENT, "");
+    CHECK_ERR(nvfp4moe_ep_partition_of(NULL, &(nvfp4moe_ep_partition){0}), NVFP4MOE_ERR_INVALID_ARGUMENT, "");
+    // Every free function takes NULL.
+    nvfp4moe_layer_free(NULL), nvfp4moe_plan_destroy(NULL), nvfp4moe_st_close(NULL), nvfp4moe_st_model_close(NULL);
+    nvfp4moe_st_writer_free(NULL), nvfp4moe_model_info_free(NULL), nvfp4moe_ckpt_layer_free(NULL);
+    nvfp4moe_float_layer_free(NULL), nvfp4moe_ep_dispatch_free(NULL), nvfp4moe_ep_loopback_free(NULL);
+    nvfp4moe_ep_plan_destroy(NULL);
+
+    T_CASE("destroyed twice, freed by the wrong function, run after destroy");
+    cfg.num_experts = 2;
+    cfg.top_k = 1;
+    cfg.hidden_size = cfg.intermediate_size = 16;
+    nvfp4moe_layer *layer = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&cfg, 3, &layer));
+    nvfp4moe_plan *plan = NULL;
+    nvfp4moe_device cpu;
+    CHECK_OK(nvfp4moe_device_parse("cpu", &cpu));
+    nvfp4moe_plan_options po = {.device = &cpu};
+    if (layer) CHECK_OK(nvfp4moe_plan_create(&cfg, &layer->w, &po, &plan));
+    nvfp4moe_plan_destroy((nvfp4moe_plan *)(void *)layer);   // not a plan: ignored
+    nvfp4moe_layer_free((nvfp4moe_layer *)(void *)plan);     // not a layer: ignored
+    float x[16] = {1}, logits[2] = {0.5f, -0.5f}, out[16];
+    nvfp4moe_io io = {.num_tokens = 1, .hidden = x, .router_logits = logits, .output = out};
+    if (plan) CHECK_OK(nvfp4moe_plan_forward(plan, &io, NULL));
+    nvfp4moe_plan_destroy(plan);
+    nvfp4moe_plan_destroy(plan);
+    if (plan)
+        CHECK_ERR(nvfp4moe_plan_forward(plan, &io, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "not a live plan");
+    nvfp4moe_layer_free(layer);
+    nvfp4moe_layer_free(layer);
+
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 4);
+    if (q) nvfp4moe_layer_free(&q->layer);   // the embedded layer belongs to q: ignored
+    nvfp4moe_ckpt_layer_free(q);
+    nvfp4moe_ckpt_layer_free(q);
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(&cfg, 1, &f));
+    nvfp4moe_float_layer_free(f);
+    nvfp4moe_float_layer_free(f);
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    nvfp4moe_st_writer_free(w);
+    nvfp4moe_st_writer_free(w);
+    const char *d = dir_in("misuse");
+    quantized_model(d, NVFP4MOE_CKPT_MODELOPT);
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(d, &info));
+    CHECK_OK(nvfp4moe_st_model_open(d, &m));
+    nvfp4moe_st_close((nvfp4moe_st_file *)(void *)nvfp4moe_st_model_file(m, 0));   // owned by m: closed by m
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+    nvfp4moe_model_info_free(info);
+    nvfp4moe_ep_loopback *lb = NULL;
+    CHECK_OK(nvfp4moe_ep_loopback_create(2, &lb));
+    nvfp4moe_ep_loopback_free(lb);
+    nvfp4moe_ep_loopback_free(lb);
+}
+
 // ---- quantize's output ----
 
 /* The bytes of dir/name (NULL if unreadable); *n its size. */
@@ -621,6 +728,7 @@ int main(void) {
     test_pattern_semantics();
     test_hostile_patterns();
     test_codec_overflow();
+    test_api_misuse();
     test_cli_errors();
     test_quantize_output();
     test_big_config();

@@ -81,6 +81,26 @@ nvfp4moe_status nvfp4moe_commit_file(FILE *f, const char *tmp, const char *path)
 /* fsync of the directory holding path (a rename is durable once its directory is). */
 nvfp4moe_status nvfp4moe_sync_parent_dir(const char *path);
 
+// ---- handles (src/core/handles.c) ----
+
+/* The objects the library hands out and takes back through a *_free / *_destroy / *_close. */
+typedef enum nvfp4moe_handle_kind {
+    NVFP4MOE_HANDLE_LAYER = 1, NVFP4MOE_HANDLE_PLAN, NVFP4MOE_HANDLE_ST_FILE, NVFP4MOE_HANDLE_ST_MODEL,
+    NVFP4MOE_HANDLE_ST_WRITER, NVFP4MOE_HANDLE_MODEL_INFO, NVFP4MOE_HANDLE_CKPT_LAYER,
+    NVFP4MOE_HANDLE_FLOAT_LAYER, NVFP4MOE_HANDLE_EP_DISPATCH, NVFP4MOE_HANDLE_EP_LOOPBACK,
+    NVFP4MOE_HANDLE_EP_PLAN,
+} nvfp4moe_handle_kind;
+
+/* Records p as a live object of this kind: right after allocating it, so that every cleanup path,
+ * the creator's own included, goes through the public free function. OUT_OF_MEMORY when the table
+ * cannot grow (the caller then frees p itself). */
+nvfp4moe_status nvfp4moe_handle_add(const void *p, nvfp4moe_handle_kind kind);
+/* Forgets p. True when it was live and of this kind; false for NULL, a pointer freed already or
+ * never handed out, or an object of another kind: the free functions then do nothing. */
+bool nvfp4moe_handle_remove(const void *p, nvfp4moe_handle_kind kind);
+/* Whether p is a live object of this kind (functions that take an object check it). */
+bool nvfp4moe_handle_live(const void *p, nvfp4moe_handle_kind kind);
+
 // ---- weights (src/core/weights.c) ----
 
 /* Pieces of nvfp4moe_weights_validate for backends that check device-resident weights: the NaN

@@ -101,8 +101,8 @@ static int cmp_name_ptr(const void *a, const void *b) {
     return strcmp((*x)->name, (*y)->name);
 }
 
-void nvfp4moe_st_close(nvfp4moe_st_file *f) {
-    if (!f) return;
+/* Frees a file whatever owns it (the caller, or a model it belongs to). */
+static void file_release(nvfp4moe_st_file *f) {
     if (f->map && f->map_size) munmap((void *)f->map, f->map_size);
     if (f->fd >= 0) close(f->fd);
     if (f->root) json_decref(f->root);
@@ -110,6 +110,10 @@ void nvfp4moe_st_close(nvfp4moe_st_file *f) {
     free(f->by_name);
     free(f->path);
     free(f);
+}
+
+void nvfp4moe_st_close(nvfp4moe_st_file *f) {
+    if (nvfp4moe_handle_remove(f, NVFP4MOE_HANDLE_ST_FILE)) file_release(f);   // else NULL, closed, or not ours
 }
 
 /* Reads n bytes at file offset off with pread. A short read means the file shrank since it was
@@ -298,7 +302,7 @@ nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
     NVFP4MOE_TRY(nvfp4moe_open_regular(path, &fd, &size));
     nvfp4moe_st_file *f = calloc(1, sizeof *f);
     char *p = strdup(path);
-    if (!f || !p) {
+    if (!f || !p || nvfp4moe_handle_add(f, NVFP4MOE_HANDLE_ST_FILE) != NVFP4MOE_OK) {
         close(fd);
         free(f);
         free(p);
@@ -417,8 +421,8 @@ struct nvfp4moe_st_model {
 };
 
 void nvfp4moe_st_model_close(nvfp4moe_st_model *m) {
-    if (!m) return;
-    for (size_t i = 0; i < m->nfiles; i++) nvfp4moe_st_close(m->files[i]);
+    if (!nvfp4moe_handle_remove(m, NVFP4MOE_HANDLE_ST_MODEL)) return;   // NULL, closed already, or not ours
+    for (size_t i = 0; i < m->nfiles; i++) file_release(m->files[i]);
     free(m->files);
     free(m->by_name);
     free(m);
@@ -442,6 +446,7 @@ static nvfp4moe_status model_add_file(nvfp4moe_st_model *m, const char *path) {
     m->files = nf;
     nvfp4moe_st_file *f = NULL;
     NVFP4MOE_TRY(nvfp4moe_st_open(path, &f));
+    nvfp4moe_handle_remove(f, NVFP4MOE_HANDLE_ST_FILE);   // the model owns it now: st_close ignores it
     m->files[m->nfiles++] = f;
     return NVFP4MOE_OK;
 }
@@ -581,6 +586,10 @@ nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out
                        "st_model_open: NULL argument");
     nvfp4moe_st_model *m = calloc(1, sizeof *m);
     NVFP4MOE_RETURN_IF(!m, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(m, NVFP4MOE_HANDLE_ST_MODEL) != NVFP4MOE_OK) {
+        free(m);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     nvfp4moe_status s;
     json_t *index = NULL;
     char *index_path = NULL, *single = NULL;
@@ -660,12 +669,16 @@ nvfp4moe_status nvfp4moe_st_writer_create(nvfp4moe_st_writer **out) {
     NVFP4MOE_RETURN_IF(!out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_writer_create: NULL out");
     nvfp4moe_st_writer *w = calloc(1, sizeof *w);
     NVFP4MOE_RETURN_IF(!w, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(w, NVFP4MOE_HANDLE_ST_WRITER) != NVFP4MOE_OK) {
+        free(w);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     *out = w;
     return NVFP4MOE_OK;
 }
 
 void nvfp4moe_st_writer_free(nvfp4moe_st_writer *w) {
-    if (!w) return;
+    if (!nvfp4moe_handle_remove(w, NVFP4MOE_HANDLE_ST_WRITER)) return;   // NULL, freed already, or not ours
     for (size_t i = 0; i < w->n; i++) {
         free(w->t[i].name);
         free(w->t[i].data);

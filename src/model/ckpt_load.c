@@ -349,6 +349,10 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
                        info->first_moe_layer);
     nvfp4moe_ckpt_layer *l = calloc(1, sizeof *l);
     NVFP4MOE_RETURN_IF(!l, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(l, NVFP4MOE_HANDLE_CKPT_LAYER) != NVFP4MOE_OK) {
+        free(l);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     load_ctx c = {.info = info, .tensors = tensors, .layer = layer, .cfg = info->cfg,
                   .check_only = true, .warn = &l->warnings};
     nvfp4moe_strlcpy(c.where, where, sizeof c.where);

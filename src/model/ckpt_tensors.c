@@ -405,7 +405,7 @@ void nvfp4moe_ckpt_storage_free(ckpt_storage *s) {
 }
 
 void nvfp4moe_ckpt_layer_free(nvfp4moe_ckpt_layer *l) {
-    if (!l) return;
+    if (!nvfp4moe_handle_remove(l, NVFP4MOE_HANDLE_CKPT_LAYER)) return;   // NULL, freed already, or not ours
     nvfp4moe_ckpt_storage_free(l->storage_);
     free(l);
 }

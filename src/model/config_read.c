@@ -402,7 +402,7 @@ static bool pattern_covers(const nvfp4moe_pattern *p, const char *module) {
 // ---- reading ----
 
 void nvfp4moe_model_info_free(nvfp4moe_model_info *info) {
-    if (!info) return;
+    if (!nvfp4moe_handle_remove(info, NVFP4MOE_HANDLE_MODEL_INFO)) return;   // NULL, freed already, or not ours
     info_storage *s = info->storage_;
     if (s) {
         for (int32_t i = 0; i < s->n; i++) nvfp4moe_pattern_free(s->patterns[i]);
@@ -663,7 +663,7 @@ nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, const char *h
     nvfp4moe_model_info *info = calloc(1, sizeof *info);
     info_storage *s = calloc(1, sizeof *s);
     nvfp4moe_status st;
-    if (!info || !s) {
+    if (!info || !s || nvfp4moe_handle_add(info, NVFP4MOE_HANDLE_MODEL_INFO) != NVFP4MOE_OK) {
         free(info);
         free(s);
         st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");

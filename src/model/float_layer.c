@@ -20,7 +20,7 @@ typedef struct {
 } float_storage;
 
 void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l) {
-    if (!l) return;
+    if (!nvfp4moe_handle_remove(l, NVFP4MOE_HANDLE_FLOAT_LAYER)) return;   // NULL, freed already, or not ours
     float_storage *s = l->storage_;
     if (s) {
         free(s->w13);
@@ -45,21 +45,22 @@ static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router, bool
                        (long long)E, (long long)H, (long long)I);
     nvfp4moe_float_layer *l = calloc(1, sizeof *l);
     float_storage *s = calloc(1, sizeof *s);
-    bool ok = l && s;
-    if (ok) {
-        l->storage_ = s;
-        l->cfg = *cfg;
-        ok = (s->w13 = malloc(n13 * sizeof(float))) && (s->w2 = malloc(n2 * sizeof(float)));
-        if (ok && router) ok = (s->router = malloc((size_t)(E * H) * sizeof(float)));
-        if (ok && cfg->has_correction_bias) ok = (s->bias = calloc((size_t)E, sizeof(float)));
-        if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
-        if (ok && cfg->has_bias)
-            ok = (s->w13_bias = calloc((size_t)(E * N1), sizeof(float))) &&
-                 (s->w2_bias = calloc((size_t)(E * H), sizeof(float)));
+    if (!l || !s || nvfp4moe_handle_add(l, NVFP4MOE_HANDLE_FLOAT_LAYER) != NVFP4MOE_OK) {
+        free(l);
+        free(s);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    l->storage_ = s;
+    l->cfg = *cfg;
+    bool ok = (s->w13 = malloc(n13 * sizeof(float))) && (s->w2 = malloc(n2 * sizeof(float)));
+    if (ok && router) ok = (s->router = malloc((size_t)(E * H) * sizeof(float)));
+    if (ok && cfg->has_correction_bias) ok = (s->bias = calloc((size_t)E, sizeof(float)));
+    if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
+    if (ok && cfg->has_bias)
+        ok = (s->w13_bias = calloc((size_t)(E * N1), sizeof(float))) &&
+             (s->w2_bias = calloc((size_t)(E * H), sizeof(float)));
     if (!ok) {
-        if (l) nvfp4moe_float_layer_free(l);
-        else free(s);
+        nvfp4moe_float_layer_free(l);
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     }
     l->w13 = s->w13, l->w2 = s->w2, l->router = s->router, l->correction_bias = s->bias;
@@ -311,6 +312,10 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
     const int64_t N1 = nvfp4moe_config_n1(cfg), M = calib_tokens;
     nvfp4moe_ckpt_layer *l = calloc(1, sizeof *l);
     NVFP4MOE_RETURN_IF(!l, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(l, NVFP4MOE_HANDLE_CKPT_LAYER) != NVFP4MOE_OK) {
+        free(l);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     // Input scales are always computed; a W4A16 config simply has nowhere to keep them.
     const nvfp4moe_config qcfg = *cfg;
     ckpt_storage *st = NULL;
