@@ -328,12 +328,19 @@ typedef struct nvfp4moe_io {
 
 /* Routing on the CPU, exactly as the reference does it. logits [M, E] float, correction_bias [E]
  * (NULL unless cfg.has_correction_bias). Writes topk_ids [M, top_k] (ordered by descending
- * selection score, ties to the lower expert index) and topk_weights [M, top_k]. */
+ * selection score, ties to the lower expert index) and topk_weights [M, top_k]. A token whose
+ * logits hold a NaN or an infinity gets NaN weights (and the ids 0..top_k-1). */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, int64_t num_tokens,
                                             const float *correction_bias, int32_t *topk_ids, float *topk_weights);
 
 /* The float64 CPU reference of the whole layer (the spec every backend is tested against).
- * Host pointers; io->workspace is not used. */
+ * Host pointers; io->workspace is not used.
+ *
+ * Non-finite inputs: a token whose hidden state, or router logits (unless routing is "simulated",
+ * which does not read them, or topk_ids are given), hold a NaN or an infinity gets an all-NaN output
+ * row, and the call still returns OK; every other row is exactly what it would be without that
+ * token. The host backends (CPU_REFERENCE, CPU_FAST) and host expert parallelism follow this rule.
+ * Precomputed topk_weights must be finite (INVALID_ARGUMENT otherwise). */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                                         const nvfp4moe_io *io);
 

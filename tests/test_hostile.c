@@ -619,6 +619,81 @@ static void test_api_misuse(void) {
     nvfp4moe_ep_loopback_free(lb);
 }
 
+// ---- non-finite inputs ----
+
+/* A token with a NaN or an infinity in its hidden state or its router logits gets an all-NaN row
+ * and leaves every other row bit-identical, on both host backends, for several schemes, with a
+ * clamping activation (a clamp can turn NaN into a number) and with the router weight on the
+ * input. The NaN logit sits at the last expert: the one place a comparison-based top-k used to
+ * skip it, leaving the row finite. */
+static void test_nonfinite_inputs(void) {
+    T_CASE("NaN and Inf in router logits and hidden states");
+    static const struct {
+        nvfp4moe_scheme scheme;
+        bool limit, llama4;
+    } k_cases[] = {{NVFP4MOE_SCHEME_W4A4, false, false},
+                   {NVFP4MOE_SCHEME_W4A16, true, false},
+                   {NVFP4MOE_SCHEME_W4A4_PER_TOKEN, true, false},
+                   {NVFP4MOE_SCHEME_W4A4, false, true}};
+    const char *backends[] = {"cpu_reference", "cpu_fast"};
+    nvfp4moe_device cpu;
+    CHECK_OK(nvfp4moe_device_parse("cpu", &cpu));
+    for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++) {
+        nvfp4moe_config cfg = small_cfg();
+        cfg.scheme = k_cases[c].scheme;
+        if (k_cases[c].limit) cfg.has_swiglu_limit = true, cfg.swiglu_limit = 0.5f;
+        if (k_cases[c].llama4) {
+            cfg.routing = NVFP4MOE_ROUTING_LLAMA4;
+            cfg.top_k = 1;
+            cfg.apply_router_weight_on_input = true;
+        }
+        nvfp4moe_layer *layer = NULL;
+        CHECK_OK(nvfp4moe_layer_random(&cfg, 11 + c, &layer));
+        if (!layer) continue;
+        enum { M = 6 };
+        const int64_t H = cfg.hidden_size, E = cfg.num_experts;
+        float x[M * 64], logits[M * 4], want[M * 64], got[M * 64];
+        for (int64_t i = 0; i < M * H; i++) x[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+        for (int64_t i = 0; i < M * E; i++) logits[i] = (float)((i * 13 % 17) - 8) / 4.0f;
+        for (int b = 0; b < 2; b++) {
+            nvfp4moe_plan *plan = NULL;
+            nvfp4moe_plan_options po = {.backend = backends[b], .device = &cpu};
+            CHECK_OK(nvfp4moe_plan_create(&cfg, &layer->w, &po, &plan));
+            if (!plan) continue;
+            nvfp4moe_io io = {.num_tokens = M, .hidden = x, .router_logits = logits, .output = want};
+            CHECK_OK(nvfp4moe_plan_forward(plan, &io, NULL));
+            float bx[M * 64], bl[M * 4];
+            memcpy(bx, x, sizeof bx);
+            memcpy(bl, logits, sizeof bl);
+            bl[1 * E + E - 1] = NAN;      // token 1: a NaN logit at the last expert
+            bx[3 * H + 5] = INFINITY;     // token 3: an infinite hidden value
+            bl[4 * E + 0] = -INFINITY;    // token 4: an infinite logit
+            bx[5 * H + H - 1] = NAN;      // token 5: a NaN hidden value
+            io.hidden = bx;
+            io.router_logits = bl;
+            io.output = got;
+            CHECK_OK(nvfp4moe_plan_forward(plan, &io, NULL));
+            for (int64_t t = 0; t < M; t++) {
+                const bool bad = t == 1 || t >= 3;
+                int nan = 0, same = 0;
+                for (int64_t n = 0; n < H; n++) {
+                    nan += isnan(got[t * H + n]);
+                    same += !memcmp(&got[t * H + n], &want[t * H + n], sizeof(float));
+                }
+                CHECK(bad ? nan == H : same == H, "%s, scheme %s%s%s, token %lld: %d of %lld NaN, %d unchanged",
+                      backends[b], nvfp4moe_scheme_name(cfg.scheme), k_cases[c].limit ? ", clamped" : "",
+                      k_cases[c].llama4 ? ", weight on input" : "", (long long)t, nan, (long long)H, same);
+            }
+            nvfp4moe_plan_destroy(plan);
+        }
+        int32_t ids[4];
+        float wts[4], nl[4] = {1, NAN, 0, 0};
+        CHECK_OK(nvfp4moe_route(&cfg, nl, 1, NULL, ids, wts));
+        CHECK(isnan(wts[0]) && ids[0] == 0, "route: weight %g id %d", (double)wts[0], ids[0]);
+        nvfp4moe_layer_free(layer);
+    }
+}
+
 // ---- quantize's output ----
 
 /* The bytes of dir/name (NULL if unreadable); *n its size. */
@@ -729,6 +804,7 @@ int main(void) {
     test_hostile_patterns();
     test_codec_overflow();
     test_api_misuse();
+    test_nonfinite_inputs();
     test_cli_errors();
     test_quantize_output();
     test_big_config();
