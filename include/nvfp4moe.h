@@ -16,7 +16,21 @@
  *  - bf16 and fp16 values travel as uint16_t bit patterns.
  *  - The library never allocates memory that the caller must free, except through the matching
  *    *_free / *_destroy function named at the allocating call.
- *  - Nothing in the library exits or aborts on user input.
+ *  - Nothing in the library exits or aborts on user input. Every *_free / *_destroy / *_close
+ *    function accepts NULL and ignores a pointer that is not a live object of its type (one freed
+ *    already, or never returned by the library).
+ *
+ * Threads. The library's only shared state is the set of live objects (behind a mutex) and the
+ * last error, which is per thread. So:
+ *  - any function may run on many threads at once as long as they work on different objects;
+ *  - an object that functions only read (a config, weights, a layer's tensors, a model_info, an
+ *    st_file or st_model and their tensors, a ckpt_layer, a float_layer, a report) may be shared by
+ *    any number of threads at once: the readers use pread, not a shared file position;
+ *  - an object that a function changes (a plan in nvfp4moe_plan_forward, a writer being added to)
+ *    must be used by one thread at a time: to run a layer on several threads at once, give each
+ *    thread its own plan (plans made from the same weights share nothing; each keeps its own copy);
+ *  - nothing may be freed while another thread still uses it.
+ * CPU_FAST runs its own worker threads inside a forward; they end before the forward returns.
  */
 #ifndef NVFP4MOE_H
 #define NVFP4MOE_H

@@ -1399,7 +1399,7 @@ static void test_expert_biases(void) {
 }
 
 /* Random damage to a checkpoint file: loading must succeed or fail with FORMAT / NOT_FOUND, never
- * crash or read out of bounds (tests/asan.sh). */
+ * crash or read out of bounds (tests/sanitize.sh). */
 static void test_checkpoint_mutations(void) {
     T_CASE("random mutations of a checkpoint");
     nvfp4moe_config cfg = small_cfg();

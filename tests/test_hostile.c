@@ -2,13 +2,14 @@
  * test_hostile.c - hostile and careless input: model directories, config.json texts, files and
  * command lines made to break the readers. Each case must end in a status and a message naming the
  * file, the field or tensor and the value; nothing written to outputs, no crash, no hang, nothing
- * read out of bounds or leaked (tests/asan.sh runs this program under AddressSanitizer and
+ * read out of bounds or leaked (tests/sanitize.sh runs this program under AddressSanitizer and
  * UndefinedBehaviorSanitizer). Every fixture is generated at test time.
  */
 #include "ckpt_fixtures.h"
 #include "nvfp4moe_experimental.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <jansson.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -464,7 +465,7 @@ static void test_truncated_while_open(void) {
 // ---- the command line ----
 
 /* Values that must be refused before anything uses them, and error paths that must free what the
- * command had loaded (under tests/asan.sh a leak turns the exit status into LeakSanitizer's). */
+ * command had loaded (under tests/sanitize.sh a leak turns the exit status into LeakSanitizer's). */
 static void test_cli_errors(void) {
     if (!getenv("NVFP4MOE_CLI")) return;
     T_CASE("run --hidden-size 0 with an input file");
@@ -515,7 +516,7 @@ static void test_codec_overflow(void) {
 
 /* NULL where an object belongs, objects destroyed twice or given to the wrong free function, a
  * destroyed plan run again: a status (or nothing, for the void functions), never a crash or a
- * double free (tests/asan.sh checks the latter). */
+ * double free (tests/sanitize.sh checks the latter). */
 static void test_api_misuse(void) {
     T_CASE("NULL arguments");
     nvfp4moe_config_init(NULL);
@@ -694,6 +695,88 @@ static void test_nonfinite_inputs(void) {
     }
 }
 
+// ---- threads ----
+
+/* The thread-safety contract of the header: objects only read (a layer's weights, a model's info
+ * and tensors) shared by every thread, one plan per thread, errors per thread. Each thread checks
+ * its own results against the single-threaded ones; tests/sanitize.sh thread runs this under ThreadSanitizer. */
+typedef struct {
+    const nvfp4moe_config *cfg;
+    const nvfp4moe_layer *layer;
+    const nvfp4moe_model_info *info;
+    const nvfp4moe_st_model *model;
+    const float *x, *logits, *want;
+    int index;
+    int bad;          /* failures seen by this thread (CHECK is not thread-safe) */
+} thread_job;
+
+static void *thread_main(void *arg) {
+    thread_job *j = arg;
+    nvfp4moe_device cpu;
+    nvfp4moe_device_parse("cpu", &cpu);
+    nvfp4moe_plan_options po = {.backend = j->index % 2 ? "cpu_fast" : "cpu_reference", .device = &cpu};
+    float out[4 * 64];
+    for (int rep = 0; rep < 3; rep++) {
+        nvfp4moe_plan *plan = NULL;
+        j->bad += nvfp4moe_plan_create(j->cfg, &j->layer->w, &po, &plan) != NVFP4MOE_OK;
+        nvfp4moe_io io = {.num_tokens = 4, .hidden = j->x, .router_logits = j->logits, .output = out};
+        j->bad += !plan || nvfp4moe_plan_forward(plan, &io, NULL) != NVFP4MOE_OK ||
+                  memcmp(out, j->want, sizeof out) != 0;
+        nvfp4moe_plan_destroy(plan);
+        nvfp4moe_ckpt_layer *l = NULL;
+        j->bad += nvfp4moe_ckpt_layer_load_from(j->info, j->model, 0, rep == 1, &l) != NVFP4MOE_OK;
+        nvfp4moe_ckpt_layer_free(l);
+        j->bad += nvfp4moe_model_info_is_excluded(j->info, "model.layers.0.mlp.experts");
+        // This thread's own error, whatever the others do meanwhile.
+        char name[32];
+        snprintf(name, sizeof name, "no-such-device-%d", j->index);
+        nvfp4moe_device d;
+        j->bad += nvfp4moe_device_parse(name, &d) != NVFP4MOE_ERR_NOT_FOUND || !strstr(nvfp4moe_last_error(), name);
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    T_CASE("objects shared between threads, a plan per thread");
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_layer *layer = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&cfg, 21, &layer));
+    const char *d = dir_in("threads");
+    quantized_model(d, NVFP4MOE_CKPT_MODELOPT);
+    nvfp4moe_model_info *info = NULL;
+    nvfp4moe_st_model *m = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(d, &info));
+    CHECK_OK(nvfp4moe_st_model_open(d, &m));
+    if (!layer || !info || !m) return;
+    float x[4 * 64], logits[4 * 4], want[2][4 * 64];
+    for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 7 % 23) - 11) / 11.0f;
+    for (int i = 0; i < 16; i++) logits[i] = (float)(i % 5) - 2.0f;
+    nvfp4moe_device cpu;
+    CHECK_OK(nvfp4moe_device_parse("cpu", &cpu));
+    for (int b = 0; b < 2; b++) {   // each backend's own answer, on one thread
+        nvfp4moe_plan_options po = {.backend = b ? "cpu_fast" : "cpu_reference", .device = &cpu};
+        nvfp4moe_plan *plan = NULL;
+        CHECK_OK(nvfp4moe_plan_create(&cfg, &layer->w, &po, &plan));
+        nvfp4moe_io io = {.num_tokens = 4, .hidden = x, .router_logits = logits, .output = want[b]};
+        if (plan) CHECK_OK(nvfp4moe_plan_forward(plan, &io, NULL));
+        nvfp4moe_plan_destroy(plan);
+    }
+    enum { T = 4 };
+    pthread_t th[T];
+    thread_job jobs[T];
+    for (int i = 0; i < T; i++) {
+        jobs[i] = (thread_job){&cfg, layer, info, m, x, logits, want[i % 2], i, 0};
+        CHECK(pthread_create(&th[i], NULL, thread_main, &jobs[i]) == 0, "pthread_create");
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(jobs[i].bad == 0, "thread %d: %d failures", i, jobs[i].bad);
+    }
+    nvfp4moe_st_model_close(m);
+    nvfp4moe_model_info_free(info);
+    nvfp4moe_layer_free(layer);
+}
+
 // ---- quantize's output ----
 
 /* The bytes of dir/name (NULL if unreadable); *n its size. */
@@ -805,6 +888,7 @@ int main(void) {
     test_codec_overflow();
     test_api_misuse();
     test_nonfinite_inputs();
+    test_threads();
     test_cli_errors();
     test_quantize_output();
     test_big_config();
