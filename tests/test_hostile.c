@@ -695,6 +695,66 @@ static void test_nonfinite_inputs(void) {
     }
 }
 
+/* The same rule through host expert parallelism: two loopback ranks, each with its own tokens, one
+ * bad token on each; their rows NaN, every other row as in a clean run. */
+typedef struct {
+    const nvfp4moe_config *cfg;
+    const nvfp4moe_layer *layer;
+    float x[2][3 * 64], logits[2][3 * 4], out[2][3 * 64];
+} ep_world;
+
+static nvfp4moe_status ep_rank(int32_t rank, const nvfp4moe_ep_transport *t, void *ctx) {
+    ep_world *w = ctx;
+    nvfp4moe_config cfg = *w->cfg;
+    cfg.parallel.ep_rank = rank;
+    nvfp4moe_device cpu;
+    nvfp4moe_device_parse("cpu", &cpu);
+    nvfp4moe_plan_options po = {.device = &cpu};
+    nvfp4moe_ep_options eo = {.plan = &po, .local_backend = "cpu_fast"};
+    nvfp4moe_ep_plan *p = NULL;
+    nvfp4moe_status st = nvfp4moe_ep_plan_create(&cfg, &w->layer->w, t, &eo, &p);
+    nvfp4moe_io io = {.num_tokens = 3, .hidden = w->x[rank], .router_logits = w->logits[rank], .output = w->out[rank]};
+    if (st == NVFP4MOE_OK) st = nvfp4moe_ep_forward(p, &io, NULL);
+    nvfp4moe_ep_plan_destroy(p);
+    return st;
+}
+
+static void test_nonfinite_ep(void) {
+    T_CASE("NaN and Inf through host expert parallelism");
+    nvfp4moe_config cfg = small_cfg();
+    cfg.parallel.ep_size = 2;
+    nvfp4moe_config one = cfg;
+    one.parallel.ep_size = 1;
+    nvfp4moe_layer *layer = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&one, 31, &layer));
+    nvfp4moe_ep_loopback *lb = NULL;
+    CHECK_OK(nvfp4moe_ep_loopback_create(2, &lb));
+    static ep_world clean, bad;
+    if (!layer || !lb) return;
+    clean.cfg = &cfg, clean.layer = layer;
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 3 * 64; i++) clean.x[r][i] = (float)(((i + 31 * r) * 29 % 61) - 30) / 30.0f;
+        for (int i = 0; i < 12; i++) clean.logits[r][i] = (float)(((i + r) * 5 % 9) - 4) / 2.0f;
+    }
+    bad = clean;
+    bad.logits[0][1 * 4 + 3] = NAN;   // rank 0, token 1
+    bad.x[1][2 * 64 + 7] = INFINITY;  // rank 1, token 2
+    CHECK_OK(nvfp4moe_ep_loopback_run(lb, ep_rank, &clean));
+    CHECK_OK(nvfp4moe_ep_loopback_run(lb, ep_rank, &bad));
+    for (int r = 0; r < 2; r++)
+        for (int t = 0; t < 3; t++) {
+            const bool poisoned = (r == 0 && t == 1) || (r == 1 && t == 2);
+            int nan = 0, same = 0;
+            for (int n = 0; n < 64; n++) {
+                nan += isnan(bad.out[r][t * 64 + n]);
+                same += !memcmp(&bad.out[r][t * 64 + n], &clean.out[r][t * 64 + n], sizeof(float));
+            }
+            CHECK(poisoned ? nan == 64 : same == 64, "rank %d token %d: %d NaN, %d unchanged", r, t, nan, same);
+        }
+    nvfp4moe_ep_loopback_free(lb);
+    nvfp4moe_layer_free(layer);
+}
+
 // ---- threads ----
 
 /* The thread-safety contract of the header: objects only read (a layer's weights, a model's info
@@ -888,6 +948,7 @@ int main(void) {
     test_codec_overflow();
     test_api_misuse();
     test_nonfinite_inputs();
+    test_nonfinite_ep();
     test_threads();
     test_cli_errors();
     test_quantize_output();

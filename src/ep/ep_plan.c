@@ -505,7 +505,6 @@ static nvfp4moe_status forward_host(nvfp4moe_ep_plan *p, const nvfp4moe_io *io, 
             rows = yf;
         }
         nvfp4moe_ep_combine(d, rows, H, c->apply_router_weight_on_input ? NULL : wts, c->out_dtype, io->output);
-        nvfp4moe_nan_rows(c, io);
     }
     S->combine_s = nvfp4moe_ep_now_s() - t2;
 
