@@ -516,11 +516,14 @@ NVFP4MOE_API void nvfp4moe_plan_destroy(nvfp4moe_plan *plan);
 
 // ---- checkpoints ----
 //
-// Reading and writing model directories: safetensors files (memory-mapped, zero copy, every rule of
-// the format enforced), multi-shard models (model.safetensors.index.json), Hugging Face config.json
-// (+ hf_quant_config.json / quantization_config), and NVFP4 MoE layers stored the ModelOpt way
-// (per-expert or fused 3-D experts) or the compressed-tensors way (nvfp4-pack-quantized).
-// Errors name the file and the tensor or field. Nothing here prints: warnings are returned.
+// Reading and writing model directories: safetensors files (every rule of the format enforced;
+// read with pread, and also mapped for zero-copy access), multi-shard models
+// (model.safetensors.index.json), Hugging Face config.json (+ hf_quant_config.json /
+// quantization_config), and NVFP4 MoE layers stored the ModelOpt way (per-expert or fused 3-D
+// experts) or the compressed-tensors way (nvfp4-pack-quantized). Errors name the file and the
+// tensor or field. Nothing here prints: warnings are returned. Only regular files are opened (a
+// FIFO, a device or a directory is an IO error, without blocking), and sizes are checked against
+// what the file holds before anything is allocated from them.
 
 /* safetensors dtypes, as the format names them ("F8_E4M3"...). */
 typedef enum nvfp4moe_st_dtype {
@@ -592,7 +595,8 @@ typedef struct nvfp4moe_st_model nvfp4moe_st_model;
 /* Opens path: a .safetensors file; or a directory with model.safetensors.index.json (every shard
  * its weight_map names; each mapped tensor must be in its shard; shard names may not leave the
  * directory); or with model.safetensors; or else every *.safetensors in it. A tensor name in two
- * shards is a FORMAT error. Close with nvfp4moe_st_model_close. */
+ * shards is a FORMAT error. Each file stays open (one descriptor per shard) until the model is
+ * closed. Close with nvfp4moe_st_model_close. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out);
 NVFP4MOE_API void nvfp4moe_st_model_close(nvfp4moe_st_model *m);   /* NULL is fine */
 NVFP4MOE_API size_t nvfp4moe_st_model_num_files(const nvfp4moe_st_model *m);
