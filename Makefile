@@ -201,12 +201,14 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(LIB_A) $(FUZZ_TOOLS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_TOOLS) $(LIB_A) $(LDLIBS)
 
+# Absolute paths: the CLI target runs each input in a scratch working directory.
+FUZZ_DIR := $(abspath $(FUZZ_BUILD))
 fuzz: fuzz-build
-	@status=0; for t in $(FUZZ_NAMES); do n=$${t#fuzz_}; mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
-	  log=$(FUZZ_BUILD)/$$t.log; \
-	  $(FUZZ_BUILD)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=2048 -max_len=65536 \
-	    -close_fd_mask=3 -print_final_stats=1 -dict=tests/fuzz/$$n.dict -artifact_prefix=$(FUZZ_BUILD)/crash-$$n- \
-	    $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n >$$log 2>&1; rc=$$?; \
+	@status=0; for t in $(FUZZ_NAMES); do n=$${t#fuzz_}; mkdir -p $(FUZZ_DIR)/corpus/$$n; \
+	  log=$(FUZZ_DIR)/$$t.log; \
+	  $(FUZZ_DIR)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=2048 -max_len=65536 \
+	    -close_fd_mask=3 -print_final_stats=1 -dict=$(CURDIR)/tests/fuzz/$$n.dict \
+	    -artifact_prefix=$(FUZZ_DIR)/crash-$$n- $(FUZZ_DIR)/corpus/$$n $(CURDIR)/tests/fuzz/corpus/$$n >$$log 2>&1; rc=$$?; \
 	  runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $$log); \
 	  cov=$$(grep -o 'cov: [0-9]*' $$log | tail -n 1); ft=$$(grep -o 'ft: [0-9]*' $$log | tail -n 1); \
 	  echo "$$t: $(FUZZ_SECONDS) s, $${runs:-?} executions, $${cov:-cov: ?}, $${ft:-ft: ?}, exit $$rc"; \
