@@ -74,6 +74,14 @@ static void quantized_model(const char *dir, nvfp4moe_ckpt_format fmt) {
     nvfp4moe_ckpt_layer_free(q);
 }
 
+/* dir's config and tensors, both checked to open. */
+static void open_model(const char *dir, nvfp4moe_model_info **info, nvfp4moe_st_model **m) {
+    *info = NULL;
+    *m = NULL;
+    CHECK_OK(nvfp4moe_model_info_read(dir, info));
+    CHECK_OK(nvfp4moe_st_model_open(dir, m));
+}
+
 static nvfp4moe_model_info *parse_config(const char *config_json) {
     nvfp4moe_model_info *info = NULL;
     CHECK_OK(nvfp4moe_model_info_parse(config_json, NULL, "m", &info));
@@ -291,11 +299,10 @@ static void test_partial_biases(void) {
 static const char *g_big_dir;
 
 static void big_config_small_file(void) {
-    nvfp4moe_model_info *info = NULL;
-    nvfp4moe_st_model *m = NULL;
+    nvfp4moe_model_info *info;
+    nvfp4moe_st_model *m;
     nvfp4moe_float_layer *f = NULL;
-    CHECK_OK(nvfp4moe_model_info_read(g_big_dir, &info));
-    CHECK_OK(nvfp4moe_st_model_open(g_big_dir, &m));
+    open_model(g_big_dir, &info, &m);
     if (info && m)
         CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &f), NVFP4MOE_ERR_FORMAT,
                   "experts.0.gate_proj.weight': shape [32, 64], expected [4096, 4096] float");
@@ -434,10 +441,9 @@ static void truncated_while_open(void) {
     const char *d = g_trunc_dir;
     char p[700];
     snprintf(p, sizeof p, "%s/model.safetensors", d);
-    nvfp4moe_model_info *info = NULL;
-    nvfp4moe_st_model *m = NULL;
-    CHECK_OK(nvfp4moe_model_info_read(d, &info));
-    CHECK_OK(nvfp4moe_st_model_open(d, &m));
+    nvfp4moe_model_info *info;
+    nvfp4moe_st_model *m;
+    open_model(d, &info, &m);
     struct stat st;
     CHECK(stat(p, &st) == 0 && truncate(p, st.st_size / 2) == 0, "truncate %s", p);
     for (int check_only = 0; check_only < 2 && info && m; check_only++) {
@@ -605,10 +611,9 @@ static void test_api_misuse(void) {
     nvfp4moe_st_writer_free(w);
     const char *d = dir_in("misuse");
     quantized_model(d, NVFP4MOE_CKPT_MODELOPT);
-    nvfp4moe_model_info *info = NULL;
-    nvfp4moe_st_model *m = NULL;
-    CHECK_OK(nvfp4moe_model_info_read(d, &info));
-    CHECK_OK(nvfp4moe_st_model_open(d, &m));
+    nvfp4moe_model_info *info;
+    nvfp4moe_st_model *m;
+    open_model(d, &info, &m);
     nvfp4moe_st_close((nvfp4moe_st_file *)(void *)nvfp4moe_st_model_file(m, 0));   // owned by m: closed by m
     nvfp4moe_st_model_close(m);
     nvfp4moe_st_model_close(m);
@@ -803,10 +808,9 @@ static void test_threads(void) {
     CHECK_OK(nvfp4moe_layer_random(&cfg, 21, &layer));
     const char *d = dir_in("threads");
     quantized_model(d, NVFP4MOE_CKPT_MODELOPT);
-    nvfp4moe_model_info *info = NULL;
-    nvfp4moe_st_model *m = NULL;
-    CHECK_OK(nvfp4moe_model_info_read(d, &info));
-    CHECK_OK(nvfp4moe_st_model_open(d, &m));
+    nvfp4moe_model_info *info;
+    nvfp4moe_st_model *m;
+    open_model(d, &info, &m);
     if (!layer || !info || !m) return;
     float x[4 * 64], logits[4 * 4], want[2][4 * 64];
     for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 7 % 23) - 11) / 11.0f;
