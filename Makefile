@@ -9,6 +9,8 @@
 #   make CUDA=0     force a CPU-only build;  make CC=clang  build host code with clang
 #   make DEPS=0 JANSSON_PREFIX=DIR   no package installs; jansson unpacked under DIR (the GPU
 #                   machine has no package registry: see bench/device.sh)
+#   make fuzz       build the libFuzzer targets of tests/fuzz/ (clang, ASan + UBSan) and run each
+#                   for FUZZ_SECONDS (default 60) from its seed corpus; CI: make fuzz FUZZ_SECONDS=20
 #
 # Source lists are globs: a new src/<subsystem>/*.c, kernels/*.cu, tools/*.c, tools/*.cu or
 # tests/test_*.c is picked up without editing this file. Debian packages the build needs are installed by `make deps`, which
@@ -176,6 +178,42 @@ uninstall:
 	      $(LIBDIR)/libnvfp4moe.so.$(VERSION) $(LIBDIR)/pkgconfig/nvfp4moe.pc $(DESTDIR)$(PREFIX)/bin/nvfp4moe
 	@if [ -z "$(DESTDIR)" ] && [ -n "$(filter $(PREFIX),$(SYSTEM_PREFIXES))" ] && [ "$$(id -u)" = 0 ] && \
 	    command -v ldconfig >/dev/null 2>&1; then echo ldconfig; ldconfig; fi
+
+# ---- fuzzing: clang's libFuzzer, with AddressSanitizer and UndefinedBehaviorSanitizer ----
+# Every tests/fuzz/fuzz_NAME.c is a target, run with tests/fuzz/NAME.dict and the seeds in
+# tests/fuzz/corpus/NAME; what it finds goes to $(FUZZ_BUILD)/corpus/NAME (the seeds are not
+# changed), a crashing input to $(FUZZ_BUILD)/crash-NAME-*. Each run prints its executions and
+# coverage; a crash, a leak or a timeout fails the target.
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_NAMES   := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_TOOLS   := $(filter-out $(BUILD)/obj/tools/nvfp4moe.o,$(TOOL_OBJ))
+
+.PHONY: fuzz fuzz-build fuzz-targets
+fuzz-build: deps
+	@$(MAKE) --no-print-directory -j$(JOBS) CUDA=0 CC=clang BUILD=$(FUZZ_BUILD) \
+	    OPT="-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link" LDLIBS="-ljansson -lm -pthread $(FUZZ_SAN)" fuzz-targets
+
+fuzz-targets: $(FUZZ_NAMES:%=$(BUILD)/fuzz/%)
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(LIB_A) $(FUZZ_TOOLS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_TOOLS) $(LIB_A) $(LDLIBS)
+
+# Absolute paths: the CLI target runs each input in a scratch working directory.
+FUZZ_DIR := $(abspath $(FUZZ_BUILD))
+fuzz: fuzz-build
+	@status=0; for t in $(FUZZ_NAMES); do n=$${t#fuzz_}; mkdir -p $(FUZZ_DIR)/corpus/$$n; \
+	  log=$(FUZZ_DIR)/$$t.log; \
+	  $(FUZZ_DIR)/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=2048 -max_len=65536 \
+	    -close_fd_mask=3 -print_final_stats=1 -dict=$(CURDIR)/tests/fuzz/$$n.dict \
+	    -artifact_prefix=$(FUZZ_DIR)/crash-$$n- $(FUZZ_DIR)/corpus/$$n $(CURDIR)/tests/fuzz/corpus/$$n >$$log 2>&1; rc=$$?; \
+	  runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $$log); \
+	  cov=$$(grep -o 'cov: [0-9]*' $$log | tail -n 1); ft=$$(grep -o 'ft: [0-9]*' $$log | tail -n 1); \
+	  echo "$$t: $(FUZZ_SECONDS) s, $${runs:-?} executions, $${cov:-cov: ?}, $${ft:-ft: ?}, exit $$rc"; \
+	  if [ $$rc != 0 ]; then tail -n 40 $$log; status=1; fi; \
+	done; exit $$status
 
 clean:
 	rm -rf $(BUILD)

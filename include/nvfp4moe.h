@@ -16,7 +16,21 @@
  *  - bf16 and fp16 values travel as uint16_t bit patterns.
  *  - The library never allocates memory that the caller must free, except through the matching
  *    *_free / *_destroy function named at the allocating call.
- *  - Nothing in the library exits or aborts on user input.
+ *  - Nothing in the library exits or aborts on user input. Every *_free / *_destroy / *_close
+ *    function accepts NULL and ignores a pointer that is not a live object of its type (one freed
+ *    already, or never returned by the library).
+ *
+ * Threads. The library's only shared state is the set of live objects (behind a mutex) and the
+ * last error, which is per thread. So:
+ *  - any function may run on many threads at once as long as they work on different objects;
+ *  - an object that functions only read (a config, weights, a layer's tensors, a model_info, an
+ *    st_file or st_model and their tensors, a ckpt_layer, a float_layer, a report) may be shared by
+ *    any number of threads at once: the readers use pread, not a shared file position;
+ *  - an object that a function changes (a plan in nvfp4moe_plan_forward, a writer being added to)
+ *    must be used by one thread at a time: to run a layer on several threads at once, give each
+ *    thread its own plan (plans made from the same weights share nothing; each keeps its own copy);
+ *  - nothing may be freed while another thread still uses it.
+ * CPU_FAST runs its own worker threads inside a forward; they end before the forward returns.
  */
 #ifndef NVFP4MOE_H
 #define NVFP4MOE_H
@@ -90,7 +104,8 @@ NVFP4MOE_API float   nvfp4moe_e4m3_decode(uint8_t code);
  *     inv = s == 0 ? 0 : 1 / (s / global_scale)
  *     q   = e2m1_encode(clamp(x * inv, -6, 6))
  * packed: [rows, cols/2], element 2j in the low nibble, 2j+1 in the high nibble.
- * scales: [rows, cols/16] E4M3 codes. global_scale must be finite and > 0. */
+ * scales: [rows, cols/16] E4M3 codes. global_scale must be finite and > 0. SHAPE when cols is not
+ * a positive multiple of 16, rows is negative, or rows x cols floats overflow 64-bit sizes. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_quantize(const float *x, int64_t rows, int64_t cols, float global_scale,
                                                uint8_t *packed, uint8_t *scales);
 
@@ -99,7 +114,8 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_dequantize(const uint8_t *packed, const ui
                                                  int64_t cols, float scale_2, float *out);
 
 /* Number of bytes of the 128x4-swizzled scale layout of a [rows, kblocks] scale matrix:
- * round_up(rows, 128) * round_up(kblocks, 4). */
+ * round_up(rows, 128) * round_up(kblocks, 4); 0 when rows or kblocks is not positive or the size
+ * does not fit a size_t (the (un)swizzle functions then return SHAPE). */
 NVFP4MOE_API size_t nvfp4moe_swizzled_scales_size(int64_t rows, int64_t kblocks);
 
 /* linear [rows, kblocks] -> swizzled (CUTLASS/FlashInfer 128x4 layout, zero padded). The byte of
@@ -176,13 +192,14 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_routing_parse(const char *s, nvfp4moe_rout
 NVFP4MOE_API nvfp4moe_status nvfp4moe_scheme_parse(const char *s, nvfp4moe_scheme *out);
 
 /* Converts n values of dtype at src (bf16/fp16 as uint16_t bit patterns, or f32) to float, and
- * back (round to nearest even). */
+ * back (round to nearest even). A NULL src or dst does nothing. */
 NVFP4MOE_API void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst);
 NVFP4MOE_API void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst);
 /* Bytes of one value of dt. */
 NVFP4MOE_API size_t nvfp4moe_dtype_size(nvfp4moe_dtype dt);
 
-/* Fills dst with n standard-normal values in dtype dt, deterministic in seed (test and demo data). */
+/* Fills dst with n standard-normal values in dtype dt, deterministic in seed (test and demo data).
+ * A NULL dst does nothing. */
 NVFP4MOE_API void nvfp4moe_fill_normal(void *dst, nvfp4moe_dtype dt, int64_t n, uint64_t seed);
 
 /* True for the gated ("act_and_mul") activations: GEMM1 produces N1 = 2*I columns. */
@@ -201,11 +218,15 @@ typedef struct nvfp4moe_parallel {
     bool    eplb;           /* expert-parallel load balancer */
 } nvfp4moe_parallel;
 
+/* The largest hidden or intermediate size a config may have (no model comes near it; it keeps
+ * 2*I and every tensor size of a layer well inside 64 bits). */
+#define NVFP4MOE_MAX_DIM (1 << 20)
+
 typedef struct nvfp4moe_config {
     int32_t num_experts;        /* E (global) */
     int32_t top_k;              /* experts per token */
-    int32_t hidden_size;        /* H, multiple of 16 */
-    int32_t intermediate_size;  /* I (per expert), multiple of 16 */
+    int32_t hidden_size;        /* H, multiple of 16, at most NVFP4MOE_MAX_DIM */
+    int32_t intermediate_size;  /* I (per expert), multiple of 16, at most NVFP4MOE_MAX_DIM */
     nvfp4moe_dtype in_dtype;    /* hidden states: bf16 or fp16 (f32 for the CPU backends) */
     nvfp4moe_dtype out_dtype;   /* output */
     nvfp4moe_activation activation;
@@ -243,7 +264,8 @@ NVFP4MOE_API void nvfp4moe_config_init(nvfp4moe_config *cfg);
  * message names the field, e.g. "hidden_size=100 must be a multiple of 16". */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *cfg);
 
-/* Columns of GEMM1's output: 2*I for gated activations, I otherwise. */
+/* Columns of GEMM1's output: 2*I for gated activations, I otherwise (0 when 2*I does not fit an
+ * int32_t, which only a config that fails nvfp4moe_config_validate can have). */
 NVFP4MOE_API int32_t nvfp4moe_config_n1(const nvfp4moe_config *cfg);
 
 /* The clamp/alpha/beta an activation uses once defaults are resolved. has_limit false: no clamp. */
@@ -320,12 +342,19 @@ typedef struct nvfp4moe_io {
 
 /* Routing on the CPU, exactly as the reference does it. logits [M, E] float, correction_bias [E]
  * (NULL unless cfg.has_correction_bias). Writes topk_ids [M, top_k] (ordered by descending
- * selection score, ties to the lower expert index) and topk_weights [M, top_k]. */
+ * selection score, ties to the lower expert index) and topk_weights [M, top_k]. A token whose
+ * logits hold a NaN or an infinity gets NaN weights (and the ids 0..top_k-1). */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, int64_t num_tokens,
                                             const float *correction_bias, int32_t *topk_ids, float *topk_weights);
 
 /* The float64 CPU reference of the whole layer (the spec every backend is tested against).
- * Host pointers; io->workspace is not used. */
+ * Host pointers; io->workspace is not used.
+ *
+ * Non-finite inputs: a token whose hidden state, or router logits (unless routing is "simulated",
+ * which does not read them, or topk_ids are given), hold a NaN or an infinity gets an all-NaN output
+ * row, and the call still returns OK; every other row is exactly what it would be without that
+ * token. The host backends (CPU_REFERENCE, CPU_FAST) and host expert parallelism follow this rule.
+ * Precomputed topk_weights must be finite (INVALID_ARGUMENT otherwise). */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                                         const nvfp4moe_io *io);
 
@@ -487,11 +516,14 @@ NVFP4MOE_API void nvfp4moe_plan_destroy(nvfp4moe_plan *plan);
 
 // ---- checkpoints ----
 //
-// Reading and writing model directories: safetensors files (memory-mapped, zero copy, every rule of
-// the format enforced), multi-shard models (model.safetensors.index.json), Hugging Face config.json
-// (+ hf_quant_config.json / quantization_config), and NVFP4 MoE layers stored the ModelOpt way
-// (per-expert or fused 3-D experts) or the compressed-tensors way (nvfp4-pack-quantized).
-// Errors name the file and the tensor or field. Nothing here prints: warnings are returned.
+// Reading and writing model directories: safetensors files (every rule of the format enforced;
+// read with pread, and also mapped for zero-copy access), multi-shard models
+// (model.safetensors.index.json), Hugging Face config.json (+ hf_quant_config.json /
+// quantization_config), and NVFP4 MoE layers stored the ModelOpt way (per-expert or fused 3-D
+// experts) or the compressed-tensors way (nvfp4-pack-quantized). Errors name the file and the
+// tensor or field. Nothing here prints: warnings are returned. Only regular files are opened (a
+// FIFO, a device or a directory is an IO error, without blocking), and sizes are checked against
+// what the file holds before anything is allocated from them.
 
 /* safetensors dtypes, as the format names them ("F8_E4M3"...). */
 typedef enum nvfp4moe_st_dtype {
@@ -524,12 +556,23 @@ typedef struct nvfp4moe_st_tensor {
     int64_t  numel;                           /* product of shape (1 for a scalar) */
     uint64_t offset;                          /* from the start of the data section */
     uint64_t nbytes;                          /* == numel * bits / 8, checked */
-    const void *data;                         /* may be unaligned: copy with memcpy */
+    const void *data;                         /* into the read-only mapping; may be unaligned:
+                                                 copy with memcpy. Touching it after another
+                                                 process truncated the file raises SIGBUS, which
+                                                 nvfp4moe_st_tensor_read reports as an error */
+    const void *file_;                        /* private: the open file it is read from */
 } nvfp4moe_st_tensor;
 
 typedef struct nvfp4moe_st_file nvfp4moe_st_file;
 
-/* Maps path and validates the whole header: 8-byte little-endian length (<= file size - 8 and <=
+/* Copies bytes [offset, offset + n) of t's data into dst, read from the file with pread rather
+ * than through the mapping, so a file that shrank since it was opened is an IO error naming the
+ * file and the tensor, never a signal. Every loader of the library reads this way.
+ * INVALID_ARGUMENT when the range is not inside the tensor. Thread-safe. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_st_tensor_read(const nvfp4moe_st_tensor *t, uint64_t offset, uint64_t n,
+                                                     void *dst);
+
+/* Opens path (a regular file), reads and validates the whole header, and maps the file: 8-byte little-endian length (<= file size - 8 and <=
  * NVFP4MOE_ST_MAX_HEADER), UTF-8 JSON object starting with '{' (duplicate keys rejected), known
  * dtypes, shapes (<= 8 dims, no overflow), shape x dtype size == data_offsets span, offsets inside
  * the data section, sorted and contiguous (no overlap, no hole, nothing left uncovered),
@@ -552,7 +595,8 @@ typedef struct nvfp4moe_st_model nvfp4moe_st_model;
 /* Opens path: a .safetensors file; or a directory with model.safetensors.index.json (every shard
  * its weight_map names; each mapped tensor must be in its shard; shard names may not leave the
  * directory); or with model.safetensors; or else every *.safetensors in it. A tensor name in two
- * shards is a FORMAT error. Close with nvfp4moe_st_model_close. */
+ * shards is a FORMAT error. Each file stays open (one descriptor per shard) until the model is
+ * closed. Close with nvfp4moe_st_model_close. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out);
 NVFP4MOE_API void nvfp4moe_st_model_close(nvfp4moe_st_model *m);   /* NULL is fine */
 NVFP4MOE_API size_t nvfp4moe_st_model_num_files(const nvfp4moe_st_model *m);
@@ -578,8 +622,9 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const
                                                     const int64_t *shape, const void *data);
 NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_set_metadata(nvfp4moe_st_writer *w, const char *key,
                                                              const char *value);
-/* Writes the file (header padded with spaces to a multiple of 8) through path.tmp + rename, so
- * a failed save leaves no partial file at path. */
+/* Writes the file (header padded with spaces to a multiple of 8) through path.tmp, fsynced and
+ * renamed over path, then fsyncs the directory: path holds the old file or the complete new one,
+ * never a partial file, even across a crash. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char *path);
 
 // ---- model configs ----
@@ -639,7 +684,12 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, 
                                                        const char *name, nvfp4moe_model_info **out);
 NVFP4MOE_API void nvfp4moe_model_info_free(nvfp4moe_model_info *info);   /* NULL is fine */
 NVFP4MOE_API bool nvfp4moe_model_info_is_moe_layer(const nvfp4moe_model_info *info, int32_t layer);
-/* The i-th exclude_modules / ignore pattern (fnmatch wildcards, or "re:" + POSIX extended regex). */
+/* The i-th exclude_modules / ignore pattern: fnmatch wildcards (* ? [seq] [!seq], matched against
+ * the whole module name, as Python's fnmatch), or "re:" + a regular expression matched as Python's
+ * re.match (anchored at the start): literals, ., classes, \d \w \s, groups, |, * + ? {n,m}, ^ $.
+ * nvfp4moe_model_info_read refuses (FORMAT, naming the pattern) look-around, back-references, \b
+ * and patterns over 1024 bytes or too complex once their repetitions are expanded; matching is
+ * linear in the pattern and the name. */
 NVFP4MOE_API const char *nvfp4moe_model_info_excluded(const nvfp4moe_model_info *info, int32_t i);
 /* True when module (e.g. "model.layers.3.mlp.experts") matches an exclusion pattern. */
 NVFP4MOE_API bool nvfp4moe_model_info_is_excluded(const nvfp4moe_model_info *info, const char *module);

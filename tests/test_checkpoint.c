@@ -9,64 +9,7 @@
  * gpt-oss's expert biases survive quantize --in in every format.
  * Every fixture is generated at test time in a temporary directory.
  */
-#include "harness.h"
-#include "nvfp4moe.h"
-
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-static char g_dir[256];
-
-static const char *dir_in(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    mkdir(buf[k], 0755);
-    return buf[k];
-}
-
-static void write_text(const char *dir, const char *name, const char *text) {
-    char p[700];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    if (!f) {
-        perror(p);
-        exit(2);
-    }
-    fputs(text, f);
-    fclose(f);
-}
-
-static nvfp4moe_config small_cfg(void) {
-    nvfp4moe_config c;
-    nvfp4moe_config_init(&c);
-    c.num_experts = 4;
-    c.top_k = 2;
-    c.hidden_size = 64;
-    c.intermediate_size = 32;
-    c.in_dtype = c.out_dtype = NVFP4MOE_DTYPE_F32;
-    return c;
-}
-
-/* Writes layer `layer` of q into dir in format fmt (model of layer+1 layers). */
-static void save_layer(const char *dir, nvfp4moe_ckpt_format fmt, const nvfp4moe_ckpt_layer *q,
-                       int32_t layer) {
-    nvfp4moe_st_writer *w = NULL;
-    CHECK_OK(nvfp4moe_st_writer_create(&w));
-    CHECK_OK(nvfp4moe_ckpt_add_layer(w, fmt, "model.layers", layer, q, NULL));
-    char p[700];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    CHECK_OK(nvfp4moe_st_writer_save(w, p));
-    nvfp4moe_st_writer_free(w);
-    CHECK_OK(nvfp4moe_model_config_write(dir, &q->layer.cfg, layer + 1, layer, fmt, NULL,
-                                         q->router_name));
-}
+#include "ckpt_fixtures.h"
 
 /* Runs the reference on M tokens of seeded hidden states, routed by the layer's router. */
 static float *run_layer(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, const float *router,
@@ -119,14 +62,6 @@ static bool same_floats(const float *a, const float *b, size_t n) {
 
 // ---- round trips ----
 
-static nvfp4moe_ckpt_layer *make_quantized(const nvfp4moe_config *cfg, uint64_t seed) {
-    nvfp4moe_float_layer *f = NULL;
-    nvfp4moe_ckpt_layer *q = NULL;
-    CHECK_OK(nvfp4moe_float_layer_random(cfg, seed, &f));
-    if (f) CHECK_OK(nvfp4moe_float_layer_quantize(f, 16, seed, &q));
-    nvfp4moe_float_layer_free(f);
-    return q;
-}
 
 static void test_round_trip_formats(void) {
     T_CASE("quantize -> write -> load -> run, every format");
@@ -290,83 +225,7 @@ static void test_fused_transposed(void) {
     nvfp4moe_ckpt_layer_free(q);
 }
 
-// ---- rewriting a checkpoint with one change ----
-
-typedef struct {
-    const char *name;       /* tensor to change ("" none) */
-    int action;             /* 0 drop, 1 replace */
-    nvfp4moe_st_dtype dtype;
-    int32_t ndim;
-    int64_t shape[3];
-    const void *data;
-} edit;
-
-/* Copies src_dir's model.safetensors + config into dst_dir, applying the edits. */
-static void rewrite(const char *src_dir, const char *dst_dir, const edit *edits, int n) {
-    char p[700];
-    snprintf(p, sizeof p, "%s/model.safetensors", src_dir);
-    nvfp4moe_st_file *f = NULL;
-    CHECK_OK(nvfp4moe_st_open(p, &f));
-    nvfp4moe_st_writer *w = NULL;
-    CHECK_OK(nvfp4moe_st_writer_create(&w));
-    for (size_t i = 0; f && i < nvfp4moe_st_file_count(f); i++) {
-        const nvfp4moe_st_tensor *t = nvfp4moe_st_file_tensor(f, i);
-        const edit *ed = NULL;
-        for (int k = 0; k < n; k++)
-            if (!strcmp(edits[k].name, t->name)) ed = &edits[k];
-        if (ed && ed->action == 0) continue;
-        if (ed) CHECK_OK(nvfp4moe_st_writer_add(w, t->name, ed->dtype, ed->ndim, ed->shape, ed->data));
-        else CHECK_OK(nvfp4moe_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data));
-    }
-    nvfp4moe_st_close(f);
-    snprintf(p, sizeof p, "%s/model.safetensors", dst_dir);
-    CHECK_OK(nvfp4moe_st_writer_save(w, p));
-    nvfp4moe_st_writer_free(w);
-    char cmd[1600];
-    snprintf(cmd, sizeof cmd, "cp '%s'/*.json '%s'/", src_dir, dst_dir);
-    CHECK(system(cmd) == 0, "copy configs");
-}
-
-/* Writes float layer f as layer 0 of an unquantized (BF16) model in dir, with its config.json. */
-static void write_float_model(const char *dir, const nvfp4moe_config *cfg, const nvfp4moe_float_layer *f) {
-    nvfp4moe_st_writer *w = NULL;
-    CHECK_OK(nvfp4moe_st_writer_create(&w));
-    CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", 0, NULL, f));
-    char p[700];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    CHECK_OK(nvfp4moe_st_writer_save(w, p));
-    nvfp4moe_st_writer_free(w);
-    CHECK_OK(nvfp4moe_model_config_write(dir, cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
-}
-
-/* Loading layer 0 of dir fails with st and a message containing needle, writing no layer: through
- * the full load and through the check-only path (inspect), which must report the same problem. */
-static void ckpt_load_fails(const char *dir, nvfp4moe_status st, const char *needle) {
-    nvfp4moe_ckpt_layer *l = NULL;
-    CHECK_ERR(nvfp4moe_ckpt_layer_load(dir, 0, &l), st, needle);
-    CHECK(l == NULL, "output written on failure");
-    nvfp4moe_model_info *info = NULL;
-    nvfp4moe_st_model *m = NULL;
-    CHECK_OK(nvfp4moe_model_info_read(dir, &info));
-    CHECK_OK(nvfp4moe_st_model_open(dir, &m));
-    if (info && m) CHECK_ERR(nvfp4moe_ckpt_layer_load_from(info, m, 0, true, &l), st, needle);
-    CHECK(l == NULL, "output written on failure (check-only)");
-    nvfp4moe_st_model_close(m);
-    nvfp4moe_model_info_free(info);
-}
-
-/* The float loader (the source of quantize --in) fails on layer 0 of dir the same way. */
-static void float_load_fails(const char *dir, nvfp4moe_status st, const char *needle) {
-    nvfp4moe_model_info *info = NULL;
-    nvfp4moe_st_model *m = NULL;
-    nvfp4moe_float_layer *g = NULL;
-    CHECK_OK(nvfp4moe_model_info_read(dir, &info));
-    CHECK_OK(nvfp4moe_st_model_open(dir, &m));
-    if (info && m) CHECK_ERR(nvfp4moe_float_layer_load(info, m, 0, &g), st, needle);
-    CHECK(g == NULL, "output written on failure");
-    nvfp4moe_st_model_close(m);
-    nvfp4moe_model_info_free(info);
-}
+// ---- broken checkpoints ----
 
 /* Halves every block scale of one projection: exact for normal E4M3 values. Returns a malloc'd
  * copy. */
@@ -883,25 +742,6 @@ static void test_model_configs(void) {
 
 
 // ---- the command line ----
-
-static char g_out[16384];
-
-/* Runs the CLI with args (a shell fragment), capturing stdout+stderr in g_out; returns the exit
- * status. */
-static int cli(const char *fmt, ...) {
-    char args[2048], cmd[2600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", getenv("NVFP4MOE_CLI"), args);
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = fread(g_out, 1, sizeof g_out - 1, p);
-    g_out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* The "checksum" line of `nvfp4moe run`. */
 static void checksum_line(char *buf, size_t len) {
@@ -1559,7 +1399,7 @@ static void test_expert_biases(void) {
 }
 
 /* Random damage to a checkpoint file: loading must succeed or fail with FORMAT / NOT_FOUND, never
- * crash or read out of bounds (tests/asan.sh). */
+ * crash or read out of bounds (tests/sanitize.sh). */
 static void test_checkpoint_mutations(void) {
     T_CASE("random mutations of a checkpoint");
     nvfp4moe_config cfg = small_cfg();
@@ -1609,11 +1449,7 @@ static void test_checkpoint_mutations(void) {
 }
 
 int main(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/nvfp4moe-ckpt-XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    fixtures_begin("nvfp4moe-ckpt");
     test_model_configs();
     test_round_trip_formats();
     test_fused_transposed();
@@ -1625,8 +1461,6 @@ int main(void) {
     test_expert_biases();
     test_checkpoint_mutations();
     test_cli();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    fixtures_end();
     return t_finish("test_checkpoint");
 }

@@ -1,7 +1,7 @@
 /*
  * test_safetensors.c - the safetensors reader and writer: a round trip over every dtype class, and
  * a corpus of broken files built at test time, each of which must fail with its own message (and,
- * under tests/asan.sh, without reading a byte out of bounds). Multi-shard models and their index.
+ * under tests/sanitize.sh, without reading a byte out of bounds). Multi-shard models and their index.
  */
 #include "harness.h"
 #include "nvfp4moe.h"
@@ -411,7 +411,7 @@ static void test_shards(void) {
 
 
 /* Random damage to a valid file: every outcome must be OK or a FORMAT error naming the file, and
- * an OK file's tensors must lie inside it (ASan checks the reads in tests/asan.sh). */
+ * an OK file's tensors must lie inside it (ASan checks the reads in tests/sanitize.sh). */
 static void test_mutations(void) {
     T_CASE("random mutations");
     const char *src = path_in("rt.safetensors");

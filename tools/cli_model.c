@@ -4,8 +4,12 @@
  */
 #include "cli_model.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void cli_print_warnings(const char *cmd, const nvfp4moe_warnings *w) {
     for (int32_t i = 0; i < w->count; i++) fprintf(stderr, "nvfp4moe %s: warning: %s\n", cmd, w->text[i]);
@@ -118,48 +122,67 @@ int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, floa
             const nvfp4moe_dtype dt = t->dtype == NVFP4MOE_ST_F32   ? NVFP4MOE_DTYPE_F32
                                       : t->dtype == NVFP4MOE_ST_BF16 ? NVFP4MOE_DTYPE_BF16
                                                                     : NVFP4MOE_DTYPE_FP16;
-            // The mapping may be unaligned for the element type: go through an aligned copy.
+            // Read (not through the mapping, which may be unaligned and SIGBUS on a truncated file).
             void *tmp = malloc((size_t)t->nbytes + 1);
-            if (tmp) {
-                memcpy(tmp, t->data, (size_t)t->nbytes);
+            nvfp4moe_status s = tmp ? nvfp4moe_st_tensor_read(t, 0, t->nbytes, tmp) : NVFP4MOE_ERR_OUT_OF_MEMORY;
+            if (s == NVFP4MOE_OK) {
                 nvfp4moe_to_float(dt, tmp, t->numel, *x);
-                free(tmp);
                 *m = t->shape[0];
                 rc = 0;
             } else {
                 free(*x);
                 *x = NULL;
-                fprintf(stderr, "nvfp4moe %s: out of memory\n", cmd);
+                fprintf(stderr, "nvfp4moe %s: --input: %s\n", cmd, tmp ? nvfp4moe_last_error() : "out of memory");
             }
+            free(tmp);
         }
         nvfp4moe_st_close(f);
         return rc;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "nvfp4moe %s: --input %s: cannot open\n", cmd, path);
-        return -1;
-    }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    const long row = (long)(4 * hidden_size);
-    if (size <= 0 || size % row) {
-        fprintf(stderr, "nvfp4moe %s: --input %s: %ld bytes is not a whole number of float32 rows of "
+    char *buf = NULL;
+    size_t size = 0;
+    if (cli_read_file(cmd, "--input", path, (size_t)1 << 36, &buf, &size) != 0) return -1;
+    const size_t row = (size_t)(4 * hidden_size);
+    if (hidden_size <= 0 || size == 0 || size % row) {
+        fprintf(stderr, "nvfp4moe %s: --input %s: %zu bytes is not a whole number of float32 rows of "
                 "hidden size %lld (use a .safetensors file for other dtypes)\n", cmd, path, size,
                 (long long)hidden_size);
-        fclose(f);
+        free(buf);
         return -1;
     }
-    *x = malloc((size_t)size);
-    if (!*x || fread(*x, 1, (size_t)size, f) != (size_t)size) {
-        fprintf(stderr, "nvfp4moe %s: --input %s: read failed\n", cmd, path);
-        free(*x);
-        *x = NULL;
-        fclose(f);
+    *x = (float *)(void *)buf;   // malloc'd: aligned for float
+    *m = (int64_t)(size / row);
+    return 0;
+}
+
+int cli_read_file(const char *cmd, const char *flag, const char *path, size_t max, char **buf, size_t *len) {
+    // O_NONBLOCK: a FIFO would block the open until a writer came; fstat then refuses it.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    const char *why = fd < 0 ? strerror(errno) : fstat(fd, &st) != 0 ? strerror(errno)
+                      : !S_ISREG(st.st_mode)                          ? "not a regular file"
+                      : (uint64_t)st.st_size > max                    ? "too large"
+                                                                      : NULL;
+    char *b = why ? NULL : malloc((size_t)st.st_size + 1);
+    size_t n = 0;
+    while (b && n < (size_t)st.st_size) {   // the file may shrink meanwhile: stop at its end
+        ssize_t r = read(fd, b + n, (size_t)st.st_size - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r < 0) why = strerror(errno);
+            break;
+        }
+        n += (size_t)r;
+    }
+    if (!why && !b) why = "out of memory";
+    if (fd >= 0) close(fd);
+    if (why) {
+        fprintf(stderr, "nvfp4moe %s: %s %s: %s\n", cmd, flag, path, why);
+        free(b);
         return -1;
     }
-    fclose(f);
-    *m = size / row;
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
     return 0;
 }

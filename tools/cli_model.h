@@ -28,4 +28,9 @@ int cli_model_layer(const char *cmd, const char *dir, int layer, int argc, char 
  * after printing the error. */
 int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, float **x, int64_t *m);
 
+/* Reads the whole regular file path (at most max bytes) into *buf (malloc'd, NUL-terminated),
+ * *len its length. FIFOs, devices and directories are refused without blocking on them. Returns
+ * -1 after printing an error naming flag and path. */
+int cli_read_file(const char *cmd, const char *flag, const char *path, size_t max, char **buf, size_t *len);
+
 #endif // NVFP4MOE_CLI_MODEL_H

@@ -88,6 +88,13 @@ int cmd_inspect(int argc, char **argv) {
         nvfp4moe_model_info_free(info);
         return CLI_EXIT_OK;
     }
+    // Every shape below is computed from this config: it must be sane first.
+    if (nvfp4moe_config_validate(c) != NVFP4MOE_OK) {
+        printf("problem       %s/config.json: the MoE layers' config is invalid: %s\n", dir, nvfp4moe_last_error());
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+        return CLI_EXIT_FAILURE;
+    }
     char desc[256];
     nvfp4moe_config_describe(c, desc, sizeof desc);
     printf("moe           %d of %d layers (first %d), %d routed expert%s%s; %s\n", info->num_moe_layers,

@@ -1,14 +1,14 @@
 /*
  * cmd_quantize.c - `nvfp4moe quantize`: writes an NVFP4 checkpoint (ModelOpt per-expert by
  * default; ModelOpt fused or compressed-tensors on request) from a BF16/F16/F32 safetensors model,
- * and, with --random, writes such a BF16 source model to start from.
+ * and, with --random, writes such a BF16 source model to start from. The output directory is one
+ * transaction (cli_outdir.h).
  */
 #include "cli_model.h"
+#include "cli_outdir.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static void quantize_usage(FILE *f) {
     fprintf(f, "usage: nvfp4moe quantize --in SRC --out DIR [flags]\n"
@@ -26,7 +26,9 @@ static void quantize_usage(FILE *f) {
                "--activation swigluoai (gpt-oss) the router is mlp.router with a bias, and the experts\n"
                "have biases; --bias gives any layer expert biases.\n\n"
                "  --in SRC               unquantized model directory\n"
-               "  --out DIR              output directory (created; existing files are replaced)\n"
+               "  --out DIR              output directory: missing or empty (refused if it is, or is inside,\n"
+               "                         --in); written beside it, fsynced, then renamed into place\n"
+               "  --force                replace a non-empty --out whole (nothing of it is kept)\n"
                "  --format F             modelopt (per-expert tensors, default) | modelopt-fused |\n"
                "                         compressed-tensors\n"
                "  --w4a16                weight-only NVFP4 (W4A16_NVFP4; no input scales)\n"
@@ -39,28 +41,8 @@ static void quantize_usage(FILE *f) {
     cli_config_flags_help(f);
 }
 
-/* mkdir -p. */
-static int make_dir(const char *dir) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "nvfp4moe quantize: cannot create %s: %s\n", p, strerror(errno));
-            return -1;
-        }
-        *s = '/';
-    }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "nvfp4moe quantize: cannot create %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 static int save(nvfp4moe_st_writer *w, const char *dir) {
-    char path[4096];
+    char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (nvfp4moe_st_writer_save(w, path) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
@@ -69,7 +51,7 @@ static int save(nvfp4moe_st_writer *w, const char *dir) {
     return 0;
 }
 
-static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t first_moe, const char *out) {
+static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t first_moe, const char *out, bool force) {
     if (first_moe < 0 || first_moe >= layers) {
         fprintf(stderr, "nvfp4moe quantize: --first-moe-layer %d must be below --num-layers %d\n", first_moe,
                 layers);
@@ -79,10 +61,10 @@ static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t firs
         fprintf(stderr, "nvfp4moe quantize: bad config: %s\n", nvfp4moe_last_error());
         return CLI_EXIT_FAILURE;
     }
-    if (make_dir(out)) return CLI_EXIT_FAILURE;
+    cli_outdir od;
+    if (cli_outdir_begin("quantize", out, NULL, force, &od) != 0) return CLI_EXIT_FAILURE;
     nvfp4moe_st_writer *w = NULL;
-    if (nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK) return CLI_EXIT_FAILURE;
-    int rc = CLI_EXIT_OK;
+    int rc = nvfp4moe_st_writer_create(&w) == NVFP4MOE_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
     for (int32_t L = first_moe; L < layers && rc == CLI_EXIT_OK; L++) {
         nvfp4moe_float_layer *f = NULL;
         if (nvfp4moe_float_layer_random(cfg, cfg->seed + (uint64_t)L, &f) != NVFP4MOE_OK ||
@@ -93,14 +75,16 @@ static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t firs
         nvfp4moe_float_layer_free(f);
     }
     if (rc == CLI_EXIT_OK && nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK) rc = CLI_EXIT_FAILURE;
-    if (rc == CLI_EXIT_OK && save(w, out)) rc = CLI_EXIT_FAILURE;
+    if (rc == CLI_EXIT_OK && save(w, od.tmp)) rc = CLI_EXIT_FAILURE;
     nvfp4moe_st_writer_free(w);
     if (rc == CLI_EXIT_OK &&
-        nvfp4moe_model_config_write(out, cfg, layers, first_moe, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL) !=
+        nvfp4moe_model_config_write(od.tmp, cfg, layers, first_moe, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL) !=
             NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
         rc = CLI_EXIT_FAILURE;
     }
+    if (rc == CLI_EXIT_OK && cli_outdir_commit("quantize", &od) != 0) rc = CLI_EXIT_FAILURE;
+    if (rc != CLI_EXIT_OK) cli_outdir_abort(&od);
     if (rc == CLI_EXIT_OK) {
         char desc[256];
         nvfp4moe_config_describe(cfg, desc, sizeof desc);
@@ -111,14 +95,15 @@ static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t firs
     return rc;
 }
 
-static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fmt, bool w4a16, long long only,
-                        int32_t calib, uint64_t seed) {
+static int quantize_dir(const char *in, const char *out, bool force, nvfp4moe_ckpt_format fmt, bool w4a16,
+                        long long only, int32_t calib, uint64_t seed) {
     nvfp4moe_model_info *info = NULL;
     nvfp4moe_st_model *m = NULL;
     char *base = NULL;
     nvfp4moe_st_writer *w = NULL;
     int rc = CLI_EXIT_FAILURE, done = 0;
     char path[4096];
+    cli_outdir od = {.tmp = ""};
     if (nvfp4moe_model_info_read(in, &info) != NVFP4MOE_OK || nvfp4moe_st_model_open(in, &m) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: --in: %s\n", nvfp4moe_last_error());
         goto out;
@@ -133,20 +118,10 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
         goto out;
     }
     snprintf(path, sizeof path, "%s/config.json", in);
-    FILE *cf = fopen(path, "rb");
-    if (cf) {
-        fseek(cf, 0, SEEK_END);
-        long n = ftell(cf);
-        fseek(cf, 0, SEEK_SET);
-        base = n >= 0 ? malloc((size_t)n + 1) : NULL;
-        if (base) base[fread(base, 1, (size_t)n, cf)] = '\0';
-        fclose(cf);
-    }
-    if (!base) {
-        fprintf(stderr, "nvfp4moe quantize: cannot read %s\n", path);
+    size_t base_len;
+    if (cli_read_file("quantize", "--in", path, (size_t)64 << 20, &base, &base_len) != 0) goto out;
+    if (cli_outdir_begin("quantize", out, in, force, &od) != 0 || nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK)
         goto out;
-    }
-    if (make_dir(out) || nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK) goto out;
     nvfp4moe_config qcfg = info->cfg;
     // The router keeps the source's module name (gpt-oss: mlp.router); the quantization config's
     // exclusion must name that same module, so every layer has to agree on it.
@@ -189,18 +164,20 @@ static int quantize_dir(const char *in, const char *out, nvfp4moe_ckpt_format fm
         fprintf(stderr, "nvfp4moe quantize: --layer %lld is not a MoE layer of %s\n", only, in);
         goto out;
     }
-    if (nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK || save(w, out)) goto out;
-    if (nvfp4moe_model_config_write(out, &qcfg, info->num_layers, info->first_moe_layer, fmt, base,
+    if (nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK || save(w, od.tmp)) goto out;
+    if (nvfp4moe_model_config_write(od.tmp, &qcfg, info->num_layers, info->first_moe_layer, fmt, base,
                                     router_layer >= 0 ? router : NULL) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
         goto out;
     }
+    if (cli_outdir_commit("quantize", &od) != 0) goto out;
     printf("wrote %s: %s, %s format, %d MoE layer%s; files model.safetensors config.json%s\n", out,
            w4a16 ? "W4A16_NVFP4 (weight-only)" : "NVFP4 w4a4", nvfp4moe_ckpt_format_name(fmt), done,
            done == 1 ? "" : "s",
            fmt == NVFP4MOE_CKPT_MODELOPT || fmt == NVFP4MOE_CKPT_MODELOPT_FUSED ? " hf_quant_config.json" : "");
     rc = CLI_EXIT_OK;
 out:
+    if (rc != CLI_EXIT_OK) cli_outdir_abort(&od);
     nvfp4moe_st_writer_free(w);
     free(base);
     nvfp4moe_st_model_close(m);
@@ -218,7 +195,7 @@ int cmd_quantize(int argc, char **argv) {
     cfg.intermediate_size = 128;
     cfg.seed = 0;
     const char *in = NULL, *out = NULL;
-    bool random = false, w4a16 = false;
+    bool random = false, w4a16 = false, force = false;
     long long only = -1, calib = 64, layers = 1, first_moe = 0, seed = 0;
     nvfp4moe_ckpt_format fmt = NVFP4MOE_CKPT_MODELOPT;
     for (int i = 1; i < argc; i++) {
@@ -244,6 +221,8 @@ int cmd_quantize(int argc, char **argv) {
             w4a16 = true;
         } else if (!strcmp(a, "--random")) {
             random = true;
+        } else if (!strcmp(a, "--force")) {
+            force = true;
         } else if (!strcmp(a, "--layer")) {
             if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &only)) return CLI_EXIT_FAILURE;
         } else if (!strcmp(a, "--calib-tokens")) {
@@ -265,6 +244,6 @@ int cmd_quantize(int argc, char **argv) {
         return CLI_EXIT_FAILURE;
     }
     w4a16 = w4a16 || cfg.scheme == NVFP4MOE_SCHEME_W4A16;
-    if (random) return write_random(&cfg, (int32_t)layers, (int32_t)first_moe, out);
-    return quantize_dir(in, out, fmt, w4a16, only, (int32_t)calib, cfg.seed);
+    if (random) return write_random(&cfg, (int32_t)layers, (int32_t)first_moe, out, force);
+    return quantize_dir(in, out, force, fmt, w4a16, only, (int32_t)calib, cfg.seed);
 }

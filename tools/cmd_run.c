@@ -120,34 +120,37 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "nvfp4moe run: --layer needs --model DIR\n");
         return CLI_EXIT_FAILURE;
     }
+    // From here on every failure goes through `done`, which frees what was loaded.
+    int rc = CLI_EXIT_FAILURE;
+    nvfp4moe_layer *layer = NULL;
+    nvfp4moe_plan *plan = NULL;
+    void *hidden = NULL, *logits = NULL, *out = NULL;
+    nvfp4moe_status st;
     if (model) {   /* the checkpoint's layer; config flags were applied on top of its config */
-        if (cli_model_layer("run", model, (int)layer_n, argc, argv, &ck) != 0) return CLI_EXIT_FAILURE;
+        if (cli_model_layer("run", model, (int)layer_n, argc, argv, &ck) != 0) goto done;
         cfg = ck->layer.cfg;
         custom = true;
     }
-    if (input) {
-        if (cli_read_hidden("run", input, cfg.hidden_size, &xin, &xin_m) != 0) {
-            nvfp4moe_ckpt_layer_free(ck);
-            return CLI_EXIT_FAILURE;
-        }
-        tokens = xin_m;
-    }
+    // Before anything is sized from the config (the input file's rows are hidden_size wide).
     if (nvfp4moe_config_validate(&cfg) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: bad config: %s\n", nvfp4moe_last_error());
-        return CLI_EXIT_FAILURE;
+        goto done;
+    }
+    if (input) {
+        if (cli_read_hidden("run", input, cfg.hidden_size, &xin, &xin_m) != 0) goto done;
+        tokens = xin_m;
     }
     nvfp4moe_device dev;
-    nvfp4moe_status st = device_name ? nvfp4moe_device_parse(device_name, &dev) : nvfp4moe_device_detect(&dev);
+    st = device_name ? nvfp4moe_device_parse(device_name, &dev) : nvfp4moe_device_detect(&dev);
     if (st != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: --device: %s\n", nvfp4moe_last_error());
-        return CLI_EXIT_FAILURE;
+        goto done;
     }
 
     char desc[256];
     nvfp4moe_config_describe(&cfg, desc, sizeof desc);
     printf("layer     %s%s\n", custom ? "" : "Qwen3-30B-A3B MoE layer (built-in default): ", desc);
     double t0 = cli_now_s();
-    nvfp4moe_layer *layer = NULL;
     const nvfp4moe_weights *weights = ck ? &ck->layer.w : NULL;
     if (ck) {
         printf("weights   %s layer %d (%s checkpoint)%s\n", model, ck->index, nvfp4moe_ckpt_format_name(ck->format),
@@ -157,7 +160,7 @@ int cmd_run(int argc, char **argv) {
                                  : ", router from the checkpoint");
     } else if ((st = nvfp4moe_layer_random(&cfg, cfg.seed, &layer)) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: building the layer failed: %s\n", nvfp4moe_last_error());
-        return CLI_EXIT_FAILURE;
+        goto done;
     }
     const int64_t E = cfg.num_experts, H = cfg.hidden_size, I = cfg.intermediate_size, N1 = nvfp4moe_config_n1(&cfg);
     double mb = (double)E * (double)(N1 * H + H * I) * (0.5 + 1.0 / 16) / 1e6;
@@ -169,20 +172,13 @@ int cmd_run(int argc, char **argv) {
 
     if (cfg.parallel.ep_size > 1) {   /* --ep N: expert parallelism (tools/cmd_run_ep.c) */
         if (xin) fprintf(stderr, "nvfp4moe run: --input is not used with --ep (each rank makes its own tokens)\n");
-        int erc = cli_run_ep(&cfg, weights, tokens, &dev, device_name != NULL, argc, argv);
-        nvfp4moe_layer_free(layer);
-        nvfp4moe_ckpt_layer_free(ck);
-        free(xin);
-        return erc;
+        rc = cli_run_ep(&cfg, weights, tokens, &dev, device_name != NULL, argc, argv);
+        goto done;
     }
-    nvfp4moe_plan *plan = NULL;
     nvfp4moe_plan_options po = {.device = &dev};
     if ((st = nvfp4moe_plan_create(&cfg, weights, &po, &plan)) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe run: no backend can run this layer: %s\n", nvfp4moe_last_error());
-        nvfp4moe_layer_free(layer);
-        nvfp4moe_ckpt_layer_free(ck);
-        free(xin);
-        return CLI_EXIT_FAILURE;
+        goto done;
     }
     char dbuf[32];
     printf("device    %s (%s)\n", nvfp4moe_device_str(&dev, dbuf, sizeof dbuf), dev.name);
@@ -192,8 +188,7 @@ int cmd_run(int argc, char **argv) {
     const int64_t M = tokens;
     size_t hidden_bytes = (size_t)(M * H) * nvfp4moe_dtype_size(cfg.in_dtype), out_bytes = (size_t)(M * H) * nvfp4moe_dtype_size(cfg.out_dtype);
     size_t logits_bytes = (size_t)(M * E) * nvfp4moe_dtype_size(cfg.router_logits_dtype);
-    void *hidden = malloc(hidden_bytes + 1), *logits = malloc(logits_bytes + 1), *out = malloc(out_bytes + 1);
-    int rc = CLI_EXIT_FAILURE;
+    hidden = malloc(hidden_bytes + 1), logits = malloc(logits_bytes + 1), out = malloc(out_bytes + 1);
     if (!hidden || !logits || !out) {
         fprintf(stderr, "nvfp4moe run: out of memory for %lld tokens\n", (long long)M);
         goto done;

@@ -243,6 +243,7 @@ static nvfp4moe_status fast_forward(void *state, const nvfp4moe_io *io, void *st
         }
     }
     nvfp4moe_from_float(c->out_dtype, outf, M * H, io->output);
+    nvfp4moe_nan_rows(c, io);
 
 done:
     free(ids); free(wts); free(xq); free(h); free(a2); free(y); free(outf); free(order); free(start);

@@ -130,6 +130,7 @@ bool nvfp4moe_activation_is_gated(nvfp4moe_activation a) { return a < NVFP4MOE_A
 // ---- defaults ----
 
 void nvfp4moe_config_init(nvfp4moe_config *cfg) {
+    if (!cfg) return;
     memset(cfg, 0, sizeof *cfg);
     cfg->num_experts = 128;   /* Qwen3-30B-A3B */
     cfg->top_k = 8;
@@ -159,11 +160,14 @@ void nvfp4moe_config_init(nvfp4moe_config *cfg) {
 }
 
 int32_t nvfp4moe_config_n1(const nvfp4moe_config *cfg) {
-    return nvfp4moe_activation_is_gated(cfg->activation) ? 2 * cfg->intermediate_size : cfg->intermediate_size;
+    if (!cfg) return 0;
+    const int64_t n1 = (nvfp4moe_activation_is_gated(cfg->activation) ? 2 : 1) * (int64_t)cfg->intermediate_size;
+    return n1 <= INT32_MAX && n1 >= INT32_MIN ? (int32_t)n1 : 0;
 }
 
 nvfp4moe_act_params nvfp4moe_config_act_params(const nvfp4moe_config *cfg) {
     nvfp4moe_act_params p = {0};
+    if (!cfg) return p;
     p.has_limit = cfg->has_swiglu_limit;
     p.limit = (float)cfg->swiglu_limit;
     p.alpha = 1.0f;
@@ -218,11 +222,12 @@ nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *c) {
         return INVALID("num_experts=%d must be between 1 and 65536", c->num_experts);
     if (c->top_k < 1 || c->top_k > c->num_experts)
         return INVALID("top_k=%d must be between 1 and num_experts=%d", c->top_k, c->num_experts);
-    if (c->hidden_size < 16 || c->hidden_size % 16)
-        return INVALID("hidden_size=%d must be a positive multiple of 16 (NVFP4 blocks)", c->hidden_size);
-    if (c->intermediate_size < 16 || c->intermediate_size % 16)
-        return INVALID("intermediate_size=%d must be a positive multiple of 16 (NVFP4 blocks)",
-                       c->intermediate_size);
+    if (c->hidden_size < 16 || c->hidden_size % 16 || c->hidden_size > NVFP4MOE_MAX_DIM)
+        return INVALID("hidden_size=%d must be a positive multiple of 16 (NVFP4 blocks), at most %d",
+                       c->hidden_size, NVFP4MOE_MAX_DIM);
+    if (c->intermediate_size < 16 || c->intermediate_size % 16 || c->intermediate_size > NVFP4MOE_MAX_DIM)
+        return INVALID("intermediate_size=%d must be a positive multiple of 16 (NVFP4 blocks), at most %d",
+                       c->intermediate_size, NVFP4MOE_MAX_DIM);
     if ((int)c->in_dtype < 0 || c->in_dtype > NVFP4MOE_DTYPE_F32)
         return INVALID("in_dtype=%d is not a dtype", (int)c->in_dtype);
     if ((int)c->out_dtype < 0 || c->out_dtype > NVFP4MOE_DTYPE_F32)
@@ -311,6 +316,10 @@ nvfp4moe_status nvfp4moe_config_validate(const nvfp4moe_config *c) {
 }
 
 size_t nvfp4moe_config_describe(const nvfp4moe_config *c, char *buf, size_t len) {
+    if (!c) {
+        if (buf && len) buf[0] = '\0';
+        return 0;
+    }
     char extra[128] = "";
     if (c->has_swiglu_limit) snprintf(extra, sizeof extra, " swiglu_limit=%g", c->swiglu_limit);
     int n = snprintf(buf, len, "E=%d top_k=%d H=%d I=%d %s %s%s routing=%s %s", c->num_experts, c->top_k,

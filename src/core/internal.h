@@ -8,6 +8,7 @@
 #include "nvfp4moe.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 
 // ---- errors ----
 
@@ -57,6 +58,48 @@ uint64_t nvfp4moe_rand_u64(uint64_t *state);
 double nvfp4moe_rand_uniform(uint64_t *state);
 /* Standard normal (Box-Muller). */
 double nvfp4moe_rand_normal(uint64_t *state);
+
+// ---- files (src/core/files.c) ----
+
+/* Opens path read-only if it is a regular file, without blocking on anything else (a FIFO would
+ * wait for a writer forever): IO "not a regular file" for FIFOs, devices, sockets and directories,
+ * NOT_FOUND when it does not exist. *size: its size now. */
+nvfp4moe_status nvfp4moe_open_regular(const char *path, int *fd, uint64_t *size);
+
+/* Reads a whole (small) regular file: config.json and friends. *out is NUL-terminated, caller
+ * frees. Files over max_bytes are a FORMAT error. */
+nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char **out);
+
+/* Writes text to path through path.tmp: written, fsynced, renamed over path, and the directory
+ * fsynced, so that path holds the old text or the new one even across a crash. */
+nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text);
+
+/* The end of such a write: flushes, fsyncs and closes f (open on tmp), renames tmp to path and
+ * fsyncs path's directory; removes tmp on failure. IO naming path. */
+nvfp4moe_status nvfp4moe_commit_file(FILE *f, const char *tmp, const char *path);
+
+/* fsync of the directory holding path (a rename is durable once its directory is). */
+nvfp4moe_status nvfp4moe_sync_parent_dir(const char *path);
+
+// ---- handles (src/core/handles.c) ----
+
+/* The objects the library hands out and takes back through a *_free / *_destroy / *_close. */
+typedef enum nvfp4moe_handle_kind {
+    NVFP4MOE_HANDLE_LAYER = 1, NVFP4MOE_HANDLE_PLAN, NVFP4MOE_HANDLE_ST_FILE, NVFP4MOE_HANDLE_ST_MODEL,
+    NVFP4MOE_HANDLE_ST_WRITER, NVFP4MOE_HANDLE_MODEL_INFO, NVFP4MOE_HANDLE_CKPT_LAYER,
+    NVFP4MOE_HANDLE_FLOAT_LAYER, NVFP4MOE_HANDLE_EP_DISPATCH, NVFP4MOE_HANDLE_EP_LOOPBACK,
+    NVFP4MOE_HANDLE_EP_PLAN,
+} nvfp4moe_handle_kind;
+
+/* Records p as a live object of this kind: right after allocating it, so that every cleanup path,
+ * the creator's own included, goes through the public free function. OUT_OF_MEMORY when the table
+ * cannot grow (the caller then frees p itself). */
+nvfp4moe_status nvfp4moe_handle_add(const void *p, nvfp4moe_handle_kind kind);
+/* Forgets p. True when it was live and of this kind; false for NULL, a pointer freed already or
+ * never handed out, or an object of another kind: the free functions then do nothing. */
+bool nvfp4moe_handle_remove(const void *p, nvfp4moe_handle_kind kind);
+/* Whether p is a live object of this kind (functions that take an object check it). */
+bool nvfp4moe_handle_live(const void *p, nvfp4moe_handle_kind kind);
 
 // ---- weights (src/core/weights.c) ----
 

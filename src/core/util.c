@@ -150,6 +150,7 @@ float nvfp4moe_round_to_dtype(nvfp4moe_dtype dt, float x) {
 }
 
 void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst) {
+    if (!src || !dst) return;
     const uint16_t *h = (const uint16_t *)src;
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
@@ -161,6 +162,7 @@ void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst
 }
 
 void nvfp4moe_from_float(nvfp4moe_dtype dt, const float *src, int64_t n, void *dst) {
+    if (!src || !dst) return;
     uint16_t *h = (uint16_t *)dst;
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
@@ -191,6 +193,7 @@ double nvfp4moe_rand_normal(uint64_t *state) {
 }
 
 void nvfp4moe_fill_normal(void *dst, nvfp4moe_dtype dt, int64_t n, uint64_t seed) {
+    if (!dst) return;
     uint64_t st = seed;
     for (int64_t i = 0; i < n; i++) {
         float v = (float)nvfp4moe_rand_normal(&st);

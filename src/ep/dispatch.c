@@ -45,7 +45,7 @@ nvfp4moe_status nvfp4moe_ep_partition_of(const nvfp4moe_config *cfg, nvfp4moe_ep
 // ---- dispatch plans ----
 
 void nvfp4moe_ep_dispatch_free(nvfp4moe_ep_dispatch *d) {
-    if (!d) return;
+    if (!nvfp4moe_handle_remove(d, NVFP4MOE_HANDLE_EP_DISPATCH)) return;   // NULL, freed already, or not ours
     free(d->send_counts); free(d->send_offsets); free(d->pair_row); free(d->row_expert); free(d->row_pair);
     free(d->expert_counts);
     free(d);
@@ -71,6 +71,10 @@ nvfp4moe_status nvfp4moe_ep_dispatch_build(const nvfp4moe_ep_partition *part, nv
 
     nvfp4moe_ep_dispatch *d = calloc(1, sizeof *d);
     NVFP4MOE_RETURN_IF(!d, NVFP4MOE_ERR_OUT_OF_MEMORY, "ep dispatch: out of memory");
+    if (nvfp4moe_handle_add(d, NVFP4MOE_HANDLE_EP_DISPATCH) != NVFP4MOE_OK) {
+        free(d);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     d->format = format;
     d->ep_size = (int32_t)R;
     d->local_experts = (int32_t)L;

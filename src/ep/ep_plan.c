@@ -16,7 +16,7 @@ nvfp4moe_ep_format nvfp4moe_ep_plan_format(const nvfp4moe_ep_plan *p) { return p
                                            const nvfp4moe_plan *nvfp4moe_ep_plan_local(const nvfp4moe_ep_plan *p) { return p->local; }
                                            
                                            void nvfp4moe_ep_plan_destroy(nvfp4moe_ep_plan *p) {
-    if (!p) return;
+    if (!nvfp4moe_handle_remove(p, NVFP4MOE_HANDLE_EP_PLAN)) return;   // NULL, destroyed already, or not ours
     nvfp4moe_plan_destroy(p->local);
     free(p->correction_bias);
 #ifdef NVFP4MOE_HAVE_CUDA
@@ -138,6 +138,10 @@ static nvfp4moe_status plan_create_rank(const nvfp4moe_config *cfg, const nvfp4m
 
     nvfp4moe_ep_plan *p = calloc(1, sizeof *p);
     NVFP4MOE_RETURN_IF(!p, NVFP4MOE_ERR_OUT_OF_MEMORY, "ep plan: out of memory");
+    if (nvfp4moe_handle_add(p, NVFP4MOE_HANDLE_EP_PLAN) != NVFP4MOE_OK) {
+        free(p);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     p->cfg = *cfg;
     p->part = part;
     p->format = format;

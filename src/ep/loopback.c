@@ -120,6 +120,13 @@ nvfp4moe_status nvfp4moe_ep_loopback_create(int32_t size, nvfp4moe_ep_loopback *
     lb->size = size;
     for (int32_t r = 0; r < size; r++) rk[r] = (lb_rank){lb, r};
     lb->ranks = rk;
+    if (nvfp4moe_handle_add(lb, NVFP4MOE_HANDLE_EP_LOOPBACK) != NVFP4MOE_OK) {
+        pthread_barrier_destroy(&lb->barrier);
+        free(lb->posted);
+        free(lb->ranks);
+        free(lb);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     *out = lb;
     return NVFP4MOE_OK;
 }
@@ -139,7 +146,7 @@ nvfp4moe_ep_transport nvfp4moe_ep_loopback_transport(nvfp4moe_ep_loopback *lb, i
 }
 
 void nvfp4moe_ep_loopback_free(nvfp4moe_ep_loopback *lb) {
-    if (!lb) return;
+    if (!nvfp4moe_handle_remove(lb, NVFP4MOE_HANDLE_EP_LOOPBACK)) return;   // NULL, freed already, or not ours
     pthread_barrier_destroy(&lb->barrier);
     free(lb->posted);
     free(lb->ranks);

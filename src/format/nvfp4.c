@@ -101,6 +101,9 @@ static nvfp4moe_status check_matrix(const char *fn, const void *a, const char *a
     NVFP4MOE_RETURN_IF(rows < 0, NVFP4MOE_ERR_SHAPE, "%s: rows=%lld is negative", fn, (long long)rows);
     NVFP4MOE_RETURN_IF(cols <= 0 || cols % 16 != 0, NVFP4MOE_ERR_SHAPE,
                        "%s: cols=%lld must be a positive multiple of 16", fn, (long long)cols);
+    // rows * cols floats must be addressable: the element count and its byte size fit 64 bits.
+    NVFP4MOE_RETURN_IF(rows > INT64_MAX / 4 / cols, NVFP4MOE_ERR_SHAPE,
+                       "%s: rows=%lld x cols=%lld overflows 64-bit sizes", fn, (long long)rows, (long long)cols);
     return NVFP4MOE_OK;
 }
 
@@ -141,8 +144,10 @@ nvfp4moe_status nvfp4moe_dequantize(const uint8_t *packed, const uint8_t *scales
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 size_t nvfp4moe_swizzled_scales_size(int64_t rows, int64_t kblocks) {
-    if (rows <= 0 || kblocks <= 0) return 0;
-    return (size_t)(round_up(rows, 128) * round_up(kblocks, 4));
+    if (rows <= 0 || kblocks <= 0 || rows > INT64_MAX - 127 || kblocks > INT64_MAX - 3) return 0;
+    const int64_t r = round_up(rows, 128), k = round_up(kblocks, 4);
+    if (r > INT64_MAX / k || (uint64_t)(r * k) > SIZE_MAX) return 0;   // does not fit: no size
+    return (size_t)(r * k);
 }
 
 /* Offset of scale (m, kb) in the swizzled layout: 128-row x 4-column tiles of 512 bytes, inside
@@ -157,6 +162,9 @@ static nvfp4moe_status check_swizzle(const char *fn, const uint8_t *a, const uin
                        !a ? "the input" : "the output");
     NVFP4MOE_RETURN_IF(rows <= 0, NVFP4MOE_ERR_SHAPE, "%s: rows=%lld must be > 0", fn, (long long)rows);
     NVFP4MOE_RETURN_IF(kblocks <= 0, NVFP4MOE_ERR_SHAPE, "%s: kblocks=%lld must be > 0", fn,
+                       (long long)kblocks);
+    NVFP4MOE_RETURN_IF(nvfp4moe_swizzled_scales_size(rows, kblocks) == 0, NVFP4MOE_ERR_SHAPE,
+                       "%s: rows=%lld x kblocks=%lld overflows 64-bit sizes", fn, (long long)rows,
                        (long long)kblocks);
     return NVFP4MOE_OK;
 }

@@ -77,6 +77,8 @@ static bool tensor_bytes(int64_t numel, int bits, uint64_t *out, bool *misaligne
 
 struct nvfp4moe_st_file {
     char *path;
+    int fd;                  /* open while the file is: nvfp4moe_st_tensor_read reads through it */
+    uint64_t data_start;     /* file offset of the data section */
     const uint8_t *map;      /* the whole file, read-only */
     size_t map_size;
     const uint8_t *data;     /* start of the data section */
@@ -99,14 +101,46 @@ static int cmp_name_ptr(const void *a, const void *b) {
     return strcmp((*x)->name, (*y)->name);
 }
 
-void nvfp4moe_st_close(nvfp4moe_st_file *f) {
-    if (!f) return;
+/* Frees a file whatever owns it (the caller, or a model it belongs to). */
+static void file_release(nvfp4moe_st_file *f) {
     if (f->map && f->map_size) munmap((void *)f->map, f->map_size);
+    if (f->fd >= 0) close(f->fd);
     if (f->root) json_decref(f->root);
     free(f->tensors);
     free(f->by_name);
     free(f->path);
     free(f);
+}
+
+void nvfp4moe_st_close(nvfp4moe_st_file *f) {
+    if (nvfp4moe_handle_remove(f, NVFP4MOE_HANDLE_ST_FILE)) file_release(f);   // else NULL, closed, or not ours
+}
+
+/* Reads n bytes at file offset off with pread. A short read means the file shrank since it was
+ * opened: an IO error (what names the part being read; NULL: the caller names it). */
+static nvfp4moe_status read_at(const nvfp4moe_st_file *f, uint64_t off, uint64_t n, void *dst, const char *what) {
+    uint64_t got = 0;
+    while (got < n) {
+        size_t chunk = n - got > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)(n - got);
+        ssize_t r = pread(f->fd, (uint8_t *)dst + got, chunk, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            return what ? nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: reading %s: %s", f->path, what, strerror(errno))
+                        : nvfp4moe_set_error(NVFP4MOE_ERR_IO, "read failed: %s", strerror(errno));
+        }
+        if (r == 0) {
+            return what ? nvfp4moe_set_error(NVFP4MOE_ERR_IO,
+                                             "%s: reading %s: the file ends at byte %llu: it changed size since "
+                                             "it was opened (truncated while in use?)",
+                                             f->path, what, (unsigned long long)(off + got))
+                        : nvfp4moe_set_error(NVFP4MOE_ERR_IO,
+                                             "the file ends at byte %llu: it changed size since it was opened "
+                                             "(truncated while in use?)",
+                                             (unsigned long long)(off + got));
+        }
+        got += (uint64_t)r;
+    }
+    return NVFP4MOE_OK;
 }
 
 /* Parses one header entry into t (name already set). Messages name the file and tensor. */
@@ -225,6 +259,7 @@ static nvfp4moe_status parse_header(nvfp4moe_st_file *f, const char *hdr, size_t
         t->file = f->path;
         NVFP4MOE_TRY(parse_entry(path, key, v, f->data_size, t));
         t->data = f->data + t->offset;
+        t->file_ = f;
         k++;
     }
     f->count = k;
@@ -262,30 +297,22 @@ static nvfp4moe_status parse_header(nvfp4moe_st_file *f, const char *hdr, size_t
 
 nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
     NVFP4MOE_RETURN_IF(!path || !out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_open: NULL argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return nvfp4moe_set_error(errno == ENOENT ? NVFP4MOE_ERR_NOT_FOUND : NVFP4MOE_ERR_IO,
-                                  "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t size;
+    NVFP4MOE_TRY(nvfp4moe_open_regular(path, &fd, &size));
     nvfp4moe_st_file *f = calloc(1, sizeof *f);
     char *p = strdup(path);
-    if (!f || !p) {
+    if (!f || !p || nvfp4moe_handle_add(f, NVFP4MOE_HANDLE_ST_FILE) != NVFP4MOE_OK) {
         close(fd);
         free(f);
         free(p);
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
     f->path = p;
+    f->fd = fd;
     nvfp4moe_status s = NVFP4MOE_OK;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: not a regular file", path);
-        goto fail;
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    char *hdr = NULL;
+    uint8_t len8[8];
     if (size < 8) {
         s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
                                "%s: file is %llu bytes, too short for the 8-byte header length "
@@ -293,17 +320,10 @@ nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
                                path, (unsigned long long)size);
         goto fail;
     }
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
-        goto fail;
-    }
-    f->map = m;
-    f->map_size = (size_t)size;
-    close(fd);
-    fd = -1;
+    // The header is read, not mapped: a file that shrinks meanwhile gives a short read, not SIGBUS.
+    if ((s = read_at(f, 0, 8, len8, "the header length")) != NVFP4MOE_OK) goto fail;
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | len8[i];
     if (hlen > NVFP4MOE_ST_MAX_HEADER) {
         s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
                                "%s: header length %llu exceeds the %u-byte limit (corrupt header "
@@ -318,15 +338,43 @@ nvfp4moe_status nvfp4moe_st_open(const char *path, nvfp4moe_st_file **out) {
                                path, (unsigned long long)hlen, (unsigned long long)size);
         goto fail;
     }
+    if (!(hdr = malloc(hlen ? (size_t)hlen : 1))) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory for a %llu-byte header", path,
+                               (unsigned long long)hlen);
+        goto fail;
+    }
+    if ((s = read_at(f, 8, hlen, hdr, "the header")) != NVFP4MOE_OK) goto fail;
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED) {
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot map: %s", path, strerror(errno));
+        goto fail;
+    }
+    f->map = m;
+    f->map_size = (size_t)size;
+    f->data_start = 8 + hlen;
     f->data = f->map + 8 + hlen;
     f->data_size = size - 8 - hlen;
-    s = parse_header(f, (const char *)f->map + 8, (size_t)hlen);
+    s = parse_header(f, hdr, (size_t)hlen);
     if (s != NVFP4MOE_OK) goto fail;
+    free(hdr);
     *out = f;
     return NVFP4MOE_OK;
 fail:
-    if (fd >= 0) close(fd);
+    free(hdr);
     nvfp4moe_st_close(f);
+    return s;
+}
+
+nvfp4moe_status nvfp4moe_st_tensor_read(const nvfp4moe_st_tensor *t, uint64_t offset, uint64_t n, void *dst) {
+    NVFP4MOE_RETURN_IF(!t || !t->file_ || (n && !dst), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_tensor_read: NULL argument, or a tensor not from an open file");
+    NVFP4MOE_RETURN_IF(offset > t->nbytes || n > t->nbytes - offset, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "%s: tensor '%s': bytes [%llu, %llu + %llu) are not inside its %llu bytes", t->file,
+                       t->name, (unsigned long long)offset, (unsigned long long)offset, (unsigned long long)n,
+                       (unsigned long long)t->nbytes);
+    const nvfp4moe_st_file *f = t->file_;
+    nvfp4moe_status s = read_at(f, f->data_start + t->offset + offset, n, dst, NULL);
+    if (s != NVFP4MOE_OK) nvfp4moe_error_prefix("%s: tensor '%s'", f->path, t->name);
     return s;
 }
 
@@ -362,6 +410,9 @@ const char *nvfp4moe_st_file_metadata(const nvfp4moe_st_file *f, const char *key
 
 // ---- models: one or more files ----
 
+/* model.safetensors.index.json: a 100k-tensor model's is about 10 MB. */
+#define MAX_INDEX_BYTES (256u << 20)
+
 struct nvfp4moe_st_model {
     nvfp4moe_st_file **files;
     size_t nfiles;
@@ -370,8 +421,8 @@ struct nvfp4moe_st_model {
 };
 
 void nvfp4moe_st_model_close(nvfp4moe_st_model *m) {
-    if (!m) return;
-    for (size_t i = 0; i < m->nfiles; i++) nvfp4moe_st_close(m->files[i]);
+    if (!nvfp4moe_handle_remove(m, NVFP4MOE_HANDLE_ST_MODEL)) return;   // NULL, closed already, or not ours
+    for (size_t i = 0; i < m->nfiles; i++) file_release(m->files[i]);
     free(m->files);
     free(m->by_name);
     free(m);
@@ -395,6 +446,7 @@ static nvfp4moe_status model_add_file(nvfp4moe_st_model *m, const char *path) {
     m->files = nf;
     nvfp4moe_st_file *f = NULL;
     NVFP4MOE_TRY(nvfp4moe_st_open(path, &f));
+    nvfp4moe_handle_remove(f, NVFP4MOE_HANDLE_ST_FILE);   // the model owns it now: st_close ignores it
     m->files[m->nfiles++] = f;
     return NVFP4MOE_OK;
 }
@@ -413,8 +465,11 @@ static bool safe_shard_name(const char *s) {
 
 static nvfp4moe_status open_index(nvfp4moe_st_model *m, const char *dir, const char *index_path,
                                   json_t **index_out) {
+    char *text = NULL;
+    NVFP4MOE_TRY(nvfp4moe_read_text_file(index_path, MAX_INDEX_BYTES, &text));
     json_error_t err;
-    json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &err);
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    free(text);
     NVFP4MOE_RETURN_IF(!root, NVFP4MOE_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", index_path,
                        err.text, err.line);
     *index_out = root;
@@ -531,6 +586,10 @@ nvfp4moe_status nvfp4moe_st_model_open(const char *path, nvfp4moe_st_model **out
                        "st_model_open: NULL argument");
     nvfp4moe_st_model *m = calloc(1, sizeof *m);
     NVFP4MOE_RETURN_IF(!m, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(m, NVFP4MOE_HANDLE_ST_MODEL) != NVFP4MOE_OK) {
+        free(m);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     nvfp4moe_status s;
     json_t *index = NULL;
     char *index_path = NULL, *single = NULL;
@@ -610,12 +669,16 @@ nvfp4moe_status nvfp4moe_st_writer_create(nvfp4moe_st_writer **out) {
     NVFP4MOE_RETURN_IF(!out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_writer_create: NULL out");
     nvfp4moe_st_writer *w = calloc(1, sizeof *w);
     NVFP4MOE_RETURN_IF(!w, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(w, NVFP4MOE_HANDLE_ST_WRITER) != NVFP4MOE_OK) {
+        free(w);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     *out = w;
     return NVFP4MOE_OK;
 }
 
 void nvfp4moe_st_writer_free(nvfp4moe_st_writer *w) {
-    if (!w) return;
+    if (!nvfp4moe_handle_remove(w, NVFP4MOE_HANDLE_ST_WRITER)) return;   // NULL, freed already, or not ours
     for (size_t i = 0; i < w->n; i++) {
         free(w->t[i].name);
         free(w->t[i].data);
@@ -750,18 +813,14 @@ nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char 
     bool ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
     for (size_t i = 0; i < w->n && ok; i++)
         ok = fwrite(w->t[i].data, 1, (size_t)w->t[i].nbytes, fp) == w->t[i].nbytes;
-    int err = errno;
-    if (fclose(fp) != 0 && ok) ok = false, err = errno;
     if (!ok) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
+        int err = errno;
+        fclose(fp);
         remove(tmp);
+        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: write failed: %s", tmp, strerror(err));
         goto done;
     }
-    if (rename(tmp, path) != 0) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot rename to %s: %s", tmp, path,
-                               strerror(errno));
-        remove(tmp);
-    }
+    s = nvfp4moe_commit_file(fp, tmp, path);
 done:
     free(tmp);
     free(hdr);

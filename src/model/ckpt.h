@@ -36,7 +36,12 @@ typedef struct {
 
 
 /* Shared by the loaders (ckpt_tensors.c defines these). */
-float nvfp4moe_ckpt_tensor_float(const nvfp4moe_st_tensor *t, int64_t i);   /* one value as float */
+/* Values [first, first + n) of a float tensor (F32, F64, BF16, F16) as float, read from the file
+ * (nvfp4moe_st_tensor_read): FORMAT for another dtype, IO when the file changed. */
+nvfp4moe_status nvfp4moe_ckpt_read_floats(const nvfp4moe_st_tensor *t, int64_t first, int64_t n, float *dst);
+/* The rows of a [rows, row_bytes] tensor into dst, consecutive rows dst_stride bytes apart. */
+nvfp4moe_status nvfp4moe_ckpt_read_rows(const nvfp4moe_st_tensor *t, int64_t rows, int64_t row_bytes, uint8_t *dst,
+                                        int64_t dst_stride);
 bool nvfp4moe_ckpt_is_float_dtype(nvfp4moe_st_dtype d);
 bool nvfp4moe_ckpt_shape_is(const nvfp4moe_st_tensor *t, int32_t ndim, const int64_t *dims);
 /* The tensor base+suffix, or NOT_FOUND naming it; maybe: NULL when absent. */
@@ -45,12 +50,20 @@ const nvfp4moe_st_tensor *nvfp4moe_ckpt_maybe(const load_ctx *c, const char *suf
 /* FORMAT errors naming the file and tensor. */
 nvfp4moe_status nvfp4moe_ckpt_bad_shape(const nvfp4moe_st_tensor *t, const char *want);
 nvfp4moe_status nvfp4moe_ckpt_want_dtype(const nvfp4moe_st_tensor *t, nvfp4moe_st_dtype a, nvfp4moe_st_dtype b);
+/* Values a layer cannot run with, checked in every load (check-only included) so that inspect
+ * reports what a run would refuse: FORMAT naming the tensor and the element for a NaN E4M3 block
+ * scale (read from the file in chunks) or a non-finite float (a bias). */
+nvfp4moe_status nvfp4moe_ckpt_check_scales(const nvfp4moe_st_tensor *t);
+nvfp4moe_status nvfp4moe_ckpt_check_finite(const nvfp4moe_st_tensor *t);
 /* A per-tensor scale: one float value; a global scale (finite, > 0; reciprocal for
  * compressed-tensors). */
 nvfp4moe_status nvfp4moe_ckpt_scalar(const nvfp4moe_st_tensor *t, float *v);
 nvfp4moe_status nvfp4moe_ckpt_global_scale(const nvfp4moe_st_tensor *t, float v, bool reciprocal, float *out);
 /* Canonical w13 row of element i of a half (0 gate, 1 up). */
 int64_t nvfp4moe_ckpt_w13_row(const nvfp4moe_config *cfg, int half, int64_t i);
+/* Whether the layer has expert biases: all of them (every projection of every expert, or both
+ * fused ones) or none, else NOT_FOUND naming the first missing one. */
+nvfp4moe_status nvfp4moe_ckpt_bias_presence(const load_ctx *c, bool fused, bool *has);
 /* The router weight and bias and the correction bias: checks, and copies unless check_only. */
 nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out);
 /* The directory of the model's first file: what messages name. */

@@ -112,6 +112,7 @@ static nvfp4moe_status proj_resolve(load_ctx *c, int32_t e, const char *proj, in
     snprintf(want, sizeof want, "[%lld, %lld] (one E4M3 scale per 16)", (long long)rows,
              (long long)cols / 16);
     if (!nvfp4moe_ckpt_shape_is(v->s, 2, ds)) return nvfp4moe_ckpt_bad_shape(v->s, want);
+    NVFP4MOE_TRY(nvfp4moe_ckpt_check_scales(v->s));
     float x;
     NVFP4MOE_TRY(nvfp4moe_ckpt_scalar(v->s2, &x));
     NVFP4MOE_TRY(nvfp4moe_ckpt_global_scale(v->s2, x, ct, &v->scale_2));
@@ -127,58 +128,49 @@ static nvfp4moe_status proj_resolve(load_ctx *c, int32_t e, const char *proj, in
         int64_t db[1] = {rows};
         snprintf(want, sizeof want, "[%lld]", (long long)rows);
         if (!nvfp4moe_ckpt_shape_is(v->bias, 1, db)) return nvfp4moe_ckpt_bad_shape(v->bias, want);
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(v->bias));
     }
     return NVFP4MOE_OK;
 }
 
-/* Copies the rows of a resolved projection into canonical w13 (half 0/1) or w2 (half -1). */
-static void proj_copy(load_ctx *c, int32_t e, int half, const proj_view *v, int64_t rows,
-                      int64_t cols) {
+/* Copies a resolved projection into canonical w13 (half 0/1) or w2 (half -1): its rows land at
+ * first, first + step, ... (step 2 for gpt-oss's interleaved gate/up). */
+static nvfp4moe_status proj_copy(load_ctx *c, int32_t e, int half, const proj_view *v, int64_t rows,
+                                 int64_t cols) {
     ckpt_storage *st = c->st;
-    const uint8_t *w = v->w->data, *s = v->s->data;
     const int64_t N1 = nvfp4moe_config_n1(&c->cfg);
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t dr = half < 0 ? r : nvfp4moe_ckpt_w13_row(&c->cfg, half, r);
-        uint8_t *dw = half < 0 ? st->w2 + ((int64_t)e * rows + dr) * (cols / 2)
-                               : st->w13 + ((int64_t)e * N1 + dr) * (cols / 2);
-        uint8_t *ds = half < 0 ? st->w2_scale + ((int64_t)e * rows + dr) * (cols / 16)
-                               : st->w13_scale + ((int64_t)e * N1 + dr) * (cols / 16);
-        memcpy(dw, w + r * (cols / 2), (size_t)(cols / 2));
-        memcpy(ds, s + r * (cols / 16), (size_t)(cols / 16));
-        if (v->bias) {
-            float *db = half < 0 ? st->w2_bias + (int64_t)e * rows + dr
-                                 : st->w13_bias + (int64_t)e * N1 + dr;
-            *db = nvfp4moe_ckpt_tensor_float(v->bias, r);
-        }
-    }
+    const int64_t first = half < 0 ? 0 : nvfp4moe_ckpt_w13_row(&c->cfg, half, 0);
+    const int64_t step = half < 0 ? 1 : nvfp4moe_ckpt_w13_row(&c->cfg, half, 1) - first;
+    const int64_t row0 = (half < 0 ? (int64_t)e * rows : (int64_t)e * N1) + first;
+    uint8_t *dw = (half < 0 ? st->w2 : st->w13) + row0 * (cols / 2);
+    uint8_t *ds = (half < 0 ? st->w2_scale : st->w13_scale) + row0 * (cols / 16);
+    NVFP4MOE_TRY(nvfp4moe_ckpt_read_rows(v->w, rows, cols / 2, dw, step * (cols / 2)));
+    NVFP4MOE_TRY(nvfp4moe_ckpt_read_rows(v->s, rows, cols / 16, ds, step * (cols / 16)));
+    if (!v->bias) return NVFP4MOE_OK;
+    float *b = malloc(sizeof(float) * (size_t)rows);
+    NVFP4MOE_RETURN_IF(!b, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    nvfp4moe_status s = nvfp4moe_ckpt_read_floats(v->bias, 0, rows, b);
+    float *db = (half < 0 ? st->w2_bias : st->w13_bias) + row0;
+    for (int64_t r = 0; r < rows && s == NVFP4MOE_OK; r++) db[r * step] = b[r];
+    free(b);
+    return s;
 }
 
 static nvfp4moe_status load_per_expert(load_ctx *c, bool ct) {
     const nvfp4moe_config *cfg = &c->cfg;
     const int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
     const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
+    // A bias without its counterparts would be dropped, or copied where no buffer was sized.
+    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(c, false, &c->cfg.has_bias));
     for (int32_t e = 0; e < cfg->num_experts; e++) {
         proj_view g = {0}, u = {0}, d = {0};
         if (gated) NVFP4MOE_TRY(proj_resolve(c, e, c->gate, I, H, ct, &g));
         NVFP4MOE_TRY(proj_resolve(c, e, c->up, I, H, ct, &u));
         NVFP4MOE_TRY(proj_resolve(c, e, c->down, H, I, ct, &d));
-        if (gated && (!g.bias) != (!u.bias)) {
-            const nvfp4moe_st_tensor *has = g.bias ? g.bias : u.bias;
-            return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND,
-                                      "%s: tensor '%s' has no %s counterpart", has->file,
-                                      has->name, g.bias ? "up" : "gate");
-        }
-        NVFP4MOE_RETURN_IF(e > 0 && (!u.bias) != !c->cfg.has_bias, NVFP4MOE_ERR_NOT_FOUND,
-                           "%s: layer %d: expert %d %s biases but expert 0 %s", c->where,
-                           c->layer, e, u.bias ? "has" : "lacks", u.bias ? "does not" : "does");
-        NVFP4MOE_RETURN_IF(e > 0 && (!d.bias) != !c->cfg.has_bias, NVFP4MOE_ERR_NOT_FOUND,
-                           "%s: layer %d: expert %d down_proj bias presence differs from expert 0",
-                           c->where, c->layer, e);
-        if (e == 0) c->cfg.has_bias = u.bias != NULL;
         if (!c->check_only) {
-            if (gated) proj_copy(c, e, 0, &g, I, H);
-            proj_copy(c, e, 1, &u, I, H);
-            proj_copy(c, e, -1, &d, H, I);
+            if (gated) NVFP4MOE_TRY(proj_copy(c, e, 0, &g, I, H));
+            NVFP4MOE_TRY(proj_copy(c, e, 1, &u, I, H));
+            NVFP4MOE_TRY(proj_copy(c, e, -1, &d, H, I));
             c->st->w2_scale_2[e] = d.scale_2;
             if (c->st->w2_input_scale) c->st->w2_input_scale[e] = d.input_scale;
         }
@@ -204,16 +196,20 @@ static nvfp4moe_status fused_scales(const load_ctx *c, const nvfp4moe_st_tensor 
     else if (two && t->ndim >= 2 && t->shape[0] == E && t->shape[1] == 2 && t->numel == 2 * E)
         per = 2;
     else return nvfp4moe_ckpt_bad_shape(t, two ? "[], [E], [E, 1] or [E, 2]" : "[], [E] or [E, 1]");
-    for (int64_t e = 0; e < E; e++) {
-        for (int k = 0; k < 2; k++) {
-            float v = nvfp4moe_ckpt_tensor_float(t, per == 0 ? 0 : per == 1 ? e : 2 * e + k);
-            NVFP4MOE_RETURN_IF(!isfinite(v) || !(v > 0), NVFP4MOE_ERR_FORMAT,
-                               "%s: tensor '%s': expert %lld: value %g must be finite and > 0",
-                               t->file, t->name, (long long)e, (double)v);
+    float *vals = malloc(sizeof(float) * (size_t)t->numel);
+    NVFP4MOE_RETURN_IF(!vals, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    nvfp4moe_status s = nvfp4moe_ckpt_read_floats(t, 0, t->numel, vals);
+    for (int64_t e = 0; e < E && s == NVFP4MOE_OK; e++) {
+        for (int k = 0; k < 2 && s == NVFP4MOE_OK; k++) {
+            float v = vals[per == 0 ? 0 : per == 1 ? e : 2 * e + k];
+            if (!isfinite(v) || !(v > 0))
+                s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: tensor '%s': expert %lld: value %g must be finite and > 0",
+                                       t->file, t->name, (long long)e, (double)v);
             out[2 * e + k] = v;
         }
     }
-    return NVFP4MOE_OK;
+    free(vals);
+    return s;
 }
 
 /* A fused [E, out, in/2] weight with [E, out, in/16] scales, or both transposed ([E, in/2, out],
@@ -243,22 +239,27 @@ static nvfp4moe_status fused_weight(load_ctx *c, const nvfp4moe_st_tensor *w,
                  (long long)ww[0], (long long)ww[1], (long long)ww[2]);
         return nvfp4moe_ckpt_bad_shape(w, want);
     }
+    NVFP4MOE_TRY(nvfp4moe_ckpt_check_scales(s));
     if (c->check_only) return NVFP4MOE_OK;
-    const uint8_t *src = w->data, *srcs = s->data;
     if (!transposed) {
-        memcpy(dst, src, (size_t)(E * out * (in / 2)));
-        memcpy(dst_s, srcs, (size_t)(E * out * (in / 16)));
-        return NVFP4MOE_OK;
+        NVFP4MOE_TRY(nvfp4moe_st_tensor_read(w, 0, w->nbytes, dst));
+        return nvfp4moe_st_tensor_read(s, 0, s->nbytes, dst_s);
     }
-    for (int64_t e = 0; e < E; e++) {
-        for (int64_t k = 0; k < in / 2; k++)
-            for (int64_t n = 0; n < out; n++)
-                dst[(e * out + n) * (in / 2) + k] = src[(e * (in / 2) + k) * out + n];
-        for (int64_t k = 0; k < in / 16; k++)
-            for (int64_t n = 0; n < out; n++)
-                dst_s[(e * out + n) * (in / 16) + k] = srcs[(e * (in / 16) + k) * out + n];
+    // One expert at a time through a scratch copy, transposed into place.
+    uint8_t *buf = malloc((size_t)(in / 2 * out));
+    NVFP4MOE_RETURN_IF(!buf, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    nvfp4moe_status st = NVFP4MOE_OK;
+    for (int64_t e = 0; e < E && st == NVFP4MOE_OK; e++) {
+        st = nvfp4moe_st_tensor_read(w, (uint64_t)(e * (in / 2) * out), (uint64_t)(in / 2 * out), buf);
+        for (int64_t k = 0; k < in / 2 && st == NVFP4MOE_OK; k++)
+            for (int64_t n = 0; n < out; n++) dst[(e * out + n) * (in / 2) + k] = buf[k * out + n];
+        if (st == NVFP4MOE_OK)
+            st = nvfp4moe_st_tensor_read(s, (uint64_t)(e * (in / 16) * out), (uint64_t)(in / 16 * out), buf);
+        for (int64_t k = 0; k < in / 16 && st == NVFP4MOE_OK; k++)
+            for (int64_t n = 0; n < out; n++) dst_s[(e * out + n) * (in / 16) + k] = buf[k * out + n];
     }
-    return NVFP4MOE_OK;
+    free(buf);
+    return st;
 }
 
 static nvfp4moe_status load_fused(load_ctx *c) {
@@ -279,12 +280,7 @@ static nvfp4moe_status load_fused(load_ctx *c) {
     }
     const nvfp4moe_st_tensor *gub = nvfp4moe_ckpt_maybe(c, "experts.gate_up_proj_bias");
     const nvfp4moe_st_tensor *dnb = nvfp4moe_ckpt_maybe(c, "experts.down_proj_bias");
-    NVFP4MOE_RETURN_IF((!gub) != (!dnb), NVFP4MOE_ERR_NOT_FOUND,
-                       "%s: layer %d: tensor '%sexperts.%s_bias' not found (its %s bias is "
-                       "present)",
-                       c->where, c->layer, c->base, gub ? "down_proj" : "gate_up_proj",
-                       gub ? "gate_up_proj" : "down_proj");
-    c->cfg.has_bias = gub != NULL;
+    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(c, true, &c->cfg.has_bias));
     ckpt_storage *st = c->st;
     NVFP4MOE_TRY(fused_weight(c, gu, gus, N1, H, c->check_only ? NULL : st->w13,
                               c->check_only ? NULL : st->w13_scale));
@@ -297,9 +293,11 @@ static nvfp4moe_status load_fused(load_ctx *c) {
         if (!nvfp4moe_ckpt_is_float_dtype(gub->dtype) || !nvfp4moe_ckpt_shape_is(gub, 2, db1)) return nvfp4moe_ckpt_bad_shape(gub, want);
         snprintf(want, sizeof want, "[%lld, %lld]", (long long)E, (long long)H);
         if (!nvfp4moe_ckpt_is_float_dtype(dnb->dtype) || !nvfp4moe_ckpt_shape_is(dnb, 2, db2)) return nvfp4moe_ckpt_bad_shape(dnb, want);
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(gub));
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(dnb));
         if (!c->check_only) {
-            for (int64_t i = 0; i < E * N1; i++) st->w13_bias[i] = nvfp4moe_ckpt_tensor_float(gub, i);
-            for (int64_t i = 0; i < E * H; i++) st->w2_bias[i] = nvfp4moe_ckpt_tensor_float(dnb, i);
+            NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(gub, 0, E * N1, st->w13_bias));
+            NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(dnb, 0, E * H, st->w2_bias));
         }
     }
     // Per-expert scales, [E][gate, up]; down has no shards.
@@ -351,6 +349,10 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
                        info->first_moe_layer);
     nvfp4moe_ckpt_layer *l = calloc(1, sizeof *l);
     NVFP4MOE_RETURN_IF(!l, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(l, NVFP4MOE_HANDLE_CKPT_LAYER) != NVFP4MOE_OK) {
+        free(l);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     load_ctx c = {.info = info, .tensors = tensors, .layer = layer, .cfg = info->cfg,
                   .check_only = true, .warn = &l->warnings};
     nvfp4moe_strlcpy(c.where, where, sizeof c.where);

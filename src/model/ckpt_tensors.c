@@ -13,32 +13,63 @@
 
 // ---- tensor access ----
 
-/* One value of a float tensor (F32, F64, BF16, F16) as float. */
-float nvfp4moe_ckpt_tensor_float(const nvfp4moe_st_tensor *t, int64_t i) {
-    const uint8_t *p = t->data;
-    switch (t->dtype) {
+/* One value of a float dtype (F32, F64, BF16, F16) at p, as float. */
+static float float_at(nvfp4moe_st_dtype dt, const uint8_t *p) {
+    switch (dt) {
     case NVFP4MOE_ST_F32: {
         float v;
-        memcpy(&v, p + 4 * i, 4);
+        memcpy(&v, p, 4);
         return v;
     }
     case NVFP4MOE_ST_F64: {
         double v;
-        memcpy(&v, p + 8 * i, 8);
+        memcpy(&v, p, 8);
         return (float)v;
     }
     case NVFP4MOE_ST_BF16: {
         uint16_t v;
-        memcpy(&v, p + 2 * i, 2);
+        memcpy(&v, p, 2);
         return nvfp4moe_bf16_to_float(v);
     }
-    case NVFP4MOE_ST_F16: {
+    default: {
         uint16_t v;
-        memcpy(&v, p + 2 * i, 2);
+        memcpy(&v, p, 2);
         return nvfp4moe_fp16_to_float(v);
     }
-    default: return NAN;
     }
+}
+
+nvfp4moe_status nvfp4moe_ckpt_read_floats(const nvfp4moe_st_tensor *t, int64_t first, int64_t n, float *dst) {
+    NVFP4MOE_RETURN_IF(!nvfp4moe_ckpt_is_float_dtype(t->dtype), NVFP4MOE_ERR_FORMAT,
+                       "%s: tensor '%s': dtype %s, expected a float type", t->file, t->name,
+                       nvfp4moe_st_dtype_name(t->dtype));
+    const int64_t esz = nvfp4moe_st_dtype_bits(t->dtype) / 8;
+    uint8_t buf[4096];
+    const int64_t per = (int64_t)sizeof buf / esz;
+    for (int64_t i = 0; i < n; i += per) {
+        const int64_t k = n - i < per ? n - i : per;
+        NVFP4MOE_TRY(nvfp4moe_st_tensor_read(t, (uint64_t)((first + i) * esz), (uint64_t)(k * esz), buf));
+        for (int64_t j = 0; j < k; j++) dst[i + j] = float_at(t->dtype, buf + j * esz);
+    }
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_ckpt_read_rows(const nvfp4moe_st_tensor *t, int64_t rows, int64_t row_bytes, uint8_t *dst,
+                                        int64_t dst_stride) {
+    if (dst_stride == row_bytes) return nvfp4moe_st_tensor_read(t, 0, (uint64_t)(rows * row_bytes), dst);
+    // Scattered rows (gpt-oss's interleaved gate/up): through a bounded scratch buffer.
+    const int64_t per = row_bytes >= (1 << 20) ? 1 : (1 << 20) / row_bytes;
+    uint8_t *buf = malloc((size_t)((per < rows ? per : rows) * row_bytes));
+    NVFP4MOE_RETURN_IF(!buf, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: tensor '%s': out of memory", t->file, t->name);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    for (int64_t r = 0; r < rows && s == NVFP4MOE_OK; r += per) {
+        const int64_t k = rows - r < per ? rows - r : per;
+        s = nvfp4moe_st_tensor_read(t, (uint64_t)(r * row_bytes), (uint64_t)(k * row_bytes), buf);
+        for (int64_t j = 0; j < k && s == NVFP4MOE_OK; j++)
+            memcpy(dst + (r + j) * dst_stride, buf + j * row_bytes, (size_t)row_bytes);
+    }
+    free(buf);
+    return s;
 }
 
 bool nvfp4moe_ckpt_is_float_dtype(nvfp4moe_st_dtype d) {
@@ -51,6 +82,52 @@ static void shape_str(const nvfp4moe_st_tensor *t, char *buf, size_t len) {
     for (int32_t i = 0; i < t->ndim && n < len; i++)
         n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
     if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+/* Flat element i of t as an index in its shape: "[2, 17, 3]". */
+static void index_str(const nvfp4moe_st_tensor *t, int64_t i, char *buf, size_t len) {
+    int64_t idx[NVFP4MOE_ST_MAX_DIMS];
+    for (int32_t d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = t->shape[d] ? i % t->shape[d] : 0;
+        i = t->shape[d] ? i / t->shape[d] : 0;
+    }
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int32_t d = 0; d < t->ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)idx[d]);
+    if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+nvfp4moe_status nvfp4moe_ckpt_check_scales(const nvfp4moe_st_tensor *t) {
+    uint8_t buf[16384];
+    for (uint64_t off = 0; off < t->nbytes; off += sizeof buf) {
+        const uint64_t k = t->nbytes - off < sizeof buf ? t->nbytes - off : sizeof buf;
+        NVFP4MOE_TRY(nvfp4moe_st_tensor_read(t, off, k, buf));
+        for (uint64_t j = 0; j < k; j++) {
+            if ((buf[j] & 0x7F) != 0x7F) continue;
+            char at[160];
+            index_str(t, (int64_t)(off + j), at, sizeof at);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT,
+                                      "%s: tensor '%s': block scale %s is NaN (E4M3 code 0x%02X)", t->file,
+                                      t->name, at, buf[j]);
+        }
+    }
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_ckpt_check_finite(const nvfp4moe_st_tensor *t) {
+    float buf[1024];
+    for (int64_t i = 0; i < t->numel; i += 1024) {
+        const int64_t k = t->numel - i < 1024 ? t->numel - i : 1024;
+        NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(t, i, k, buf));
+        for (int64_t j = 0; j < k; j++) {
+            if (isfinite(buf[j])) continue;
+            char at[160];
+            index_str(t, i + j, at, sizeof at);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: tensor '%s': element %s is %g, not a finite number",
+                                      t->file, t->name, at, (double)buf[j]);
+        }
+    }
+    return NVFP4MOE_OK;
 }
 
 bool nvfp4moe_ckpt_shape_is(const nvfp4moe_st_tensor *t, int32_t ndim, const int64_t *dims) {
@@ -97,8 +174,7 @@ nvfp4moe_status nvfp4moe_ckpt_scalar(const nvfp4moe_st_tensor *t, float *v) {
                        "%s: tensor '%s': dtype %s, expected F32", t->file, t->name,
                        nvfp4moe_st_dtype_name(t->dtype));
     if (t->numel != 1) return nvfp4moe_ckpt_bad_shape(t, "[] or [1] (one value)");
-    *v = nvfp4moe_ckpt_tensor_float(t, 0);
-    return NVFP4MOE_OK;
+    return nvfp4moe_ckpt_read_floats(t, 0, 1, v);
 }
 
 /* A global scale must be finite and positive to mean anything; reciprocal for compressed-tensors. */
@@ -121,6 +197,35 @@ int64_t nvfp4moe_ckpt_w13_row(const nvfp4moe_config *cfg, int half, int64_t i) {
     if (!nvfp4moe_activation_is_gated(cfg->activation)) return i;
     if (cfg->activation == NVFP4MOE_ACT_SWIGLUOAI) return 2 * i + half;
     return (int64_t)half * cfg->intermediate_size + i;
+}
+
+// ---- expert biases ----
+
+/* Whether a layer has expert biases: every one the layout names (fused
+ * experts.{gate_up,down}_proj_bias; per expert experts.E.{gate,up,down}_proj.bias) or none, else
+ * NOT_FOUND naming the first missing one, so no bias is dropped or half-applied. */
+nvfp4moe_status nvfp4moe_ckpt_bias_presence(const load_ctx *c, bool fused, bool *has) {
+    const bool gated = nvfp4moe_activation_is_gated(c->cfg.activation);
+    const nvfp4moe_st_tensor *present = NULL;
+    char suf[160], missing[320] = "";
+    const int32_t E = fused ? 1 : c->cfg.num_experts;
+    for (int32_t e = 0; e < E; e++) {
+        for (int p = fused || gated ? 0 : 1; p < 3; p++) {
+            if (fused && p == 2) break;
+            if (fused) snprintf(suf, sizeof suf, "experts.%s_bias", p ? "down_proj" : "gate_up_proj");
+            else snprintf(suf, sizeof suf, "experts.%d.%s.bias", e,
+                          p == 0 ? c->gate : p == 1 ? c->up : c->down);
+            const nvfp4moe_st_tensor *t = nvfp4moe_ckpt_maybe(c, suf);
+            if (t && !present) present = t;
+            if (!t && !missing[0]) snprintf(missing, sizeof missing, "%s%s", c->base, suf);
+        }
+    }
+    NVFP4MOE_RETURN_IF(present && missing[0], NVFP4MOE_ERR_NOT_FOUND,
+                       "%s: layer %d: tensor '%s' not found ('%s' is present: expert biases must "
+                       "be given for every projection and expert, or for none)",
+                       c->where, c->layer, missing, present->name);
+    *has = present != NULL;
+    return NVFP4MOE_OK;
 }
 
 // ---- router and correction bias ----
@@ -149,7 +254,7 @@ nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out)
             c->router_t = r;
             nvfp4moe_strlcpy(out->router_name, rname, sizeof out->router_name);
             if (!c->check_only) {
-                for (int64_t i = 0; i < E * H; i++) c->st->router[i] = nvfp4moe_ckpt_tensor_float(r, i);
+                NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(r, 0, E * H, c->st->router));
                 out->router = c->st->router;
             }
         }
@@ -171,7 +276,7 @@ nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out)
         out->has_router_bias = true;
         c->router_bias_t = rb;
         if (!c->check_only) {
-            for (int64_t i = 0; i < E; i++) c->st->router_bias[i] = nvfp4moe_ckpt_tensor_float(rb, i);
+            NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(rb, 0, E, c->st->router_bias));
             out->router_bias = c->st->router_bias;
         }
     }
@@ -196,8 +301,8 @@ nvfp4moe_status nvfp4moe_ckpt_load_router(load_ctx *c, nvfp4moe_ckpt_layer *out)
         char want[32];
         snprintf(want, sizeof want, "[%lld]", (long long)E);
         if (!nvfp4moe_ckpt_is_float_dtype(b->dtype) || !nvfp4moe_ckpt_shape_is(b, 1, dims)) return nvfp4moe_ckpt_bad_shape(b, want);
-        if (!c->check_only)
-            for (int64_t i = 0; i < E; i++) c->st->correction_bias[i] = nvfp4moe_ckpt_tensor_float(b, i);
+        NVFP4MOE_TRY(nvfp4moe_ckpt_check_finite(b));
+        if (!c->check_only) NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(b, 0, E, c->st->correction_bias));
     }
     return NVFP4MOE_OK;
 }
@@ -300,7 +405,7 @@ void nvfp4moe_ckpt_storage_free(ckpt_storage *s) {
 }
 
 void nvfp4moe_ckpt_layer_free(nvfp4moe_ckpt_layer *l) {
-    if (!l) return;
+    if (!nvfp4moe_handle_remove(l, NVFP4MOE_HANDLE_CKPT_LAYER)) return;   // NULL, freed already, or not ours
     nvfp4moe_ckpt_storage_free(l->storage_);
     free(l);
 }

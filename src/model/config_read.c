@@ -9,20 +9,19 @@
 #include "model/model.h"
 
 #include <errno.h>
-#include <fnmatch.h>
 #include <jansson.h>
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #define MAX_LAYERS 100000       /* more layers than any model has: a corrupt config */
+#define MAX_EXCLUDED 65536      /* exclusion patterns: real lists name a few thousand modules */
 #define MAX_CONFIG_BYTES (64u << 20)
 
 typedef struct {
-    char **patterns;
+    nvfp4moe_pattern **patterns;
     int32_t n;
     uint8_t *is_moe;            /* [num_layers] */
 } info_storage;
@@ -391,39 +390,11 @@ static nvfp4moe_status parse_quant_config(json_t *qc, const char *src, quant_des
 
 // ---- exclusion patterns ----
 
-/* Python-flavoured regex -> POSIX extended, anchored at the start as re.match is. */
-static char *posix_regex(const char *re) {
-    size_t n = strlen(re);
-    char *out = malloc(n * 12 + 8);
-    if (!out) return NULL;
-    char *o = out;
-    o += sprintf(o, "^(");
-    for (const char *p = re; *p; p++) {
-        if (p[0] == '\\' && p[1] == 'd') o += sprintf(o, "[0-9]"), p++;
-        else if (p[0] == '\\' && p[1] == 's') o += sprintf(o, "[[:space:]]"), p++;
-        else if (p[0] == '(' && p[1] == '?' && p[2] == ':') *o++ = '(', p += 2;
-        else if (p[0] == '\\' && p[1]) *o++ = p[0], *o++ = p[1], p++;
-        else *o++ = *p;
-    }
-    o += sprintf(o, ")");
-    *o = '\0';
-    return out;
-}
-
-static bool pattern_matches(const char *pat, const char *module) {
-    if (!strncmp(pat, "re:", 3)) {
-        char *re = posix_regex(pat + 3);
-        regex_t rx;
-        bool m = false;
-        if (re && regcomp(&rx, re, REG_EXTENDED | REG_NOSUB) == 0) {
-            m = regexec(&rx, module, 0, NULL, 0) == 0;
-            regfree(&rx);
-        }
-        free(re);
-        return m;
-    }
-    if (fnmatch(pat, module, 0) == 0) return true;
-    // A plain module name also excludes what is inside it ("model.layers.3.mlp" covers experts).
+/* Whether the exclusion pattern p covers module: it matches the name, or it is a plain module name
+ * that contains it ("model.layers.3.mlp" covers model.layers.3.mlp.experts). */
+static bool pattern_covers(const nvfp4moe_pattern *p, const char *module) {
+    if (nvfp4moe_pattern_match(p, module)) return true;
+    const char *pat = nvfp4moe_pattern_text(p);
     size_t n = strlen(pat);
     return n && !strncmp(pat, module, n) && module[n] == '.';
 }
@@ -431,10 +402,10 @@ static bool pattern_matches(const char *pat, const char *module) {
 // ---- reading ----
 
 void nvfp4moe_model_info_free(nvfp4moe_model_info *info) {
-    if (!info) return;
+    if (!nvfp4moe_handle_remove(info, NVFP4MOE_HANDLE_MODEL_INFO)) return;   // NULL, freed already, or not ours
     info_storage *s = info->storage_;
     if (s) {
-        for (int32_t i = 0; i < s->n; i++) free(s->patterns[i]);
+        for (int32_t i = 0; i < s->n; i++) nvfp4moe_pattern_free(s->patterns[i]);
         free(s->patterns);
         free(s->is_moe);
         free(s);
@@ -451,14 +422,14 @@ bool nvfp4moe_model_info_is_moe_layer(const nvfp4moe_model_info *info, int32_t l
 const char *nvfp4moe_model_info_excluded(const nvfp4moe_model_info *info, int32_t i) {
     if (!info || i < 0 || i >= info->num_excluded) return NULL;
     const info_storage *s = info->storage_;
-    return s->patterns[i];
+    return nvfp4moe_pattern_text(s->patterns[i]);
 }
 
 bool nvfp4moe_model_info_is_excluded(const nvfp4moe_model_info *info, const char *module) {
     if (!info || !module) return false;
     const info_storage *s = info->storage_;
     for (int32_t i = 0; i < s->n; i++)
-        if (pattern_matches(s->patterns[i], module)) return true;
+        if (pattern_covers(s->patterns[i], module)) return true;
     return false;
 }
 
@@ -467,26 +438,15 @@ static nvfp4moe_status take_excluded(json_t *arr, const char *src, info_storage 
     NVFP4MOE_RETURN_IF(!json_is_array(arr), NVFP4MOE_ERR_FORMAT,
                        "%s: the excluded-modules list is not an array", src);
     size_t n = json_array_size(arr);
+    NVFP4MOE_RETURN_IF(n > MAX_EXCLUDED, NVFP4MOE_ERR_FORMAT,
+                       "%s: %zu excluded-module patterns, more than %d", src, n, MAX_EXCLUDED);
     s->patterns = calloc(n ? n : 1, sizeof *s->patterns);
     NVFP4MOE_RETURN_IF(!s->patterns, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(arr, i);
         NVFP4MOE_RETURN_IF(!json_is_string(e), NVFP4MOE_ERR_FORMAT,
                            "%s: excluded module %zu is not a string", src, i);
-        const char *p = json_string_value(e);
-        if (!strncmp(p, "re:", 3)) {
-            char *re = posix_regex(p + 3);
-            regex_t rx;
-            int rc = re ? regcomp(&rx, re, REG_EXTENDED | REG_NOSUB) : -1;
-            free(re);
-            if (rc == 0) regfree(&rx);
-            NVFP4MOE_RETURN_IF(rc != 0, NVFP4MOE_ERR_FORMAT,
-                               "%s: excluded module pattern \"%s\" is not a regular expression "
-                               "nvfp4moe can read",
-                               src, p);
-        }
-        s->patterns[s->n] = strdup(p);
-        NVFP4MOE_RETURN_IF(!s->patterns[s->n], NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        NVFP4MOE_TRY(nvfp4moe_pattern_compile(json_string_value(e), src, &s->patterns[s->n]));
         s->n++;
     }
     return NVFP4MOE_OK;
@@ -636,8 +596,8 @@ static nvfp4moe_status parse_model(json_t *root, json_t *hfq, const char *name,
         cfg->in_dtype = cfg->out_dtype = NVFP4MOE_DTYPE_FP16;
     NVFP4MOE_TRY(parse_routing(c, src, mt, cfg, &info->warnings));
     if (E > 0) NVFP4MOE_TRY(moe_layers(c, src, info, s));
-    else {
-        s->is_moe = calloc(1, 1);
+    else {   // no experts: every layer is dense, and the per-layer table says so for each
+        s->is_moe = calloc(L ? (size_t)L : 1, 1);
         NVFP4MOE_RETURN_IF(!s->is_moe, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
         info->first_moe_layer = -1;
     }
@@ -703,7 +663,7 @@ nvfp4moe_status nvfp4moe_model_info_parse(const char *config_json, const char *h
     nvfp4moe_model_info *info = calloc(1, sizeof *info);
     info_storage *s = calloc(1, sizeof *s);
     nvfp4moe_status st;
-    if (!info || !s) {
+    if (!info || !s || nvfp4moe_handle_add(info, NVFP4MOE_HANDLE_MODEL_INFO) != NVFP4MOE_OK) {
         free(info);
         free(s);
         st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");

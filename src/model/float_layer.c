@@ -20,7 +20,7 @@ typedef struct {
 } float_storage;
 
 void nvfp4moe_float_layer_free(nvfp4moe_float_layer *l) {
-    if (!l) return;
+    if (!nvfp4moe_handle_remove(l, NVFP4MOE_HANDLE_FLOAT_LAYER)) return;   // NULL, freed already, or not ours
     float_storage *s = l->storage_;
     if (s) {
         free(s->w13);
@@ -45,21 +45,22 @@ static nvfp4moe_status float_alloc(const nvfp4moe_config *cfg, bool router, bool
                        (long long)E, (long long)H, (long long)I);
     nvfp4moe_float_layer *l = calloc(1, sizeof *l);
     float_storage *s = calloc(1, sizeof *s);
-    bool ok = l && s;
-    if (ok) {
-        l->storage_ = s;
-        l->cfg = *cfg;
-        ok = (s->w13 = malloc(n13 * sizeof(float))) && (s->w2 = malloc(n2 * sizeof(float)));
-        if (ok && router) ok = (s->router = malloc((size_t)(E * H) * sizeof(float)));
-        if (ok && cfg->has_correction_bias) ok = (s->bias = calloc((size_t)E, sizeof(float)));
-        if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
-        if (ok && cfg->has_bias)
-            ok = (s->w13_bias = calloc((size_t)(E * N1), sizeof(float))) &&
-                 (s->w2_bias = calloc((size_t)(E * H), sizeof(float)));
+    if (!l || !s || nvfp4moe_handle_add(l, NVFP4MOE_HANDLE_FLOAT_LAYER) != NVFP4MOE_OK) {
+        free(l);
+        free(s);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     }
+    l->storage_ = s;
+    l->cfg = *cfg;
+    bool ok = (s->w13 = malloc(n13 * sizeof(float))) && (s->w2 = malloc(n2 * sizeof(float)));
+    if (ok && router) ok = (s->router = malloc((size_t)(E * H) * sizeof(float)));
+    if (ok && cfg->has_correction_bias) ok = (s->bias = calloc((size_t)E, sizeof(float)));
+    if (ok && router_bias) ok = (s->router_bias = calloc((size_t)E, sizeof(float)));
+    if (ok && cfg->has_bias)
+        ok = (s->w13_bias = calloc((size_t)(E * N1), sizeof(float))) &&
+             (s->w2_bias = calloc((size_t)(E * H), sizeof(float)));
     if (!ok) {
-        if (l) nvfp4moe_float_layer_free(l);
-        else free(s);
+        nvfp4moe_float_layer_free(l);
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     }
     l->w13 = s->w13, l->w2 = s->w2, l->router = s->router, l->correction_bias = s->bias;
@@ -115,44 +116,22 @@ nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t
     return NVFP4MOE_OK;
 }
 
-/* A float matrix [rows, cols] from a float tensor, optionally transposed ([cols, rows] stored). */
+/* A float matrix [rows, cols] from a float tensor at element offset_elems, optionally transposed
+ * ([cols, rows] stored). */
 static nvfp4moe_status float_matrix(const nvfp4moe_st_tensor *t, int64_t rows, int64_t cols,
                                     int64_t offset_elems, bool transposed, float *dst) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t k = 0; k < cols; k++)
-            dst[r * cols + k] = nvfp4moe_ckpt_tensor_float(t, offset_elems + (transposed ? k * rows + r
-                                                                           : r * cols + k));
-    return NVFP4MOE_OK;
+    if (!transposed) return nvfp4moe_ckpt_read_floats(t, offset_elems, rows * cols, dst);
+    float *tmp = malloc(sizeof(float) * (size_t)(rows * cols));
+    NVFP4MOE_RETURN_IF(!tmp, NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: tensor '%s': out of memory", t->file, t->name);
+    nvfp4moe_status s = nvfp4moe_ckpt_read_floats(t, offset_elems, rows * cols, tmp);
+    for (int64_t r = 0; r < rows && s == NVFP4MOE_OK; r++)
+        for (int64_t k = 0; k < cols; k++) dst[r * cols + k] = tmp[k * rows + r];
+    free(tmp);
+    return s;
 }
 
-/* Whether an unquantized layer has expert biases: every one the layout names (fused
- * experts.{gate_up,down}_proj_bias; per expert experts.E.{gate,up,down}_proj.bias) or none, else
- * NOT_FOUND naming the first missing one, so no bias is dropped or half-applied. */
-static nvfp4moe_status float_bias_presence(const load_ctx *c, bool fused, bool *has) {
-    const bool gated = nvfp4moe_activation_is_gated(c->cfg.activation);
-    const nvfp4moe_st_tensor *present = NULL;
-    char suf[160], missing[320] = "";
-    const int32_t E = fused ? 1 : c->cfg.num_experts;
-    for (int32_t e = 0; e < E; e++) {
-        for (int p = fused || gated ? 0 : 1; p < 3; p++) {
-            if (fused && p == 2) break;
-            if (fused) snprintf(suf, sizeof suf, "experts.%s_bias", p ? "down_proj" : "gate_up_proj");
-            else snprintf(suf, sizeof suf, "experts.%d.%s.bias", e,
-                          p == 0 ? c->gate : p == 1 ? c->up : c->down);
-            const nvfp4moe_st_tensor *t = nvfp4moe_ckpt_maybe(c, suf);
-            if (t && !present) present = t;
-            if (!t && !missing[0]) snprintf(missing, sizeof missing, "%s%s", c->base, suf);
-        }
-    }
-    NVFP4MOE_RETURN_IF(present && missing[0], NVFP4MOE_ERR_NOT_FOUND,
-                       "%s: layer %d: tensor '%s' not found ('%s' is present: expert biases must "
-                       "be given for every projection and expert, or for none)",
-                       c->where, c->layer, missing, present->name);
-    *has = present != NULL;
-    return NVFP4MOE_OK;
-}
-
-/* A float bias tensor base+suffix of shape [rows] (ndim 1, n = 1) or [n, rows] into dst. */
+/* A float bias tensor base+suffix of shape [rows] (ndim 1, n = 1) or [n, rows]: checked, and read
+ * into dst unless dst is NULL. */
 static nvfp4moe_status float_bias(const load_ctx *c, const char *suffix, int32_t ndim, int64_t n,
                                   int64_t rows, float *dst) {
     const nvfp4moe_st_tensor *t;
@@ -170,8 +149,80 @@ static nvfp4moe_status float_bias(const load_ctx *c, const char *suffix, int32_t
         snprintf(want, sizeof want, "[%lld, %lld]", (long long)n, (long long)rows);
         return nvfp4moe_ckpt_bad_shape(t, want);
     }
-    for (int64_t i = 0; i < n * rows; i++) dst[i] = nvfp4moe_ckpt_tensor_float(t, i);
-    return NVFP4MOE_OK;
+    return dst ? nvfp4moe_ckpt_read_floats(t, 0, n * rows, dst) : NVFP4MOE_OK;
+}
+
+/* A float weight base+suffix of shape dims (ndim 2 or 3), or FORMAT naming what was expected. */
+static nvfp4moe_status float_weight(const load_ctx *c, const char *suffix, int32_t ndim, const int64_t *dims,
+                                    const nvfp4moe_st_tensor **out) {
+    NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, suffix, out));
+    if (nvfp4moe_ckpt_is_float_dtype((*out)->dtype) && nvfp4moe_ckpt_shape_is(*out, ndim, dims)) return NVFP4MOE_OK;
+    char want[96];
+    if (ndim == 3)
+        snprintf(want, sizeof want, "[%lld, %lld, %lld] float", (long long)dims[0], (long long)dims[1],
+                 (long long)dims[2]);
+    else
+        snprintf(want, sizeof want, "[%lld, %lld] float", (long long)dims[0], (long long)dims[1]);
+    return nvfp4moe_ckpt_bad_shape(*out, want);
+}
+
+/* Resolves and checks every expert tensor of the layer and, when l is not NULL, reads them into l.
+ * Run first without l, so that nothing is allocated from config.json's sizes before the file is
+ * known to hold tensors of those sizes. */
+static nvfp4moe_status float_experts(const load_ctx *c, bool fused, nvfp4moe_float_layer *l) {
+    const nvfp4moe_config *cfg = &c->cfg;
+    const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
+    const int64_t N1 = nvfp4moe_config_n1(cfg);
+    if (fused) {
+        // Unquantized fused experts keep the Hugging Face [in, out] layout.
+        const nvfp4moe_st_tensor *gu, *dn;
+        const int64_t dgu[3] = {E, H, N1}, ddn[3] = {E, I, H};
+        NVFP4MOE_TRY(float_weight(c, "experts.gate_up_proj", 3, dgu, &gu));
+        NVFP4MOE_TRY(float_weight(c, "experts.down_proj", 3, ddn, &dn));
+        for (int64_t e = 0; l && e < E; e++) {
+            NVFP4MOE_TRY(float_matrix(gu, N1, H, e * H * N1, true, l->w13 + e * N1 * H));
+            NVFP4MOE_TRY(float_matrix(dn, H, I, e * I * H, true, l->w2 + e * H * I));
+        }
+        // gate_up_proj_bias follows gate_up_proj's last dimension: w13's rows (gpt-oss interleaved).
+        if (cfg->has_bias) {
+            NVFP4MOE_TRY(float_bias(c, "experts.gate_up_proj_bias", 2, E, N1, l ? l->w13_bias : NULL));
+            NVFP4MOE_TRY(float_bias(c, "experts.down_proj_bias", 2, E, H, l ? l->w2_bias : NULL));
+        }
+        return NVFP4MOE_OK;
+    }
+    const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
+    float *rowbuf = l ? malloc(sizeof(float) * (size_t)(I * H)) : NULL;
+    NVFP4MOE_RETURN_IF(l && !rowbuf, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    nvfp4moe_status s = NVFP4MOE_OK;
+    for (int32_t e = 0; s == NVFP4MOE_OK && e < E; e++) {
+        for (int p = gated ? 0 : 1; p < 3 && s == NVFP4MOE_OK; p++) {
+            const char *proj = p == 0 ? c->gate : p == 1 ? c->up : c->down;
+            char suf[128];
+            snprintf(suf, sizeof suf, "experts.%d.%s.weight", e, proj);
+            const nvfp4moe_st_tensor *t;
+            const int64_t dims[2] = {p < 2 ? I : H, p < 2 ? H : I};
+            s = float_weight(c, suf, 2, dims, &t);
+            snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
+            if (s != NVFP4MOE_OK || !l) {
+                if (s == NVFP4MOE_OK && cfg->has_bias) s = float_bias(c, suf, 1, 1, dims[0], NULL);
+                continue;
+            }
+            if (p == 2) {
+                s = float_matrix(t, H, I, 0, false, l->w2 + (int64_t)e * H * I);
+                if (s == NVFP4MOE_OK && cfg->has_bias) s = float_bias(c, suf, 1, 1, H, l->w2_bias + (int64_t)e * H);
+                continue;
+            }
+            s = float_matrix(t, I, H, 0, false, rowbuf);
+            for (int64_t r = 0; r < I && s == NVFP4MOE_OK; r++)
+                memcpy(l->w13 + ((int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)) * H, rowbuf + r * H,
+                       sizeof(float) * (size_t)H);
+            if (s == NVFP4MOE_OK && cfg->has_bias) s = float_bias(c, suf, 1, 1, I, rowbuf);
+            for (int64_t r = 0; cfg->has_bias && r < I && s == NVFP4MOE_OK; r++)
+                l->w13_bias[(int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)] = rowbuf[r];
+        }
+    }
+    free(rowbuf);
+    return s;
 }
 
 nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
@@ -199,90 +250,21 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
     c.cfg.has_correction_bias = false;
     NVFP4MOE_TRY(nvfp4moe_ckpt_load_router(&c, &probe));   // check only: shapes and bias presence
     NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
-    NVFP4MOE_TRY(float_bias_presence(&c, fmt == NVFP4MOE_CKPT_MODELOPT_FUSED, &c.cfg.has_bias));
-    const nvfp4moe_config *cfg = &c.cfg;
-    const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
-    const int64_t N1 = nvfp4moe_config_n1(cfg);
-    const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
+    const bool fused = fmt == NVFP4MOE_CKPT_MODELOPT_FUSED;
+    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(&c, fused, &c.cfg.has_bias));
+    NVFP4MOE_TRY(float_experts(&c, fused, NULL));
+    const int64_t E = c.cfg.num_experts, H = c.cfg.hidden_size;
     const nvfp4moe_st_tensor *router = c.router_t, *router_bias = c.router_bias_t;
     nvfp4moe_float_layer *l;
-    NVFP4MOE_TRY(float_alloc(cfg, router != NULL, router_bias != NULL, &l));
+    NVFP4MOE_TRY(float_alloc(&c.cfg, router != NULL, router_bias != NULL, &l));
     nvfp4moe_strlcpy(l->router_name, probe.router_name, sizeof l->router_name);
-    nvfp4moe_status s = NVFP4MOE_OK;
-    char want[96];
-    if (fmt == NVFP4MOE_CKPT_MODELOPT_FUSED) {
-        // Unquantized fused experts keep the Hugging Face [in, out] layout.
-        const nvfp4moe_st_tensor *gu = NULL, *dn = NULL;
-        s = nvfp4moe_ckpt_need(&c, "experts.gate_up_proj", &gu);
-        if (s == NVFP4MOE_OK) s = nvfp4moe_ckpt_need(&c, "experts.down_proj", &dn);
-        int64_t dgu[3] = {E, H, N1}, ddn[3] = {E, I, H};
-        if (s == NVFP4MOE_OK && (!nvfp4moe_ckpt_is_float_dtype(gu->dtype) || !nvfp4moe_ckpt_shape_is(gu, 3, dgu))) {
-            snprintf(want, sizeof want, "[%lld, %lld, %lld] float", (long long)E, (long long)H,
-                     (long long)N1);
-            s = nvfp4moe_ckpt_bad_shape(gu, want);
-        }
-        if (s == NVFP4MOE_OK && (!nvfp4moe_ckpt_is_float_dtype(dn->dtype) || !nvfp4moe_ckpt_shape_is(dn, 3, ddn))) {
-            snprintf(want, sizeof want, "[%lld, %lld, %lld] float", (long long)E, (long long)I,
-                     (long long)H);
-            s = nvfp4moe_ckpt_bad_shape(dn, want);
-        }
-        for (int64_t e = 0; s == NVFP4MOE_OK && e < E; e++) {
-            float_matrix(gu, N1, H, e * H * N1, true, l->w13 + e * N1 * H);
-            float_matrix(dn, H, I, e * I * H, true, l->w2 + e * H * I);
-        }
-        // gate_up_proj_bias follows gate_up_proj's last dimension: w13's rows (gpt-oss interleaved).
-        if (s == NVFP4MOE_OK && cfg->has_bias)
-            s = float_bias(&c, "experts.gate_up_proj_bias", 2, E, N1, l->w13_bias);
-        if (s == NVFP4MOE_OK && cfg->has_bias)
-            s = float_bias(&c, "experts.down_proj_bias", 2, E, H, l->w2_bias);
-    } else {
-        float *rowbuf = malloc(sizeof(float) * (size_t)(I * H));
-        if (!rowbuf) s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
-        for (int32_t e = 0; s == NVFP4MOE_OK && e < E; e++) {
-            for (int p = gated ? 0 : 1; p < 3 && s == NVFP4MOE_OK; p++) {
-                const char *proj = p == 0 ? c.gate : p == 1 ? c.up : c.down;
-                char suf[128];
-                snprintf(suf, sizeof suf, "experts.%d.%s.weight", e, proj);
-                const nvfp4moe_st_tensor *t;
-                s = nvfp4moe_ckpt_need(&c, suf, &t);
-                if (s != NVFP4MOE_OK) break;
-                int64_t rows = p < 2 ? I : H, cols = p < 2 ? H : I;
-                int64_t dims[2] = {rows, cols};
-                if (!nvfp4moe_ckpt_is_float_dtype(t->dtype) || !nvfp4moe_ckpt_shape_is(t, 2, dims)) {
-                    snprintf(want, sizeof want, "[%lld, %lld] float", (long long)rows,
-                             (long long)cols);
-                    s = nvfp4moe_ckpt_bad_shape(t, want);
-                    break;
-                }
-                if (p == 2) {
-                    float_matrix(t, H, I, 0, false, l->w2 + (int64_t)e * H * I);
-                } else {
-                    float_matrix(t, I, H, 0, false, rowbuf);
-                    for (int64_t r = 0; r < I; r++)
-                        memcpy(l->w13 + ((int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)) * H, rowbuf + r * H,
-                               sizeof(float) * (size_t)H);
-                }
-                if (!cfg->has_bias) continue;
-                snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
-                if (p == 2) {
-                    s = float_bias(&c, suf, 1, 1, H, l->w2_bias + (int64_t)e * H);
-                } else {
-                    s = float_bias(&c, suf, 1, 1, I, rowbuf);
-                    for (int64_t r = 0; s == NVFP4MOE_OK && r < I; r++)
-                        l->w13_bias[(int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)] = rowbuf[r];
-                }
-            }
-        }
-        free(rowbuf);
-    }
-    if (s == NVFP4MOE_OK && router)
-        for (int64_t i = 0; i < E * H; i++) l->router[i] = nvfp4moe_ckpt_tensor_float(router, i);
-    if (s == NVFP4MOE_OK && router_bias)
-        for (int64_t i = 0; i < E; i++) l->router_bias[i] = nvfp4moe_ckpt_tensor_float(router_bias, i);
+    nvfp4moe_status s = float_experts(&c, fused, l);
+    if (s == NVFP4MOE_OK && router) s = nvfp4moe_ckpt_read_floats(router, 0, E * H, l->router);
+    if (s == NVFP4MOE_OK && router_bias) s = nvfp4moe_ckpt_read_floats(router_bias, 0, E, l->router_bias);
     if (s == NVFP4MOE_OK && l->correction_bias) {
         const nvfp4moe_st_tensor *b = nvfp4moe_ckpt_maybe(&c, "gate.e_score_correction_bias");
         if (!b) b = nvfp4moe_ckpt_maybe(&c, "e_score_correction_bias");
-        for (int64_t i = 0; i < E; i++) l->correction_bias[i] = nvfp4moe_ckpt_tensor_float(b, i);
+        s = nvfp4moe_ckpt_read_floats(b, 0, E, l->correction_bias);
     }
     if (s != NVFP4MOE_OK) {
         nvfp4moe_float_layer_free(l);
@@ -330,6 +312,10 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
     const int64_t N1 = nvfp4moe_config_n1(cfg), M = calib_tokens;
     nvfp4moe_ckpt_layer *l = calloc(1, sizeof *l);
     NVFP4MOE_RETURN_IF(!l, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (nvfp4moe_handle_add(l, NVFP4MOE_HANDLE_CKPT_LAYER) != NVFP4MOE_OK) {
+        free(l);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     // Input scales are always computed; a W4A16 config simply has nowhere to keep them.
     const nvfp4moe_config qcfg = *cfg;
     ckpt_storage *st = NULL;

@@ -20,7 +20,7 @@ typedef struct layer_storage {
 } layer_storage;
 
 void nvfp4moe_layer_free(nvfp4moe_layer *layer) {
-    if (!layer) return;
+    if (!nvfp4moe_handle_remove(layer, NVFP4MOE_HANDLE_LAYER)) return;   // NULL, freed already, or not ours
     layer_storage *s = layer->storage_;
     if (s) {
         free(s->w13); free(s->w13_scale); free(s->w2); free(s->w2_scale);
@@ -37,7 +37,7 @@ static nvfp4moe_status layer_alloc(const nvfp4moe_config *cfg, nvfp4moe_layer **
     const size_t N1 = (size_t)nvfp4moe_config_n1(cfg);
     nvfp4moe_layer *l = calloc(1, sizeof *l);
     layer_storage *s = calloc(1, sizeof *s);
-    if (!l || !s) {
+    if (!l || !s || nvfp4moe_handle_add(l, NVFP4MOE_HANDLE_LAYER) != NVFP4MOE_OK) {
         free(l); free(s);
         return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "layer: out of memory");
     }

@@ -14,11 +14,14 @@ void nvfp4moe_warn(nvfp4moe_warnings *w, const char *fmt, ...)
 #endif
     ;
 
-/* Reads a whole (small) text file: config.json and friends. *out is NUL-terminated, caller frees.
- * NOT_FOUND when it does not exist; files over max_bytes are a FORMAT error. */
-nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char **out);
-
-/* Writes text to path through path.tmp + rename. */
-nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text);
+/* An exclusion pattern compiled for matching module names (module_pattern.c): "re:" + a regular
+ * expression matched as Python's re.match, or fnmatch wildcards matched against the whole name.
+ * Compiling refuses (FORMAT, naming `where` and the pattern) what the matcher does not read and
+ * anything too long or complex; a match costs at most (instructions x name length) steps. */
+typedef struct nvfp4moe_pattern nvfp4moe_pattern;
+nvfp4moe_status nvfp4moe_pattern_compile(const char *pattern, const char *where, nvfp4moe_pattern **out);
+bool nvfp4moe_pattern_match(const nvfp4moe_pattern *p, const char *name);
+const char *nvfp4moe_pattern_text(const nvfp4moe_pattern *p);
+void nvfp4moe_pattern_free(nvfp4moe_pattern *p);
 
 #endif // NVFP4MOE_MODEL_H

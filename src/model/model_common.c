@@ -1,6 +1,6 @@
 /*
- * model_common.c - what the model directory readers and writers share: collected warnings, small
- * text files, the checkpoint format names, and the module name the router is written under.
+ * model_common.c - what the model directory readers and writers share: collected warnings, the
+ * checkpoint format names, and the module name the router is written under.
  */
 #include "model/model.h"
 
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-// ---- warnings and text files ----
+// ---- warnings ----
 
 void nvfp4moe_warn(nvfp4moe_warnings *w, const char *fmt, ...) {
     if (w->count >= NVFP4MOE_MAX_WARNINGS) {
@@ -23,66 +23,6 @@ void nvfp4moe_warn(nvfp4moe_warnings *w, const char *fmt, ...) {
     vsnprintf(w->text[w->count], sizeof w->text[0], fmt, ap);
     va_end(ap);
     w->count++;
-}
-
-nvfp4moe_status nvfp4moe_read_text_file(const char *path, size_t max_bytes, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return nvfp4moe_set_error(errno == ENOENT ? NVFP4MOE_ERR_NOT_FOUND : NVFP4MOE_ERR_IO,
-                                  "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    nvfp4moe_status s = NVFP4MOE_OK;
-    while (buf) {
-        if (n + 1 >= cap) {
-            if (cap > max_bytes) {
-                s = nvfp4moe_set_error(NVFP4MOE_ERR_FORMAT, "%s: larger than %zu bytes", path,
-                                       max_bytes);
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) break;
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - 1 - n, f);
-        n += r;
-        if (r == 0) {
-            if (ferror(f)) s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: read failed", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (!buf) return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-    if (s != NVFP4MOE_OK) {
-        free(buf);
-        return s;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    return NVFP4MOE_OK;
-}
-
-nvfp4moe_status nvfp4moe_write_text_file(const char *path, const char *text) {
-    size_t plen = strlen(path) + 8;
-    char *tmp = malloc(plen);
-    NVFP4MOE_RETURN_IF(!tmp, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
-    snprintf(tmp, plen, "%s.tmp", path);
-    nvfp4moe_status s = NVFP4MOE_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    } else {
-        size_t n = strlen(text);
-        bool ok = fwrite(text, 1, n, f) == n;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            s = nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-            remove(tmp);
-        }
-    }
-    free(tmp);
-    return s;
 }
 
 // ---- formats ----

@@ -37,6 +37,10 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
 
     nvfp4moe_plan *plan = calloc(1, sizeof *plan);
     NVFP4MOE_RETURN_IF(!plan, NVFP4MOE_ERR_OUT_OF_MEMORY, "nvfp4moe_plan_create: out of memory");
+    if (nvfp4moe_handle_add(plan, NVFP4MOE_HANDLE_PLAN) != NVFP4MOE_OK) {
+        free(plan);
+        return NVFP4MOE_ERR_OUT_OF_MEMORY;
+    }
     plan->cfg = *cfg;
     if (o.backend) nvfp4moe_strlcpy(plan->cfg.moe_backend, o.backend, sizeof plan->cfg.moe_backend);
     nvfp4moe_device dev;
@@ -57,7 +61,7 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
     if (st == NVFP4MOE_OK && !o.weights_on_device) st = nvfp4moe_weights_validate(&plan->cfg, w);
     if (st == NVFP4MOE_OK) st = plan->impl->create(&plan->cfg, w, o.weights_on_device, &dev, &plan->state);
     if (st != NVFP4MOE_OK) {
-        free(plan);
+        nvfp4moe_plan_destroy(plan);   // no backend state yet
         return st;
     }
     *out = plan;
@@ -70,6 +74,7 @@ const nvfp4moe_report *nvfp4moe_plan_report(const nvfp4moe_plan *plan) { return 
 bool nvfp4moe_plan_uses_device_memory(const nvfp4moe_plan *plan) { return plan && plan->impl->device_memory; }
 
 nvfp4moe_scheme nvfp4moe_plan_effective_scheme(const nvfp4moe_plan *plan) {
+    if (!plan) return NVFP4MOE_SCHEME_COUNT;   // its name is "?"
     return plan->impl->effective_scheme(plan->cfg.scheme);
 }
 
@@ -81,6 +86,8 @@ size_t nvfp4moe_plan_workspace_size(const nvfp4moe_plan *plan, int64_t num_token
 nvfp4moe_status nvfp4moe_plan_forward(nvfp4moe_plan *plan, const nvfp4moe_io *io, void *stream) {
     NVFP4MOE_RETURN_IF(!plan || !io, NVFP4MOE_ERR_INVALID_ARGUMENT, "nvfp4moe_plan_forward: %s is NULL",
                        !plan ? "plan" : "io");
+    NVFP4MOE_RETURN_IF(!nvfp4moe_handle_live(plan, NVFP4MOE_HANDLE_PLAN), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "nvfp4moe_plan_forward: plan is not a live plan (destroyed already, or never created)");
     NVFP4MOE_RETURN_IF(io->num_tokens < 0, NVFP4MOE_ERR_SHAPE, "io.num_tokens=%lld is negative",
                        (long long)io->num_tokens);
     size_t need = plan->impl->workspace_size(plan->state, io->num_tokens);
@@ -92,7 +99,7 @@ nvfp4moe_status nvfp4moe_plan_forward(nvfp4moe_plan *plan, const nvfp4moe_io *io
 }
 
 void nvfp4moe_plan_destroy(nvfp4moe_plan *plan) {
-    if (!plan) return;
+    if (!nvfp4moe_handle_remove(plan, NVFP4MOE_HANDLE_PLAN)) return;   // NULL, destroyed already, or not a plan
     if (plan->impl && plan->state) plan->impl->destroy(plan->state);
     free(plan);
 }

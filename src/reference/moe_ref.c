@@ -140,6 +140,33 @@ nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4m
     return s;
 }
 
+/* Whether n values of dtype dt at p hold a NaN or an infinity. */
+static bool has_nonfinite(nvfp4moe_dtype dt, const void *p, int64_t n) {
+    float buf[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        const int64_t k = n - i < 256 ? n - i : 256;
+        nvfp4moe_to_float(dt, (const char *)p + (size_t)i * nvfp4moe_dtype_size(dt), k, buf);
+        for (int64_t j = 0; j < k; j++)
+            if (!isfinite(buf[j])) return true;
+    }
+    return false;
+}
+
+void nvfp4moe_nan_rows(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
+    const int64_t H = cfg->hidden_size, E = cfg->num_experts;
+    const size_t in_sz = nvfp4moe_dtype_size(cfg->in_dtype), out_sz = nvfp4moe_dtype_size(cfg->out_dtype);
+    const size_t lg_sz = nvfp4moe_dtype_size(cfg->router_logits_dtype);
+    const bool logits = io->router_logits && !io->topk_ids && cfg->routing != NVFP4MOE_ROUTING_SIMULATED;
+    const float nan = NAN;
+    for (int64_t t = 0; t < io->num_tokens; t++) {
+        if (!has_nonfinite(cfg->in_dtype, (const char *)io->hidden + (size_t)(t * H) * in_sz, H) &&
+            !(logits && has_nonfinite(cfg->router_logits_dtype, (const char *)io->router_logits + (size_t)(t * E) * lg_sz, E)))
+            continue;
+        for (int64_t n = 0; n < H; n++)
+            nvfp4moe_from_float(cfg->out_dtype, &nan, 1, (char *)io->output + (size_t)(t * H + n) * out_sz);
+    }
+}
+
 nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                            const nvfp4moe_io *io) {
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
@@ -206,6 +233,7 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
     }
     for (int64_t i = 0; i < M * H; i++) outf[i] = (float)acc[i];
     nvfp4moe_from_float(cfg->out_dtype, outf, M * H, io->output);
+    nvfp4moe_nan_rows(cfg, io);
 
 done:
     free(ids); free(wts); free(x); free(acc); free(w13); free(w2); free(h); free(act);

@@ -23,6 +23,11 @@ void nvfp4moe_w4a4_global_scales(const nvfp4moe_config *cfg, const nvfp4moe_weig
  * global scale of GEMM2's input (1 for the other schemes). */
 void nvfp4moe_prepare_inputs(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, const void *hidden,
                              int64_t M, const float *wts, float *x, float *a2_gs);
+/* The host backends' rule for non-finite inputs, applied to a finished output: the row of every
+ * token whose hidden state, or router logits (when routing reads them), hold a NaN or an infinity
+ * is set to NaN, whatever the arithmetic made of it (a clamp can turn NaN into a number); the other
+ * rows are untouched. */
+void nvfp4moe_nan_rows(const nvfp4moe_config *cfg, const nvfp4moe_io *io);
 /* Groups P (token, slot) pairs by expert with a counting sort (token order kept within an expert):
  * expert e's pairs are order[start[e] .. start[e + 1]). start has E + 1 entries. */
 nvfp4moe_status nvfp4moe_group_by_expert(const int32_t *ids, int64_t P, int64_t E, int64_t *start, int64_t *order);

@@ -97,8 +97,18 @@ nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, 
     uint64_t rng = cfg->seed ^ 0x5151F00Dull;
 
     for (int64_t t = 0; t < M; t++) {
+        bool finite = true;
         if (logits)
-            for (int32_t e = 0; e < E; e++) logit[e] = logits[t * E + e];
+            for (int32_t e = 0; e < E; e++) finite &= isfinite(logit[e] = logits[t * E + e]) != 0;
+        if (!finite && cfg->routing != NVFP4MOE_ROUTING_SIMULATED) {
+            // No ranking means anything with a NaN or an infinity in it: the token's weights are NaN,
+            // which makes its output row NaN, and its ids the first top_k experts (valid indices).
+            for (int32_t j = 0; j < K; j++) {
+                topk_ids[t * K + j] = j;
+                topk_weights[t * K + j] = NAN;
+            }
+            continue;
+        }
         switch (cfg->routing) {
         case NVFP4MOE_ROUTING_SOFTMAX_TOPK:
         case NVFP4MOE_ROUTING_RENORMALIZE:
