@@ -98,18 +98,56 @@ NVFP4MOE_API uint8_t nvfp4moe_e4m3_encode(float x);
 /* Exact; 0x7F and 0xFF decode to NaN. */
 NVFP4MOE_API float   nvfp4moe_e4m3_decode(uint8_t code);
 
-/* Quantizes x [rows, cols] (cols % 16 == 0) with vLLM's reference quantizer, in float32, per block
- * of 16 along a row:
- *     s   = e4m3_decode(e4m3_encode(clamp(global_scale * amax / 6, -448, 448)))
- *     inv = s == 0 ? 0 : 1 / (s / global_scale)
- *     q   = e2m1_encode(clamp(x * inv, -6, 6))
+/* The NVFP4 block quantizers, by whose formula they follow. All three compute, per block of 16
+ * along a row, an E4M3 block scale from the block's amax and E2M1 codes (RNE on the E2M1 grid,
+ * saturating at 6), in float32 with IEEE operations in the source's order; they differ in how the
+ * scale and its reciprocal are formed, and therefore at E2M1 and E4M3 rounding ties (common on
+ * bf16 data), and in the per-tensor scale they take (tensor_scale):
+ *
+ *   VLLM_REF     vLLM's ref_nvfp4_quant (quantization/utils/nvfp4_emulation_utils.py); tensor_scale
+ *                is the global scale gs (quantization form, 1/scale_2):
+ *                    s   = e4m3(clamp(gs * (amax * (float)(1/6)), -448, 448))
+ *                    inv = s * (1/gs) == 0 ? 1/1e8 : 1 / (s * (1/gs))
+ *                    q   = e2m1(clamp(x * inv, -6, 6))
+ *                vLLM's CUDA scaled_fp4_quant has the same structure with approximate reciprocals.
+ *   VLLM_TRITON  the Triton quantize-dequantize kernel vLLM's EMULATION backend runs on GPUs
+ *                (_nvfp4_quant_dequant_kernel, same file); tensor_scale is gs:
+ *                    s = as VLLM_REF,  inv = s == 0 ? 0 : gs / s,  q = e2m1(clamp(x * inv, -6, 6))
+ *                Triton emits its division as div.full.f32, which can differ from this correctly
+ *                rounded one in the last bit.
+ *   MODELOPT     ModelOpt's NVFP4QTensor export (the weights of ModelOpt checkpoints); tensor_scale
+ *                is scale_2 (dequantization form, ModelOpt's weights_scaling_factor_2):
+ *                    d   = amax / (6 * scale_2), 1 where it is 0;  sf = e4m3(d) with torch's
+ *                          conversion: no clamp, NaN (0x7F) above 464
+ *                    q   = e2m1(x / (sf * scale_2)), the sign bit set for x < 0 only, NaN -> 7
+ *
+ * A block holding a NaN gets the NaN scale code 0x7F in every quantizer. */
+typedef enum nvfp4moe_quantizer {
+    NVFP4MOE_QUANTIZER_VLLM_REF = 0,     /* "vllm_ref" */
+    NVFP4MOE_QUANTIZER_VLLM_TRITON = 1,  /* "vllm_triton" */
+    NVFP4MOE_QUANTIZER_MODELOPT = 2,     /* "modelopt" */
+    NVFP4MOE_QUANTIZER_COUNT
+} nvfp4moe_quantizer;
+
+/* "vllm_ref", "vllm_triton", "modelopt" ("?" out of range). */
+NVFP4MOE_API const char *nvfp4moe_quantizer_name(nvfp4moe_quantizer q);
+
+/* Quantizes x [rows, cols] (cols % 16 == 0) with quantizer q.
  * packed: [rows, cols/2], element 2j in the low nibble, 2j+1 in the high nibble.
- * scales: [rows, cols/16] E4M3 codes. global_scale must be finite and > 0. SHAPE when cols is not
- * a positive multiple of 16, rows is negative, or rows x cols floats overflow 64-bit sizes. */
+ * scales: [rows, cols/16] E4M3 codes. tensor_scale (see nvfp4moe_quantizer) must be finite and > 0.
+ * SHAPE when cols is not a positive multiple of 16, rows is negative, or rows x cols floats
+ * overflow 64-bit sizes. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_quantize_as(nvfp4moe_quantizer q, const float *x, int64_t rows, int64_t cols,
+                                                  float tensor_scale, uint8_t *packed, uint8_t *scales);
+
+/* nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_REF, ...): bit-exact with vLLM's ref_nvfp4_quant,
+ * ties included. global_scale = 1/scale_2. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_quantize(const float *x, int64_t rows, int64_t cols, float global_scale,
                                                uint8_t *packed, uint8_t *scales);
 
-/* out [rows, cols] = e2m1_decode(q) * e4m3_decode(sf) * scale_2 (ModelOpt: scale_2 = 1/global_scale). */
+/* out [rows, cols] = e2m1_decode(q) * e4m3_decode(sf) * scale_2, rounded once (e2m1 * e4m3 is
+ * exact). vLLM's and ModelOpt's dequantizers round twice, e2m1 * (e4m3 * scale_2), and can differ
+ * in the last bit. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_dequantize(const uint8_t *packed, const uint8_t *scales, int64_t rows,
                                                  int64_t cols, float scale_2, float *out);
 

@@ -1,7 +1,8 @@
 /*
  * test_codec.c - the NVFP4 codec, bitwise: E2M1 and E4M3 encoders against brute-force nearest-value
  * encoders, ties, thresholds, saturation, subnormals, NaN/Inf, the block quantizer and its packing,
- * and the 128x4 scale swizzle against the reshape/permute definition.
+ * and the 128x4 scale swizzle against the reshape/permute definition. The quantizers' formulas are
+ * pinned bit for bit against vLLM's and ModelOpt's code by tests/test_emulation.c.
  */
 #include "harness.h"
 #include "core/internal.h"
@@ -151,10 +152,11 @@ static void test_quantize(void) {
     float gs = 448.0f * 6.0f / 5.0f;
     CHECK_OK(nvfp4moe_quantize(y, 1, 16, gs, packed, scales));
     float s = nvfp4moe_e4m3_decode(scales[0]);
-    CHECK(scales[0] == nvfp4moe_e4m3_encode(gs * 5.0f / 6.0f), "scale code 0x%02x", scales[0]);
+    /* vLLM's ref_nvfp4_quant: s = gs * (amax * (1/6)), inv = 1 / (s * (1/gs)) */
+    CHECK(scales[0] == nvfp4moe_e4m3_encode(gs * (5.0f * (float)(1.0 / 6.0))), "scale code 0x%02x", scales[0]);
     for (int i = 0; i < 16; i++) {
         uint8_t code = (packed[i / 2] >> (4 * (i & 1))) & 0xF;
-        float inv = 1.0f / (s / gs);
+        float inv = 1.0f / (s * (1.0f / gs));
         CHECK(code == brute_e2m1(fminf(y[i] * inv, 6.0f)), "element %d code 0x%x", i, code);
     }
 
@@ -166,6 +168,16 @@ static void test_quantize(void) {
     z[5] = INFINITY;
     CHECK_OK(nvfp4moe_quantize(z, 1, 16, 1.0f, packed, scales));
     CHECK(scales[0] == 0x7E && (packed[2] >> 4) == 7, "Inf saturates: scale 0x%02x code 0x%x", scales[0], packed[2] >> 4);
+
+    T_CASE("quantize_as: each quantizer's tensor scale, and bad quantizers");
+    CHECK_ERR(nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_MODELOPT, x, 1, 16, -1.0f, packed, scales),
+              NVFP4MOE_ERR_INVALID_ARGUMENT, "scale_2=-1");
+    CHECK_ERR(nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, 16, INFINITY, packed, scales),
+              NVFP4MOE_ERR_INVALID_ARGUMENT, "global_scale=inf");
+    CHECK_ERR(nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_COUNT, x, 1, 16, 1.0f, packed, scales),
+              NVFP4MOE_ERR_INVALID_ARGUMENT, "quantizer=3");
+    CHECK(strcmp(nvfp4moe_quantizer_name(NVFP4MOE_QUANTIZER_VLLM_TRITON), "vllm_triton") == 0 &&
+              strcmp(nvfp4moe_quantizer_name((nvfp4moe_quantizer)7), "?") == 0, "names");
 
     T_CASE("quantize/dequantize errors");
     float out[32];
@@ -191,7 +203,7 @@ static void test_quantize(void) {
     for (int i = 0; i < R * C; i++) {
         /* The dequantized value is on the block's grid and is the grid point nearest to x. */
         float sc = nvfp4moe_e4m3_decode(s2[i / 16]) * (1.0f / g);
-        float near = nvfp4moe_e2m1_decode(brute_e2m1(fminf(fmaxf(big[i] * (1.0f / (nvfp4moe_e4m3_decode(s2[i / 16]) / g)), -6), 6))) * nvfp4moe_e4m3_decode(s2[i / 16]) * (1.0f / g);
+        float near = nvfp4moe_e2m1_decode(brute_e2m1(fminf(fmaxf(big[i] * (1.0f / (nvfp4moe_e4m3_decode(s2[i / 16]) * (1.0f / g))), -6), 6))) * nvfp4moe_e4m3_decode(s2[i / 16]) * (1.0f / g);
         if (back[i] != near && bad++ < 5) fprintf(stderr, "  [%d] %g -> %g want %g (step %g)\n", i, (double)big[i], (double)back[i], (double)near, (double)sc);
     }
     CHECK(bad == 0, "%d elements off the nearest grid point", bad);

@@ -1,10 +1,13 @@
 /*
- * nvfp4.c - the NVFP4 format: E2M1 and E4M3 codecs, vLLM's reference block quantizer, the
- * dequantizer, the 128x4 scale swizzle, and the activation quantize-dequantize helpers the
- * reference layer uses (NVFP4 and MXFP8).
+ * nvfp4.c - the NVFP4 format: E2M1 and E4M3 codecs, the block quantizers by name (vLLM's Python
+ * reference, vLLM's Triton kernel, ModelOpt's export), the dequantizer, the 128x4 scale swizzle,
+ * and the activation quantize-dequantize helpers the reference layers use (NVFP4 and MXFP8).
  *
- * Everything here is plain float32 code in the order vLLM's reference quantizer
- * (nvfp4_emulation_utils.ref_nvfp4_quant) evaluates it, so that results are bit-exact with it.
+ * Each quantizer is plain float32 code in the order its source evaluates it, so that results are
+ * bit-exact with it, ties included:
+ *   vLLM        vllm/model_executor/layers/quantization/utils/nvfp4_emulation_utils.py
+ *               (ref_nvfp4_quant, ref_nvfp4_quant_dequant, _nvfp4_quant_dequant_kernel)
+ *   ModelOpt    modelopt/torch/quantization/qtensor/nvfp4_tensor.py (NVFP4QTensor.quantize)
  * Build with -ffp-contract=off: a fused multiply-add would change roundings.
  */
 #include "format/format.h"
@@ -72,24 +75,81 @@ float nvfp4moe_e4m3_decode(uint8_t code) {
     return (code & 0x80) ? -v : v;
 }
 
-// ---- block quantizer ----
+// ---- block quantizers ----
 
-/* clamp that keeps NaN (fminf/fmaxf would turn a NaN into a bound). */
+/* clamp that keeps NaN (fminf/fmaxf would turn a NaN into a bound), as torch.clamp does. */
 static float clamp_keep_nan(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-/* Quantizes one block of 16: returns the scale code, writes 16 E2M1 codes. */
-static uint8_t quantize_block(const float *x, float gs, uint8_t *q) {
+/* FLOAT4_E2M1_MAX_RECIPROCAL: the Python float 1/6, which torch and Triton multiply with as float32. */
+#define INV6_F32 ((float)(1.0 / 6.0))
+
+/* |x| max over a block; a NaN propagates and stays, as torch.max does (Triton's tl.max drops it:
+ * the two differ on blocks holding a NaN only). */
+static float block_amax(const float *x) {
     float amax = 0.0f;
     for (int i = 0; i < 16; i++) {
         float a = fabsf(x[i]);
-        if (a > amax || isnan(a)) amax = a;  /* NaN propagates and stays, as torch.max does */
+        if (a > amax || isnan(a)) amax = a;
     }
-    float s = gs * amax / 6.0f;
-    uint8_t sf = nvfp4moe_e4m3_encode(clamp_keep_nan(s, -E4M3_MAX, E4M3_MAX));
-    s = nvfp4moe_e4m3_decode(sf);
-    float inv = (s == 0.0f) ? 0.0f : 1.0f / (s / gs);
-    for (int i = 0; i < 16; i++) q[i] = e2m1_encode(clamp_keep_nan(x[i] * inv, -6.0f, 6.0f));
+    return amax;
+}
+
+/* torch's float32 -> float8_e4m3fn conversion (c10 fp8e4m3fn_from_fp32_value): RNE without
+ * saturation: above 464 it reaches the NaN code. ModelOpt converts its block scales with it. */
+static uint8_t torch_e4m3(float x) {
+    if (fabsf(x) > 464.0f) return (uint8_t)((signbit(x) ? 0x80 : 0x00) | 0x7F);
+    return nvfp4moe_e4m3_encode(x);
+}
+
+/* ModelOpt's _cast_fp4: searchsorted over the thresholds (NaN sorts last: code 7), ties to even,
+ * sign bit from x < 0 (so -0.0 encodes as +0). */
+static uint8_t modelopt_e2m1(float x) {
+    if (isnan(x)) return 7;
+    uint8_t m = e2m1_encode(fabsf(x));
+    return (uint8_t)((x < 0.0f ? 0x8 : 0x0) | m);
+}
+
+/* Quantizes one block of 16 with quantizer q and tensor scale ts: returns the scale code, writes
+ * the 16 E2M1 codes and, when step is not NULL, the dequantization step (x_hat = e2m1 * step) in
+ * the source's form: s / gs for vLLM's quantizers, sf * scale_2 for ModelOpt's. */
+static uint8_t quantize_block(nvfp4moe_quantizer q, const float *x, float ts, uint8_t *codes, float *step) {
+    const float amax = block_amax(x);
+    if (q == NVFP4MOE_QUANTIZER_MODELOPT) {
+        const float six_s2 = 6.0f * ts;
+        float d = amax / six_s2;
+        if (d == 0.0f) d = 1.0f;
+        const uint8_t sf = torch_e4m3(d);
+        const float denom = nvfp4moe_e4m3_decode(sf) * ts;
+        for (int i = 0; i < 16; i++) codes[i] = modelopt_e2m1(x[i] / denom);
+        if (step) *step = denom;
+        return sf;
+    }
+    /* vLLM: s = gs * (amax * (1/6)), clamped to the E4M3 range and rounded to E4M3 */
+    const uint8_t sf = nvfp4moe_e4m3_encode(clamp_keep_nan(ts * (amax * INV6_F32), -E4M3_MAX, E4M3_MAX));
+    const float s = nvfp4moe_e4m3_decode(sf);
+    float inv;
+    if (q == NVFP4MOE_QUANTIZER_VLLM_TRITON) {
+        /* output_scale = where(scale == 0, 0, global_scale / scale) */
+        inv = s == 0.0f ? 0.0f : ts / s;
+    } else {
+        /* output_scale = get_reciprocal(scale * get_reciprocal(global_scale)), where
+         * get_reciprocal(t) = 1 / (t + (t == 0) * 1e8) on tensors */
+        const float t = s * (1.0f / ts);
+        inv = 1.0f / (t == 0.0f ? 1e8f : t);
+    }
+    for (int i = 0; i < 16; i++) codes[i] = e2m1_encode(clamp_keep_nan(x[i] * inv, -6.0f, 6.0f));
+    if (step) *step = s / ts;
     return sf;
+}
+
+const char *nvfp4moe_quantizer_name(nvfp4moe_quantizer q) {
+    switch (q) {
+    case NVFP4MOE_QUANTIZER_VLLM_REF: return "vllm_ref";
+    case NVFP4MOE_QUANTIZER_VLLM_TRITON: return "vllm_triton";
+    case NVFP4MOE_QUANTIZER_MODELOPT: return "modelopt";
+    case NVFP4MOE_QUANTIZER_COUNT: break;
+    }
+    return "?";
 }
 
 static nvfp4moe_status check_matrix(const char *fn, const void *a, const char *an, const void *b,
@@ -107,20 +167,28 @@ static nvfp4moe_status check_matrix(const char *fn, const void *a, const char *a
     return NVFP4MOE_OK;
 }
 
-nvfp4moe_status nvfp4moe_quantize(const float *x, int64_t rows, int64_t cols, float global_scale,
-                                  uint8_t *packed, uint8_t *scales) {
+nvfp4moe_status nvfp4moe_quantize_as(nvfp4moe_quantizer q, const float *x, int64_t rows, int64_t cols,
+                                     float tensor_scale, uint8_t *packed, uint8_t *scales) {
+    NVFP4MOE_RETURN_IF((int)q < 0 || q >= NVFP4MOE_QUANTIZER_COUNT, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "nvfp4moe_quantize_as: quantizer=%d is not a quantizer", (int)q);
     NVFP4MOE_TRY(check_matrix("nvfp4moe_quantize", x, "x", packed, "packed", scales, "scales", rows, cols));
-    NVFP4MOE_RETURN_IF(!(isfinite(global_scale) && global_scale > 0.0f), NVFP4MOE_ERR_INVALID_ARGUMENT,
-                       "nvfp4moe_quantize: global_scale=%g must be finite and > 0", (double)global_scale);
-    uint8_t q[16];
+    NVFP4MOE_RETURN_IF(!(isfinite(tensor_scale) && tensor_scale > 0.0f), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "nvfp4moe_quantize: %s=%g must be finite and > 0",
+                       q == NVFP4MOE_QUANTIZER_MODELOPT ? "scale_2" : "global_scale", (double)tensor_scale);
+    uint8_t c[16];
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t b = 0; b < cols / 16; b++) {
-            scales[r * (cols / 16) + b] = quantize_block(x + r * cols + b * 16, global_scale, q);
+            scales[r * (cols / 16) + b] = quantize_block(q, x + r * cols + b * 16, tensor_scale, c, NULL);
             uint8_t *p = packed + r * (cols / 2) + b * 8;
-            for (int i = 0; i < 8; i++) p[i] = (uint8_t)(q[2 * i] | (q[2 * i + 1] << 4));
+            for (int i = 0; i < 8; i++) p[i] = (uint8_t)(c[2 * i] | (c[2 * i + 1] << 4));
         }
     }
     return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_quantize(const float *x, int64_t rows, int64_t cols, float global_scale,
+                                  uint8_t *packed, uint8_t *scales) {
+    return nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_REF, x, rows, cols, global_scale, packed, scales);
 }
 
 nvfp4moe_status nvfp4moe_dequantize(const uint8_t *packed, const uint8_t *scales, int64_t rows,
@@ -192,13 +260,16 @@ nvfp4moe_status nvfp4moe_unswizzle_scales(const uint8_t *swizzled, int64_t rows,
 
 // ---- activation quantize-dequantize (reference layer) ----
 
-void nvfp4moe_qdq_row(const float *x, int64_t n, float gs, float *out) {
-    uint8_t q[16];
+void nvfp4moe_qdq_row_as(nvfp4moe_quantizer q, const float *x, int64_t n, float ts, nvfp4moe_dtype out_dt,
+                         float *out) {
+    uint8_t c[16];
+    float step;
     for (int64_t b = 0; b < n / 16; b++) {
-        float s = nvfp4moe_e4m3_decode(quantize_block(x + b * 16, gs, q));
-        /* x_hat = q * (s / gs): vLLM dequantizes with the block scale over the global scale. */
-        float step = s / gs;
-        for (int i = 0; i < 16; i++) out[b * 16 + i] = nvfp4moe_e2m1_decode(q[i]) * step;
+        quantize_block(q, x + b * 16, ts, c, &step);
+        /* the dequantized block is a tensor of the input dtype (ref_nvfp4_quant_dequant's .to,
+         * the Triton kernel's store); F32 keeps it as float32 computes it */
+        for (int i = 0; i < 16; i++)
+            out[b * 16 + i] = nvfp4moe_round_to_dtype(out_dt, nvfp4moe_e2m1_decode(c[i]) * step);
     }
 }
 

@@ -5,9 +5,11 @@
  *   route -> [apply weight on input] -> quantize activations (per scheme) -> GEMM1 [gate; up]
  *         -> activation (exact clamp rules) -> quantize again (per scheme) -> GEMM2 -> weighted sum
  *
- * Numerics, per scheme (vLLM_nvfp4_moe.md §4.3-4.6):
+ * Numerics, per scheme (docs/numerics.md has the whole account):
  *   W4A4           activations quantize-dequantized with a1_gs = 1/max_e(w13_input_scale) before
- *                  GEMM1 and a2_gs = 1/max_e(w2_input_scale) before GEMM2 (vLLM EMULATION's rule)
+ *                  GEMM1 and a2_gs = 1/max_e(w2_input_scale) before GEMM2 (vLLM EMULATION's rule),
+ *                  with the quantizer of vLLM's Triton QDQ kernel (NVFP4MOE_QUANTIZER_VLLM_TRITON),
+ *                  the dequantized values kept in float32
  *   W4A4 per-token the global scale is 448*6/amax(row), per token and per row of GEMM1's output
  *   W4A8 MXFP8     activations quantize-dequantized as MXFP8 (E4M3, E8M0 scale per 32)
  *   W4A16          activations are used as they are
@@ -42,14 +44,15 @@ static void dequant_f64(const uint8_t *q, const uint8_t *sf, int64_t rows, int64
 void nvfp4moe_quantize_activation_row(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst) {
     switch (scheme) {
     case NVFP4MOE_SCHEME_W4A4:
-        nvfp4moe_qdq_row(src, n, gs, dst);
+        nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, src, n, gs, NVFP4MOE_DTYPE_F32, dst);
         break;
     case NVFP4MOE_SCHEME_W4A4_PER_TOKEN: {
         float amax = 0.0f;
         for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
         /* 448 * 6 / amax puts the row's largest block at the top of the E4M3 scale range; an
          * all-zero row quantizes to zeros with any scale. */
-        nvfp4moe_qdq_row(src, n, amax > 0.0f ? 448.0f * 6.0f / amax : 1.0f, dst);
+        nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, src, n, amax > 0.0f ? 448.0f * 6.0f / amax : 1.0f,
+                            NVFP4MOE_DTYPE_F32, dst);
         break;
     }
     case NVFP4MOE_SCHEME_W4A8_MXFP8:
