@@ -32,7 +32,9 @@ ifeq ($(CUDA),auto)
   endif
 endif
 
-DEB_PKGS := libjansson-dev pkg-config
+# python3-numpy: tests/test_emulation.c checks the codec and EMULATION against a numpy
+# transcription of vLLM's code, run with /usr/bin/python3.
+DEB_PKGS := libjansson-dev pkg-config python3-numpy
 # Parallel sub-builds: the CUDA files take most of a build's time and compile independently.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 

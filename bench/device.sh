@@ -53,6 +53,8 @@ if [ "$what" = test ] || [ "$what" = all ]; then
         "$t" >"$out/$(basename "$t").txt" 2>&1 || rc=1
         tail -n 1 "$out/$(basename "$t").txt"
     done
+    # test_emulation compares with vLLM's code in numpy, which this machine may lack
+    /usr/bin/python3 -c 'import numpy' 2>/dev/null || export NVFP4MOE_SKIP_NUMPY=1
     NVFP4MOE_CLI=build-device/nvfp4moe tests/run_all.sh build-device/tests/test_* | tail -n 1
     build-device/nvfp4moe run | tee "$out/run.txt"
     [ "$rc" = 0 ] || echo "a GPU test failed: see $out"

@@ -38,4 +38,22 @@ nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io 
 nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                        const nvfp4moe_io *io, int32_t *ids, float *wts);
 
+// ---- vLLM's EMULATION path on the host (src/reference/emulation.c) ----
+
+/* The activation parameters vLLM's EMULATION path runs cfg's activation with: those of
+ * nvfp4moe_config_act_params, except swigluoai (alpha 1.702, limit 7, up + 1: the op's defaults,
+ * whatever the model says) and swiglustep (limit 7). */
+nvfp4moe_act_params nvfp4moe_emulation_act_params(const nvfp4moe_config *cfg);
+/* One row of vLLM's activation kernel for cfg's activation, with its roundings to dt: in has
+ * nvfp4moe_config_n1(cfg) values (already of dtype dt), out gets I. */
+void nvfp4moe_emulation_activation(const nvfp4moe_config *cfg, const nvfp4moe_act_params *p, nvfp4moe_dtype dt,
+                                   const float *in, float *out);
+/* The EMULATION GEMM's weights [rows, cols]: dt(e2m1 * (e4m3 * scale_2)), float32 products. */
+void nvfp4moe_emulation_dequant(const uint8_t *q, const uint8_t *sf, int64_t rows, int64_t cols, float scale_2,
+                                nvfp4moe_dtype dt, float *out);
+/* The whole layer as vLLM's EMULATION backend computes it (emulation.c says how), host pointers.
+ * W4A4 with bf16 or fp16 hidden states only (UNSUPPORTED otherwise). */
+nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                                const nvfp4moe_io *io);
+
 #endif // NVFP4MOE_REFERENCE_H

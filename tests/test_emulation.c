@@ -1,0 +1,550 @@
+/*
+ * test_emulation.c - the codec's quantizers and the host EMULATION path against
+ * tests/vllm_emulation.py, an independent numpy transcription of vLLM's (and ModelOpt's) code,
+ * bit for bit: every quantizer's block scales and E2M1 codes and its quantize-dequantize on
+ * tie-heavy bf16 data, and whole EMULATION layers over activations, top-k (both moe_sum
+ * branches), dtypes, the router weight on the input, zero experts, outliers, power-of-two input
+ * scales and concentrated routing. Then the measured distances that docs/numerics.md quotes: how
+ * often the quantizers disagree, and EMULATION against the float64 reference.
+ *
+ * Each case is written to a temporary directory (meta.txt plus raw tensors) that one run of
+ * /usr/bin/python3 (numpy: Debian python3-numpy; NVFP4MOE_PYTHON overrides) reads and answers.
+ */
+#include "harness.h"
+#include "format/format.h"
+#include "reference/reference.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_root[256];
+static int g_ncase;
+
+// ---- writing a case ----
+
+static void write_file(const char *dir, const char *name, const void *p, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.bin", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(p, 1, n, f) != n)) {
+        fprintf(stderr, "test_emulation: cannot write %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    fclose(f);
+}
+
+/* Reads dir/want_<name>.bin (n bytes expected); NULL with a failure recorded when it is not there. */
+static uint8_t *read_want(const char *dir, const char *name, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/want_%s.bin", dir, name);
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = malloc(n + 1);
+    size_t got = f ? fread(buf, 1, n + 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(f && got == n, "%s: %zu bytes read, %zu expected (did the python reference run?)", path, got, n);
+    if (!f || got != n) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void new_case(char *dir, size_t len, FILE **meta) {
+    snprintf(dir, len, "%s/c%04d", g_root, g_ncase++);
+    if (mkdir(dir, 0700) != 0) {
+        fprintf(stderr, "test_emulation: mkdir %s: %s\n", dir, strerror(errno));
+        exit(2);
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/meta.txt", dir);
+    *meta = fopen(path, "w");
+    if (!*meta) exit(2);
+}
+
+/* Values of dtype dt (bit patterns) compared bitwise; two NaNs are equal whatever their payload. */
+static int compare_dtype(const char *what, nvfp4moe_dtype dt, const uint8_t *got, const uint8_t *want, int64_t n) {
+    const size_t sz = nvfp4moe_dtype_size(dt);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float g, w;
+        nvfp4moe_to_float(dt, got + (size_t)i * sz, 1, &g);
+        nvfp4moe_to_float(dt, want + (size_t)i * sz, 1, &w);
+        if ((isnan(g) && isnan(w)) || memcmp(got + (size_t)i * sz, want + (size_t)i * sz, sz) == 0) continue;
+        if (bad++ < 5) fprintf(stderr, "  [%s] %s: [%lld] got %.9g want %.9g\n", t_case, what, (long long)i, (double)g, (double)w);
+    }
+    if (bad) fprintf(stderr, "FAIL [%s] %s: %d of %lld values differ\n", t_case, what, bad, (long long)n);
+    t_record(bad == 0);
+    return bad;
+}
+
+// ---- the quantizers ----
+
+typedef struct qcase {
+    char dir[320];
+    char name[160];
+    nvfp4moe_quantizer q;
+    nvfp4moe_dtype dt;
+    int64_t rows, cols;
+    float *x;
+    uint8_t *packed, *scales, *qdq;
+} qcase;
+
+static qcase g_q[64];
+static int g_nq;
+
+static void add_quantize_case(const char *data, nvfp4moe_quantizer q, const float *x, int64_t rows, int64_t cols,
+                              float ts, nvfp4moe_dtype dt) {
+    qcase *c = &g_q[g_nq++];
+    snprintf(c->name, sizeof c->name, "quantize %s %s %lldx%lld scale=%a %s", nvfp4moe_quantizer_name(q), data,
+             (long long)rows, (long long)cols, (double)ts, nvfp4moe_dtype_name(dt));
+    T_CASE(c->name);
+    c->q = q;
+    c->dt = dt;
+    c->rows = rows;
+    c->cols = cols;
+    const size_t n = (size_t)(rows * cols);
+    c->x = malloc(sizeof(float) * n);
+    memcpy(c->x, x, sizeof(float) * n);
+    c->packed = malloc(n / 2);
+    c->scales = malloc(n / 16);
+    c->qdq = malloc(n * nvfp4moe_dtype_size(dt));
+    CHECK_OK(nvfp4moe_quantize_as(q, x, rows, cols, ts, c->packed, c->scales));
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        nvfp4moe_qdq_row_as(q, x + r * cols, cols, ts, dt, row);
+        nvfp4moe_from_float(dt, row, cols, c->qdq + (size_t)(r * cols) * nvfp4moe_dtype_size(dt));
+    }
+    free(row);
+    FILE *meta;
+    new_case(c->dir, sizeof c->dir, &meta);
+    fprintf(meta, "kind quantize\nquantizer %s\nrows %lld\ncols %lld\ndtype %s\n", nvfp4moe_quantizer_name(q),
+            (long long)rows, (long long)cols, nvfp4moe_dtype_name(dt));
+    fclose(meta);
+    write_file(c->dir, "x", x, sizeof(float) * n);
+    write_file(c->dir, "tensor_scale", &ts, sizeof ts);
+}
+
+static void check_quantize_cases(void) {
+    for (int i = 0; i < g_nq; i++) {
+        qcase *c = &g_q[i];
+        T_CASE(c->name);
+        const size_t n = (size_t)(c->rows * c->cols);
+        uint8_t *wp = read_want(c->dir, "packed", n / 2), *ws = read_want(c->dir, "scales", n / 16);
+        uint8_t *wq = read_want(c->dir, "qdq", n * nvfp4moe_dtype_size(c->dt));
+        if (ws) check_bytes("block scale codes", c->scales, ws, n / 16);
+        if (wp) check_bytes("packed E2M1 codes", c->packed, wp, n / 2);
+        if (wq) compare_dtype("quantize-dequantize", c->dt, c->qdq, wq, (int64_t)n);
+        free(wp); free(ws); free(wq);
+        free(c->x); free(c->packed); free(c->scales); free(c->qdq);
+    }
+}
+
+/* bf16 data dense in exact E2M1 and E4M3 ties: small integers over powers of two, blocks whose amax
+ * makes the block scale exact, zero blocks, lone outliers, and 1e-3 / 1e3 magnitudes. */
+static void tie_heavy(float *x, int64_t rows, int64_t cols, uint64_t seed) {
+    uint64_t r = seed;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        const int64_t block = i / 16;
+        const int kind = (int)(block % 7);
+        double v;
+        if (kind == 0) v = (double)((int)(nvfp4moe_rand_u64(&r) % 25) - 12) / 4.0;         /* k/4 */
+        else if (kind == 1) v = ldexp((double)((int)(nvfp4moe_rand_u64(&r) % 15) - 7), (int)(nvfp4moe_rand_u64(&r) % 5) - 2);
+        else if (kind == 2) v = nvfp4moe_rand_normal(&r);
+        else if (kind == 3) v = 0.0;
+        else if (kind == 4) v = (i % 16 == 5) ? 96.0 : (double)((int)(nvfp4moe_rand_u64(&r) % 9) - 4) * 0.75;
+        else if (kind == 5) v = 1e-3 * nvfp4moe_rand_normal(&r);
+        else v = 1e3 * (double)((int)(nvfp4moe_rand_u64(&r) % 13) - 6) / 2.0;
+        x[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16, (float)v);
+    }
+}
+
+/* bf16 data on the rounding thresholds of a quantizer that uses block scale s: per block an amax
+ * element, then x = bf16(T * s / gs) for thresholds T, where s is the block's E4M3 scale. With a
+ * tensor scale a few ulp off a power of two these are ties up to the last bits of x * inv, where
+ * the quantizers' formulas part ways. modelopt: T * sf * scale_2. */
+static void near_ties(float *x, int64_t rows, int64_t cols, float ts, bool modelopt, uint64_t seed) {
+    static const float th[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.5f, 3.0f};
+    uint64_t r = seed;
+    for (int64_t b = 0; b < rows * cols / 16; b++) {
+        float *xb = x + b * 16;
+        const float amax = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16, (float)(0.25 + 8.0 * nvfp4moe_rand_uniform(&r)));
+        float step;
+        if (modelopt) {
+            float d = amax / (6.0f * ts);
+            step = nvfp4moe_e4m3_decode(nvfp4moe_e4m3_encode(d)) * ts;
+        } else {
+            step = nvfp4moe_e4m3_decode(nvfp4moe_e4m3_encode(fminf(ts * (amax * (float)(1.0 / 6.0)), 448.0f))) / ts;
+        }
+        xb[0] = amax;
+        for (int i = 1; i < 16; i++) {
+            const float t = th[nvfp4moe_rand_u64(&r) % 10] * ((nvfp4moe_rand_u64(&r) & 1) ? -1.0f : 1.0f);
+            xb[i] = nvfp4moe_round_to_dtype(NVFP4MOE_DTYPE_BF16, t * step);
+        }
+    }
+}
+
+static void quantize_cases(void) {
+    enum { R = 24, C = 256 };
+    static float x[R * C];
+    tie_heavy(x, R, C, 11);
+    float amax = 0;
+    for (int i = 0; i < R * C; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float scale_2 = amax / 2688.0f;   /* ModelOpt: amax / (6 * 448) */
+    const float vllm_scales[] = {1.0f, 0.25f, 1.0f / scale_2, 3.0f, 1.7f};
+    for (size_t s = 0; s < sizeof vllm_scales / sizeof vllm_scales[0]; s++) {
+        add_quantize_case("ties", NVFP4MOE_QUANTIZER_VLLM_REF, x, R, C, vllm_scales[s], NVFP4MOE_DTYPE_BF16);
+        add_quantize_case("ties", NVFP4MOE_QUANTIZER_VLLM_TRITON, x, R, C, vllm_scales[s], NVFP4MOE_DTYPE_BF16);
+    }
+    add_quantize_case("ties", NVFP4MOE_QUANTIZER_VLLM_TRITON, x, R, C, 2.0f, NVFP4MOE_DTYPE_FP16);
+    add_quantize_case("ties", NVFP4MOE_QUANTIZER_MODELOPT, x, R, C, scale_2, NVFP4MOE_DTYPE_BF16);
+    add_quantize_case("ties", NVFP4MOE_QUANTIZER_MODELOPT, x, R, C, 0.125f, NVFP4MOE_DTYPE_BF16);
+    /* a scale_2 small enough that the block scales pass 448 and 464: torch's conversion has no
+     * saturation, so those blocks get the NaN code */
+    add_quantize_case("ties", NVFP4MOE_QUANTIZER_MODELOPT, x, R, C, scale_2 / 1.05f, NVFP4MOE_DTYPE_BF16);
+
+    /* near-ties, where the formulas differ */
+    static float z[R * C];
+    const float near_scales[] = {1.0f + 0x1p-23f, 0.125f * (1.0f - 0x1p-24f), 3.0f * (1.0f + 0x1p-22f), 1792.0f / 3.0f};
+    for (size_t s = 0; s < sizeof near_scales / sizeof near_scales[0]; s++) {
+        near_ties(z, R, C, near_scales[s], false, 20 + s);
+        add_quantize_case("near-ties", NVFP4MOE_QUANTIZER_VLLM_REF, z, R, C, near_scales[s], NVFP4MOE_DTYPE_BF16);
+        add_quantize_case("near-ties", NVFP4MOE_QUANTIZER_VLLM_TRITON, z, R, C, near_scales[s], NVFP4MOE_DTYPE_BF16);
+    }
+    const float near_s2[] = {(1.0f + 0x1p-23f) / 448.0f, 0.01f, scale_2};
+    for (size_t s = 0; s < sizeof near_s2 / sizeof near_s2[0]; s++) {
+        near_ties(z, R, C, near_s2[s], true, 30 + s);
+        add_quantize_case("near-ties", NVFP4MOE_QUANTIZER_MODELOPT, z, R, C, near_s2[s], NVFP4MOE_DTYPE_BF16);
+    }
+
+    static float y[2 * 64];
+    for (int i = 0; i < 2 * 64; i++) y[i] = (float)(i % 16) - 7.5f;
+    y[3] = NAN;
+    y[20] = INFINITY;
+    y[40] = -INFINITY;
+    y[70] = -0.0f;
+    for (int q = 0; q < NVFP4MOE_QUANTIZER_COUNT; q++)
+        add_quantize_case("nan-inf", (nvfp4moe_quantizer)q, y, 2, 64, 0.5f, NVFP4MOE_DTYPE_BF16);
+}
+
+/* The default quantizer is vLLM's reference, and the quantizers disagree at ties: the figures
+ * docs/numerics.md gives. */
+static void quantizer_disagreement(void) {
+    T_CASE("nvfp4moe_quantize is the vllm_ref quantizer");
+    enum { R = 64, C = 512 };
+    static float x[R * C];
+    static uint8_t p0[R * C / 2], s0[R * C / 16], p1[R * C / 2], s1[R * C / 16];
+    tie_heavy(x, R, C, 5);
+    CHECK_OK(nvfp4moe_quantize(x, R, C, 1.0f, p0, s0));
+    CHECK_OK(nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_REF, x, R, C, 1.0f, p1, s1));
+    check_bytes("codes", p0, p1, sizeof p0);
+    check_bytes("scales", s0, s1, sizeof s0);
+
+    T_CASE("vllm_ref and vllm_triton disagree only at ties");
+    const float gs[] = {1.0f, 1792.0f / 3.0f};
+    for (int data = 0; data < 2; data++)
+        for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
+            if (data == 0) tie_heavy(x, R, C, 5);
+            else near_ties(x, R, C, gs[k], false, 6);
+            CHECK_OK(nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_REF, x, R, C, gs[k], p0, s0));
+            CHECK_OK(nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, R, C, gs[k], p1, s1));
+            int codes = 0, off_tie = 0;
+            for (int i = 0; i < R * C; i++) {
+                const uint8_t a = (p0[i / 2] >> (4 * (i & 1))) & 0xF, b = (p1[i / 2] >> (4 * (i & 1))) & 0xF;
+                if (a == b) continue;
+                codes++;
+                /* a disagreement is one step on the grid, where x * inv sits within 2 ulp of a
+                 * rounding threshold */
+                const float v = fabsf(x[i] * (gs[k] / nvfp4moe_e4m3_decode(s0[i / 16])));
+                const float th[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+                bool near = false;
+                for (int t = 0; t < 7; t++) near |= fabsf(v - th[t]) <= 2.0f * (nextafterf(th[t], 10.0f) - th[t]);
+                if (!near || abs((a & 7) - (b & 7)) != 1) off_tie++;
+            }
+            CHECK(memcmp(s0, s1, sizeof s0) == 0, "the block scales are the same formula in both");
+            CHECK(off_tie == 0, "%d of %d disagreements are not one grid step at a tie", off_tie, codes);
+            /* docs/numerics.md and the README quote this figure */
+            if (data == 1 && k == 1)
+                CHECK(fabs(100.0 * codes / (R * C) - 17.6) < 0.05, "near-ties at global scale 1792/3: %.3f%% of the "
+                      "codes differ, the docs say 17.6%%", 100.0 * codes / (R * C));
+            if (k == 0) CHECK(codes == 0, "with a power-of-two global scale the two formulas are the same number");
+            printf("test_emulation: %s, global scale %g: vllm_ref and vllm_triton codes differ on %d of %d (%.3f%%)\n",
+                   data ? "near-ties" : "tie-heavy bf16", (double)gs[k], codes, R * C, 100.0 * codes / (R * C));
+        }
+}
+
+// ---- EMULATION layers ----
+
+typedef struct lcase {
+    char dir[320];
+    char name[300];
+    nvfp4moe_config cfg;
+    int64_t M;
+    uint8_t *out;
+} lcase;
+
+static lcase g_l[64];
+static int g_nl;
+
+enum { SPECIAL_NONE = 0, SPECIAL_ZERO_EXPERT = 1, SPECIAL_POW2_SCALES = 2, SPECIAL_OUTLIERS = 4,
+       SPECIAL_CONCENTRATED = 8, SPECIAL_MAGNITUDES = 16 };
+
+static void write_layer(const char *dir, const nvfp4moe_config *c, const nvfp4moe_weights *w) {
+    const int64_t E = c->num_experts, H = c->hidden_size, I = c->intermediate_size, N1 = nvfp4moe_config_n1(c);
+    write_file(dir, "w13", w->w13, (size_t)(E * N1 * H / 2));
+    write_file(dir, "w13_scale", w->w13_scale, (size_t)(E * N1 * H / 16));
+    write_file(dir, "w13_scale_2", w->w13_scale_2, sizeof(float) * (size_t)E);
+    write_file(dir, "w13_input_scale", w->w13_input_scale, sizeof(float) * (size_t)E);
+    write_file(dir, "w2", w->w2, (size_t)(E * H * I / 2));
+    write_file(dir, "w2_scale", w->w2_scale, (size_t)(E * H * I / 16));
+    write_file(dir, "w2_scale_2", w->w2_scale_2, sizeof(float) * (size_t)E);
+    write_file(dir, "w2_input_scale", w->w2_input_scale, sizeof(float) * (size_t)E);
+    if (c->has_bias) {
+        write_file(dir, "w13_bias", w->w13_bias, sizeof(float) * (size_t)(E * N1));
+        write_file(dir, "w2_bias", w->w2_bias, sizeof(float) * (size_t)(E * H));
+    }
+}
+
+static void add_layer_case(nvfp4moe_config c, int64_t M, uint64_t seed, int special) {
+    lcase *lc = &g_l[g_nl++];
+    char desc[200];
+    nvfp4moe_config_describe(&c, desc, sizeof desc);
+    snprintf(lc->name, sizeof lc->name, "emulation M=%lld %s%s%s%s%s%s%s", (long long)M, desc,
+             c.has_bias ? " bias" : "", special & SPECIAL_ZERO_EXPERT ? " zero-expert" : "",
+             special & SPECIAL_POW2_SCALES ? " pow2-input-scales" : "", special & SPECIAL_OUTLIERS ? " outliers" : "",
+             special & SPECIAL_CONCENTRATED ? " concentrated" : "", special & SPECIAL_MAGNITUDES ? " 1e-3/1e3" : "");
+    T_CASE(lc->name);
+    lc->cfg = c;
+    lc->M = M;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, seed, &l));
+    if (!l) {
+        g_nl--;
+        return;
+    }
+    const int64_t E = c.num_experts, K = c.top_k, H = c.hidden_size, I = c.intermediate_size;
+    const int64_t N1 = nvfp4moe_config_n1(&c);
+    nvfp4moe_weights *w = &l->w;
+    if (special & SPECIAL_ZERO_EXPERT) { /* expert 1: every code and block scale zero */
+        memset((uint8_t *)w->w13 + N1 * H / 2, 0, (size_t)(N1 * H / 2));
+        memset((uint8_t *)w->w13_scale + N1 * H / 16, 0, (size_t)(N1 * H / 16));
+        memset((uint8_t *)w->w2 + H * I / 2, 0, (size_t)(H * I / 2));
+        memset((uint8_t *)w->w2_scale + H * I / 16, 0, (size_t)(H * I / 16));
+    }
+    if (special & SPECIAL_POW2_SCALES) /* input scales powers of two: exact ties everywhere */
+        for (int64_t e = 0; e < E; e++) {
+            ((float *)w->w13_input_scale)[e] = ldexpf(1.0f, -(int)(e % 3) - 2);
+            ((float *)w->w2_input_scale)[e] = ldexpf(1.0f, -(int)(e % 2) - 3);
+        }
+    size_t isz = nvfp4moe_dtype_size(c.in_dtype), osz = nvfp4moe_dtype_size(c.out_dtype);
+    float *hf = malloc(sizeof(float) * (size_t)(M * H)), *logits = malloc(sizeof(float) * (size_t)(M * E));
+    void *hidden = malloc((size_t)(M * H) * isz);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(M * K));
+    float *tw = malloc(sizeof(float) * (size_t)(M * K));
+    nvfp4moe_fill_normal(hf, NVFP4MOE_DTYPE_F32, M * H, seed + 1);
+    for (int64_t i = 0; i < M * H; i++) {
+        if (special & SPECIAL_OUTLIERS && i % 37 == 3) hf[i] *= 40.0f;
+        if (special & SPECIAL_MAGNITUDES) hf[i] *= (i / H) % 2 ? 1e3f : 1e-3f;
+        if (special & SPECIAL_MAGNITUDES && i / H == 2) hf[i] = 0.0f; /* an all-zero token */
+    }
+    nvfp4moe_from_float(c.in_dtype, hf, M * H, hidden);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * E, seed + 2);
+    if (special & (SPECIAL_CONCENTRATED | SPECIAL_ZERO_EXPERT)) /* most tokens on experts 0 and 1 */
+        for (int64_t t = 0; t < M; t++)
+            if (t % 4 != 3) {
+                logits[t * E + 1] += 8.0f;
+                logits[t * E + 0] += 7.0f;
+            }
+    CHECK_OK(nvfp4moe_route(&c, logits, M, w->correction_bias, ids, tw));
+    lc->out = malloc((size_t)(M * H) * osz);
+    memset(lc->out, 0xFF, (size_t)(M * H) * osz);
+    nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .topk_ids = ids, .topk_weights = tw, .output = lc->out};
+    CHECK_OK(nvfp4moe_emulation_forward_host(&c, w, &io));
+
+    FILE *meta;
+    new_case(lc->dir, sizeof lc->dir, &meta);
+    fprintf(meta, "kind emulation\ndtype %s\nout_dtype %s\nE %lld\ntop_k %lld\nH %lld\nI %lld\nM %lld\n",
+            nvfp4moe_dtype_name(c.in_dtype), nvfp4moe_dtype_name(c.out_dtype), (long long)E, (long long)K,
+            (long long)H, (long long)I, (long long)M);
+    fprintf(meta, "activation %s\nhas_swiglu_limit %d\nswiglu_limit %.17g\nswiglu_alpha %.9g\nswiglu_beta %.9g\n",
+            nvfp4moe_activation_name(c.activation), c.has_swiglu_limit ? 1 : 0, c.swiglu_limit,
+            (double)c.swiglu_alpha, (double)c.swiglu_beta);
+    fprintf(meta, "situ_beta %.9g\nsitu_linear_beta %.9g\non_input %d\nhas_bias %d\n", (double)c.situ_beta,
+            (double)c.situ_linear_beta, c.apply_router_weight_on_input ? 1 : 0, c.has_bias ? 1 : 0);
+    fclose(meta);
+    write_layer(lc->dir, &c, w);
+    write_file(lc->dir, "hidden", hidden, (size_t)(M * H) * isz);
+    write_file(lc->dir, "topk_ids", ids, sizeof(int32_t) * (size_t)(M * K));
+    write_file(lc->dir, "topk_weights", tw, sizeof(float) * (size_t)(M * K));
+    free(hf); free(logits); free(hidden); free(ids); free(tw);
+    nvfp4moe_layer_free(l);
+}
+
+static void layer_cases(void) {
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 8;
+    c.top_k = 2;
+    c.hidden_size = 128;
+    c.intermediate_size = 64;
+    add_layer_case(c, 16, 100, SPECIAL_NONE);
+    add_layer_case(c, 16, 101, SPECIAL_POW2_SCALES);
+    add_layer_case(c, 12, 102, SPECIAL_ZERO_EXPERT | SPECIAL_OUTLIERS);
+    add_layer_case(c, 8, 103, SPECIAL_MAGNITUDES);
+    /* moe_sum: top_k 2..4 add in bf16, the others sum in float32 once */
+    const int topks[] = {1, 3, 4, 5, 8};
+    for (size_t i = 0; i < sizeof topks / sizeof topks[0]; i++) {
+        nvfp4moe_config d = c;
+        d.top_k = topks[i];
+        add_layer_case(d, 9, 110 + i, topks[i] == 8 ? SPECIAL_CONCENTRATED : SPECIAL_NONE);
+    }
+    nvfp4moe_config f = c;
+    f.in_dtype = f.out_dtype = NVFP4MOE_DTYPE_FP16;
+    add_layer_case(f, 10, 120, SPECIAL_POW2_SCALES);
+    f.out_dtype = NVFP4MOE_DTYPE_F32;
+    add_layer_case(f, 10, 121, SPECIAL_NONE);
+    nvfp4moe_config b = c;
+    b.out_dtype = NVFP4MOE_DTYPE_F32;
+    add_layer_case(b, 7, 122, SPECIAL_NONE);
+
+    const struct { nvfp4moe_activation act; double limit; } acts[] = {
+        {NVFP4MOE_ACT_SILU, 7.0}, {NVFP4MOE_ACT_SILU, 2.5}, {NVFP4MOE_ACT_GELU, 0}, {NVFP4MOE_ACT_GELU_TANH, 0},
+        {NVFP4MOE_ACT_SWIGLUOAI, 0}, {NVFP4MOE_ACT_SWIGLUOAI, 5.0}, {NVFP4MOE_ACT_SWIGLUOAI_UNINTERLEAVE, 7.0},
+        {NVFP4MOE_ACT_SWIGLUSTEP, 0}, {NVFP4MOE_ACT_SITU, 0}, {NVFP4MOE_ACT_SILU_NO_MUL, 0},
+        {NVFP4MOE_ACT_GELU_NO_MUL, 0}, {NVFP4MOE_ACT_GELU_TANH_NO_MUL, 0}, {NVFP4MOE_ACT_RELU2_NO_MUL, 0},
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        nvfp4moe_config d = c;
+        d.activation = acts[i].act;
+        d.has_swiglu_limit = acts[i].limit > 0;
+        d.swiglu_limit = acts[i].limit;
+        if (acts[i].act == NVFP4MOE_ACT_SWIGLUOAI_UNINTERLEAVE) {
+            d.swiglu_alpha = 1.702f;
+            d.swiglu_beta = 1.0f;
+        }
+        add_layer_case(d, 8, 130 + i, i % 3 == 0 ? SPECIAL_POW2_SCALES : SPECIAL_NONE);
+    }
+    nvfp4moe_config r = c;   /* Llama4: top-1, the router weight on the input */
+    r.top_k = 1;
+    r.routing = NVFP4MOE_ROUTING_LLAMA4;
+    r.apply_router_weight_on_input = true;
+    add_layer_case(r, 11, 150, SPECIAL_NONE);
+    nvfp4moe_config bias = c;  /* ours: vLLM's EMULATION rejects biases */
+    bias.has_bias = true;
+    add_layer_case(bias, 6, 151, SPECIAL_NONE);
+}
+
+static void check_layer_cases(void) {
+    for (int i = 0; i < g_nl; i++) {
+        lcase *lc = &g_l[i];
+        T_CASE(lc->name);
+        const int64_t n = lc->M * lc->cfg.hidden_size;
+        uint8_t *want = read_want(lc->dir, "out", (size_t)n * nvfp4moe_dtype_size(lc->cfg.out_dtype));
+        if (want) compare_dtype("host EMULATION vs vLLM's path in numpy", lc->cfg.out_dtype, lc->out, want, n);
+        free(want);
+        free(lc->out);
+    }
+}
+
+// ---- the distances docs/numerics.md quotes ----
+
+/* EMULATION (host) against the float64 reference on the same layer: the relative Frobenius distance,
+ * which is the reference's W4A4 against vLLM's rounding points. */
+static void emulation_vs_reference(void) {
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 16;
+    c.top_k = 4;
+    c.hidden_size = 256;
+    c.intermediate_size = 128;
+    const int64_t M = 32, H = c.hidden_size;
+    nvfp4moe_layer *l = NULL;
+    T_CASE("EMULATION (host) vs the float64 reference");
+    CHECK_OK(nvfp4moe_layer_random(&c, 7, &l));
+    if (!l) return;
+    uint16_t *hidden = malloc(sizeof(uint16_t) * (size_t)(M * H)), *o1 = malloc(sizeof(uint16_t) * (size_t)(M * H));
+    uint16_t *o2 = malloc(sizeof(uint16_t) * (size_t)(M * H));
+    float *logits = malloc(sizeof(float) * (size_t)(M * c.num_experts)), *got = malloc(sizeof(float) * (size_t)(M * H));
+    double *want = malloc(sizeof(double) * (size_t)(M * H));
+    nvfp4moe_fill_normal(hidden, c.in_dtype, M * H, 8);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * c.num_experts, 9);
+    nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = o1};
+    CHECK_OK(nvfp4moe_emulation_forward_host(&c, &l->w, &io));
+    io.output = o2;
+    c.out_dtype = NVFP4MOE_DTYPE_BF16;
+    CHECK_OK(nvfp4moe_reference_forward(&c, &l->w, &io));
+    nvfp4moe_to_float(NVFP4MOE_DTYPE_BF16, o1, M * H, got);
+    float *ref = malloc(sizeof(float) * (size_t)(M * H));
+    nvfp4moe_to_float(NVFP4MOE_DTYPE_BF16, o2, M * H, ref);
+    for (int64_t i = 0; i < M * H; i++) want[i] = ref[i];
+    const double err = check_rel_l2("EMULATION vs reference (bf16 outputs)", got, want, (size_t)(M * H), 6e-2);
+    /* the size of the activation quantization itself: the reference's W4A4 against its W4A16 */
+    c.scheme = NVFP4MOE_SCHEME_W4A16;
+    io.output = o1;
+    CHECK_OK(nvfp4moe_reference_forward(&c, &l->w, &io));
+    nvfp4moe_to_float(NVFP4MOE_DTYPE_BF16, o1, M * H, got);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < M * H; i++) {
+        num += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    const double a4 = sqrt(num / den);
+    CHECK(err < a4, "EMULATION's distance to the reference (%.3g) is below the activation quantization's own effect (%.3g)",
+          err, a4);
+    printf("test_emulation: E=16 top-4 H=256 I=128 silu bf16 M=%lld: EMULATION (host) vs the float64 reference %.3g "
+           "(rel. Frobenius); the reference's W4A4 vs its W4A16 %.3g\n", (long long)M, err, a4);
+    free(hidden); free(o1); free(o2); free(logits); free(got); free(want); free(ref);
+    nvfp4moe_layer_free(l);
+}
+
+// ---- the python run ----
+
+/* Runs the numpy transcription over every case. 0 when it answered; a machine without numpy (the
+ * GPU machines have no package registry) may set NVFP4MOE_SKIP_NUMPY=1 to skip the comparison,
+ * which is then reported, never silent. */
+static int run_python(void) {
+    const char *py = getenv("NVFP4MOE_PYTHON");
+    if (!py || !*py) py = "/usr/bin/python3";
+    const char *skip = getenv("NVFP4MOE_SKIP_NUMPY");
+    if (skip && strcmp(skip, "1") == 0) {
+        printf("test_emulation: NVFP4MOE_SKIP_NUMPY=1: the comparison with vLLM's code in numpy is SKIPPED\n");
+        return 1;
+    }
+    char script[512], dir[256];
+    snprintf(dir, sizeof dir, "%s", __FILE__);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(script, sizeof script, "%s/vllm_emulation.py", dir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", py, script, g_root);
+    int rc = system(cmd);
+    T_CASE("the numpy transcription of vLLM runs");
+    CHECK(rc == 0, "%s exited with %d: it needs %s with numpy (Debian: python3-numpy; `make deps` installs it)",
+          cmd, rc, py);
+    return rc;
+}
+
+static void remove_tree(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    if (system(cmd) != 0) fprintf(stderr, "test_emulation: could not remove %s\n", g_root);
+}
+
+int main(void) {
+    snprintf(g_root, sizeof g_root, "/tmp/nvfp4moe-emulation.XXXXXX");
+    if (!mkdtemp(g_root)) {
+        fprintf(stderr, "test_emulation: mkdtemp: %s\n", strerror(errno));
+        return 2;
+    }
+    quantize_cases();
+    layer_cases();
+    if (run_python() == 0) {
+        check_quantize_cases();
+        check_layer_cases();
+    }
+    remove_tree();
+    quantizer_disagreement();
+    emulation_vs_reference();
+    return t_finish("test_emulation");
+}
