@@ -1,6 +1,6 @@
-// nvfp4_dev.cuh - the FP4 device helpers every GPU kernel shares: NVFP4 element/scale codecs, the
-// reference quantize-dequantize (the same float32 results as src/format/nvfp4.c, vLLM's
-// ref_nvfp4_quant), and the GEMMs' register-level E2M1 decode.
+// nvfp4_dev.cuh - the FP4 device helpers every GPU kernel shares: NVFP4 element/scale decoders,
+// 16-bit <-> float conversions, and the GEMMs' register-level E2M1 decode. (The activation
+// quantize-dequantize is EMULATION's alone: kernels/emulation.cu.)
 #ifndef NVFP4MOE_NVFP4_DEV_CUH
 #define NVFP4MOE_NVFP4_DEV_CUH
 
@@ -18,53 +18,11 @@ __device__ __forceinline__ float e2m1_decode(unsigned code) {
     return (code & 8u) ? -v : v;
 }
 
-// Round to nearest, ties to even on the E2M1 grid, saturating at 6 (input already clamped).
-// Returns the decoded value (the QDQ only needs the value, not the code).
-__device__ __forceinline__ float e2m1_round(float x) {
-    const float a = fabsf(x);
-    float r;
-    if (a <= 0.25f) r = 0.0f;
-    else if (a < 0.75f) r = 0.5f;
-    else if (a <= 1.25f) r = 1.0f;
-    else if (a < 1.75f) r = 1.5f;
-    else if (a <= 2.5f) r = 2.0f;
-    else if (a < 3.5f) r = 3.0f;
-    else if (a <= 5.0f) r = 4.0f;
-    else r = 6.0f;
-    return copysignf(r, x);
-}
-
 __device__ __forceinline__ float e4m3_decode(unsigned code) {
     const unsigned exp = (code >> 3) & 15u, man = code & 7u;
     float v = exp == 0 ? (float)man * 0.001953125f : __uint_as_float(((exp + 120u) << 23) | (man << 20));
     if ((code & 0x7Fu) == 0x7Fu) v = __uint_as_float(0x7FC00000u);
     return (code & 0x80u) ? -v : v;
-}
-
-// E4M3 "fn" round-trip: RNE, saturating to +-448.
-__device__ __forceinline__ float e4m3_round(float x) {
-    const __nv_fp8_storage_t c = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
-    return e4m3_decode((unsigned)c);
-}
-
-__device__ __forceinline__ float clamp_keep_nan(float x, float lo, float hi) {
-    return x < lo ? lo : x > hi ? hi : x;
-}
-
-// In-place QDQ of one block of 16 float values with global scale gs (float32 throughout, same
-// operation order as src/nvfp4.c: s = e4m3(gs*amax/6), inv = 1/(s/gs), q = e2m1(x*inv), x = q*(s/gs)).
-__device__ __forceinline__ void qdq16(float *v, float gs) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        const float a = fabsf(v[i]);
-        if (!(a <= amax)) amax = a;
-    }
-    const float s = e4m3_round(clamp_keep_nan(gs * amax / 6.0f, -448.0f, 448.0f));
-    const float step = s / gs;
-    const float inv = s == 0.0f ? 0.0f : 1.0f / step;
-#pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = e2m1_round(clamp_keep_nan(v[i] * inv, -6.0f, 6.0f)) * step;
 }
 
 template <typename T> __device__ __forceinline__ float to_f(T x);

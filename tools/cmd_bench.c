@@ -251,7 +251,7 @@ static int enqueue_base(void *ctx, cudaStream_t s) {
             }
         }
         if (pass == 0 &&
-            nvfp4moe_gpu_activation(b->y1, 0, b->act, 0, P, b->I, b->N1, &b->ap, 0.0f, 1, s) != cudaSuccess)
+            nvfp4moe_gpu_activation(b->y1, b->act, P, b->I, b->N1, &b->ap, 1, s) != cudaSuccess)
             return -1;
     }
     return nvfp4moe_gpu_weighted_combine(b->y2, b->pos, b->wts, b->M, b->k, b->H, 1, b->out, s) == cudaSuccess ? 0 : -1;
@@ -277,9 +277,9 @@ static int enqueue_stage(void *ctx, cudaStream_t s) {
         e = nvfp4moe_gpu_route_and_group(&c->rp, c->logits, c->ids, c->wts, c->M, c->k, c->E, c->bm, c->sorted,
                                          c->bexp, c->nb, c->max_blocks, s);
     else if (c->which == 1)
-        e = nvfp4moe_gpu_activation(c->c1, 0, c->act, 0, (int64_t)c->M * c->k, c->I, c->N1, &c->ap, 0.0f, 1, s);
+        e = nvfp4moe_gpu_activation(c->c1, c->act, (int64_t)c->M * c->k, c->I, c->N1, &c->ap, 1, s);
     else if (c->which == 2)
-        e = nvfp4moe_gpu_combine(c->c1, 0, c->ids, c->M, c->k, c->E, c->H, 1, c->out, NVFP4MOE_DTYPE_BF16, s);
+        e = nvfp4moe_gpu_combine(c->c1, c->ids, c->M, c->k, c->E, c->H, 1, c->out, NVFP4MOE_DTYPE_BF16, s);
     else
         e = nvfp4moe_gpu_route_and_group(NULL, NULL, c->ids, c->wts, c->M, c->k, c->E, c->bm, c->sorted, c->bexp,
                                          c->nb, c->max_blocks, s);

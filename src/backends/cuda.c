@@ -1,8 +1,9 @@
 /*
  * cuda.c - the three CUDA backends of the oracle: MARLIN (W4A16: NVFP4 weights decoded in
  * the Marlin-class mma.sync GEMM, kernels/marlin_gemm.cu), HOPPER_WGMMA (W4A16 on sm_90a's wgmma,
- * kernels/hopper_gemm.cu, same arguments as MARLIN's GEMM) and EMULATION (vLLM's W4A4 emulation:
- * activations NVFP4 quantize-dequantized, weights dequantized in our own GEMM, float accumulation).
+ * kernels/hopper_gemm.cu, same arguments as MARLIN's GEMM) and EMULATION (vLLM's EMULATION path
+ * with vLLM's rounding points, kernels/emulation.cu; src/reference/emulation.c computes the same on
+ * the host).
  *
  * All three share one pipeline, all on the caller's stream, with no allocation, no host
  * synchronization and no host branching on data (a forward can be captured in a CUDA graph):
@@ -10,9 +11,9 @@
  *   route (or the caller's top-k) + group pairs by expert   1 launch for M <= 64, else 2
  *   [scale by the router weight and/or QDQ the input]       EMULATION, or weight-on-input only
  *   GEMM1 [gate; up] (bias)                                  1
- *   activation (exact clamp rules) [+ QDQ for EMULATION]     1
+ *   activation [+ QDQ for EMULATION]                         1
  *   GEMM2 x top-k weight (bias)                              1
- *   sum over the top-k                                       1
+ *   sum over the top-k (EMULATION: vLLM's moe_sum)           1
  *
  * Intermediates are stored in the activation dtype (bf16/fp16), as every real kernel does.
  *
@@ -26,7 +27,9 @@
 #ifdef NVFP4MOE_HAVE_CUDA
 
 #include "backends/backends.h"
+#include "reference/reference.h"
 
+#include "kernels/emulation.h"
 #include "kernels/hopper_decode.h"
 #include "kernels/hopper_gemm.h"
 #include "kernels/moe_gemm.h"
@@ -134,12 +137,8 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
     L.sorted = off; off += align_up((size_t)L.cap * sizeof(int32_t));
     L.bexp = off;   off += align_up((size_t)L.max_blocks * sizeof(int32_t));
     L.nblk = off;   off += align_up(sizeof(int32_t));
-    /* EMULATION keeps its quantize-dequantized activations in float, exact as in the reference */
-    const size_t eq = st->w4a16 ? e16 : 4;
-    L.a1 = off;     off += needs_input_pass(st) ? align_up((size_t)M * st->H * eq) : 0;
-    /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then). EMULATION keeps
-     * both in float: the reference rounds to the dtype only where a quantizer reads (the activation's
-     * output), and a rounding elsewhere would move values across NVFP4 rounding boundaries. */
+    L.a1 = off;     off += needs_input_pass(st) ? align_up((size_t)M * st->H * e16) : 0;
+    /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then). */
     if (L.decode) {
         /* GEMM1 writes the activation's output directly; GEMM2 parks each slot's fp32 row tile in
          * `partial` until the token's last slot arrives (arrival counters per token and tile). */
@@ -149,8 +148,8 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
         L.total = off;
         return L;
     }
-    L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * (st->w4a16 ? e16 : 4));
-    L.act = off;    off += align_up((size_t)L.P * st->I * eq);
+    L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * e16);
+    L.act = off;    off += align_up((size_t)L.P * st->I * e16);
     L.gemm_ws = off;
     if (st->w4a16) {
         size_t g1 = st->gemm->workspace_bytes((int32_t)L.P, st->N1, st->H, L.max_blocks, L.block_m,
@@ -394,6 +393,12 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
         }
         st->a1_gs = 1.0f / m1;
         st->a2_gs = 1.0f / m2;
+        /* the activation as vLLM's EMULATION runs it (swigluoai and swiglustep at the ops' defaults) */
+        const nvfp4moe_act_params ep = nvfp4moe_emulation_act_params(cfg);
+        st->act.has_limit = ep.has_limit;
+        st->act.limit = ep.limit;
+        st->act.alpha = ep.alpha;
+        st->act.beta = ep.beta;
     }
     FAIL(upload(st, w->w13_scale_2, sizeof(float) * (size_t)E, on_device, "w13_scale_2", (void **)&st->w13_s2));
     FAIL(upload(st, w->w2_scale_2, sizeof(float) * (size_t)E, on_device, "w2_scale_2", (void **)&st->w2_s2));
@@ -484,9 +489,12 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
     const bool on_input = st->cfg.apply_router_weight_on_input;
     if (needs_input_pass(st)) {
         void *a1 = ws + L.a1;
-        CUDA_TRY(st, nvfp4moe_gpu_scale_qdq_rows(io->hidden, a1, !st->w4a16, M, st->H, on_input ? wts : NULL,
-                                                 st->w4a16 ? 0.0f : st->a1_gs, st->is_bf16, stream),
-                 "input scaling/quantization");
+        if (st->w4a16)
+            CUDA_TRY(st, nvfp4moe_gpu_scale_rows(io->hidden, a1, M, st->H, wts, st->is_bf16, stream), "input scaling");
+        else
+            CUDA_TRY(st, nvfp4moe_emul_input(io->hidden, a1, M, st->H, on_input ? wts : NULL, st->a1_gs, st->is_bf16,
+                                             stream),
+                     "input quantization (emulation)");
         a_in = a1;
     }
 
@@ -519,16 +527,18 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM1");
     } else {
         nvfp4moe_emul_args g = {
-            .a = a_in, .a_f32 = 1, .a_row_div = st->K, .w = st->w13, .sf = st->w13_sf, .scale_2 = st->w13_s2,
-            .bias = st->w13_bias, .row_scale = NULL, .c = c1, .c_f32 = 1, .sorted_ids = sorted, .block_expert = bexp,
+            .a = a_in, .a_row_div = st->K, .w = st->w13, .sf = st->w13_sf, .scale_2 = st->w13_s2,
+            .bias = st->w13_bias, .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp,
             .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H, .E = st->E, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16};
         CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM1 (emulation)");
     }
 
-    CUDA_TRY(st, nvfp4moe_gpu_activation(c1, !st->w4a16, act, !st->w4a16, L.P, st->I, st->N1, &st->act,
-                                         st->w4a16 ? 0.0f : st->a2_gs, st->is_bf16, stream),
-             "activation");
+    if (st->w4a16)
+        CUDA_TRY(st, nvfp4moe_gpu_activation(c1, act, L.P, st->I, st->N1, &st->act, st->is_bf16, stream), "activation");
+    else
+        CUDA_TRY(st, nvfp4moe_emul_activation(c1, act, L.P, st->I, st->N1, &st->act, st->a2_gs, st->is_bf16, stream),
+                 "activation (emulation)");
 
     const float *rs = on_input ? NULL : wts;
     if (st->w4a16) {
@@ -540,16 +550,21 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM2");
     } else {
         nvfp4moe_emul_args g = {
-            .a = act, .a_f32 = 1, .a_row_div = 1, .w = st->w2, .sf = st->w2_sf, .scale_2 = st->w2_s2,
-            .bias = st->w2_bias, .row_scale = rs, .c = c1, .c_f32 = 1, .sorted_ids = sorted, .block_expert = bexp,
+            .a = act, .a_row_div = 1, .w = st->w2, .sf = st->w2_sf, .scale_2 = st->w2_s2,
+            .bias = st->w2_bias, .row_scale = rs, .c = c1, .sorted_ids = sorted, .block_expert = bexp,
             .num_blocks = nblk, .P = P, .N = st->H, .K = st->I, .E = st->E, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16};
         CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM2 (emulation)");
     }
 
-    CUDA_TRY(st, nvfp4moe_gpu_combine(c1, !st->w4a16, ids, M, st->K, st->E, st->H, st->is_bf16, io->output,
-                                      st->cfg.out_dtype, stream),
-             "combine");
+    if (st->w4a16)
+        CUDA_TRY(st, nvfp4moe_gpu_combine(c1, ids, M, st->K, st->E, st->H, st->is_bf16, io->output, st->cfg.out_dtype,
+                                          stream),
+                 "combine");
+    else
+        CUDA_TRY(st, nvfp4moe_emul_moe_sum(c1, ids, M, st->K, st->E, st->H, st->is_bf16, io->output, st->cfg.out_dtype,
+                                           stream),
+                 "moe_sum (emulation)");
     return NVFP4MOE_OK;
 }
 

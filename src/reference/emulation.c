@@ -147,6 +147,20 @@ void nvfp4moe_emulation_dequant(const uint8_t *q, const uint8_t *sf, int64_t row
         }
 }
 
+void nvfp4moe_emulation_moe_sum(const float *y, int64_t M, int64_t K, int64_t H, nvfp4moe_dtype dt, float *out) {
+    /* moe_sum_kernel<scalar_t, TOPK> for top_k 2..4 (scalar_t x += ...), at::sum_out otherwise */
+    const bool in_dt = K >= 2 && K <= 4;
+    for (int64_t t = 0; t < M; t++)
+        for (int64_t n = 0; n < H; n++) {
+            float s = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                s += y[(t * K + j) * H + n];
+                if (in_dt) s = nvfp4moe_round_to_dtype(dt, s);
+            }
+            out[t * H + n] = nvfp4moe_round_to_dtype(dt, s);
+        }
+}
+
 /* One GEMM output: float32 accumulation of exact products, k in order (tl.dot accumulates in
  * float32; its order is the hardware's). */
 static float dot_f32(const float *a, const float *w, int64_t K) {
@@ -220,16 +234,7 @@ nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, cons
             }
         }
     }
-    /* moe_sum: the output tensor has the activation dtype */
-    for (int64_t t = 0; t < M; t++)
-        for (int64_t n = 0; n < H; n++) {
-            float s = 0.0f;
-            for (int64_t j = 0; j < K; j++) {
-                s += y[(t * K + j) * H + n];
-                if (K >= 2 && K <= 4) s = nvfp4moe_round_to_dtype(dt, s);
-            }
-            outf[t * H + n] = nvfp4moe_round_to_dtype(dt, s);
-        }
+    nvfp4moe_emulation_moe_sum(y, M, K, H, dt, outf);
     nvfp4moe_from_float(cfg->out_dtype, outf, M * H, io->output);
 
 done:

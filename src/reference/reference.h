@@ -51,6 +51,9 @@ void nvfp4moe_emulation_activation(const nvfp4moe_config *cfg, const nvfp4moe_ac
 /* The EMULATION GEMM's weights [rows, cols]: dt(e2m1 * (e4m3 * scale_2)), float32 products. */
 void nvfp4moe_emulation_dequant(const uint8_t *q, const uint8_t *sf, int64_t rows, int64_t cols, float scale_2,
                                 nvfp4moe_dtype dt, float *out);
+/* vLLM's moe_sum of y [M * K, H] (values of dtype dt, slot j of token t in row t * K + j) into
+ * out [M, H]: top-k 2..4 add in dt one slot at a time, other top-k sum in float32 and round once. */
+void nvfp4moe_emulation_moe_sum(const float *y, int64_t M, int64_t K, int64_t H, nvfp4moe_dtype dt, float *out);
 /* The whole layer as vLLM's EMULATION backend computes it (emulation.c says how), host pointers.
  * W4A4 with bf16 or fp16 hidden states only (UNSUPPORTED otherwise). */
 nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,

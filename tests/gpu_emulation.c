@@ -1,0 +1,361 @@
+/*
+ * gpu_emulation.c - the EMULATION backend's GPU kernels (kernels/emulation.cu) against the host
+ * implementation of vLLM's EMULATION path (src/reference/emulation.c), which tests/test_emulation.c
+ * pins bit for bit to vLLM's code. CUDA builds, on a GPU (`make gpu-test`).
+ *
+ *   1. The GEMM (weights dequantized to bf16/fp16, float32 accumulation k in order, bias, top-k
+ *      weight, the output rounded once): bit for bit.
+ *   2. moe_sum, top_k 1..8, bf16/fp16, f32 or 16-bit output, an invalid slot: bit for bit.
+ *   3. The Triton quantize-dequantize of the input (and the router weight on it) on ordinary,
+ *      tie-heavy and near-tie data. The host divides correctly rounded where the kernel, like
+ *      Triton, uses div.full.f32; each element where that shows must be one E2M1 step (or one ulp)
+ *      away, and on ordinary data at most 0.1 % of them may differ. The counts are printed.
+ *   4. Whole layers through the backend, every activation EMULATION takes, top_k 1..8, bf16 and
+ *      fp16, the router weight on the input, routing precomputed so that both sides see the same
+ *      weights: at least 90 % of the outputs bit for bit, relative distance <= 5e-3; both printed.
+ *      (CUDA's expf/erff/tanhf and Triton's div.full/ex2.approx against the host's correctly
+ *      rounded ones are the only differences left.)
+ * Ends with "gpu_emulation: N passed, N failed".
+ */
+#include "harness.h"
+#include "nvfp4_data.h"
+#include "oracle/oracle.h"
+#include "format/format.h"
+#include "reference/reference.h"
+#include "../kernels/emulation.h"
+
+#include <cuda_runtime_api.h>
+
+static nvfp4moe_device g_dev;
+
+static void *dev_copy(const void *src, size_t n) {
+    void *d = NULL;
+    CUDA_OK(cudaMalloc(&d, n ? n : 1));
+    if (n) CUDA_OK(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void to_host(void *dst, const void *d, size_t n) {
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(dst, d, n, cudaMemcpyDeviceToHost));
+}
+
+/* n values of dtype dt (bit patterns) against want (floats already of dtype dt): mismatches. */
+static int64_t count_diff(nvfp4moe_dtype dt, const void *got, const float *want, int64_t n, const char *what) {
+    float *g = malloc(sizeof(float) * (size_t)n);
+    nvfp4moe_to_float(dt, got, n, g);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (g[i] == want[i] && signbit(g[i]) == signbit(want[i])) continue;
+        if (isnan(g[i]) && isnan(want[i])) continue;
+        if (bad++ < 5 && what)
+            fprintf(stderr, "  [%s] %s [%lld]: gpu %.9g host %.9g\n", t_case, what, (long long)i, (double)g[i],
+                    (double)want[i]);
+    }
+    free(g);
+    return bad;
+}
+
+/* moe_align on the host: pairs grouped by expert, each expert's run padded to 16 with sentinel P. */
+static int32_t group(const int32_t *ids, int64_t P, int32_t E, int32_t *sorted, int32_t *bexp, int32_t max_blocks) {
+    int32_t nb = 0, fill = 0;
+    for (int32_t e = 0; e < E; e++) {
+        int32_t n = 0;
+        for (int64_t p = 0; p < P; p++)
+            if (ids[p] == e) {
+                sorted[fill + n++] = (int32_t)p;
+            }
+        const int32_t blocks = (n + NVFP4MOE_EMUL_BLOCK_M - 1) / NVFP4MOE_EMUL_BLOCK_M;
+        for (int32_t i = n; i < blocks * NVFP4MOE_EMUL_BLOCK_M; i++) sorted[fill + i] = (int32_t)P;
+        for (int32_t b = 0; b < blocks; b++) bexp[nb + b] = e;
+        nb += blocks;
+        fill += blocks * NVFP4MOE_EMUL_BLOCK_M;
+    }
+    for (int32_t b = nb; b < max_blocks; b++) bexp[b] = -1;
+    return nb;
+}
+
+/* ---- 1. the GEMM ---- */
+
+static void gemm_case(nvfp4moe_dtype dt, int64_t M, int32_t topk, int32_t E, int32_t N, int32_t K, bool extras) {
+    char name[160];
+    snprintf(name, sizeof name, "GEMM %s M=%lld top_k=%d E=%d N=%d K=%d%s", nvfp4moe_dtype_name(dt), (long long)M, topk,
+             E, N, K, extras ? " bias top-k weight" : "");
+    T_CASE(name);
+    const int64_t P = M * topk;
+    uint64_t r = (uint64_t)(N * 131 + K);
+    float *af = malloc(sizeof(float) * (size_t)(M * K));
+    uint16_t *a = malloc(2 * (size_t)(M * K));
+    uint8_t *w = malloc((size_t)E * N * K / 2), *sf = malloc((size_t)E * N * K / 16);
+    float *s2 = malloc(sizeof(float) * (size_t)E), *bias = malloc(sizeof(float) * (size_t)(E * N));
+    float *rs = malloc(sizeof(float) * (size_t)P), *W = malloc(sizeof(float) * (size_t)N * K);
+    float *want = malloc(sizeof(float) * (size_t)(P * N));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
+    const int32_t max_blocks = (int32_t)((P + E * 15 + 15) / 16);
+    int32_t *sorted = malloc(sizeof(int32_t) * (size_t)max_blocks * 16), *bexp = malloc(sizeof(int32_t) * (size_t)max_blocks);
+    for (int64_t i = 0; i < M * K; i++) af[i] = (float)nvfp4moe_rand_normal(&r);
+    nvfp4moe_from_float(dt, af, M * K, a);
+    nvfp4moe_to_float(dt, a, M * K, af);
+    for (int64_t i = 0; i < (int64_t)E * N * K / 2; i++) w[i] = (uint8_t)nvfp4moe_rand_u64(&r);
+    for (int64_t i = 0; i < (int64_t)E * N * K / 16; i++) sf[i] = (uint8_t)(0x20 + nvfp4moe_rand_u64(&r) % 0x30);
+    for (int32_t e = 0; e < E; e++) s2[e] = (float)(1e-3 * (1.0 + nvfp4moe_rand_uniform(&r)));
+    for (int64_t i = 0; i < (int64_t)E * N; i++) bias[i] = (float)(0.1 * nvfp4moe_rand_normal(&r));
+    for (int64_t p = 0; p < P; p++) {
+        ids[p] = (int32_t)(nvfp4moe_rand_u64(&r) % (uint64_t)E);
+        rs[p] = (float)(0.2 + nvfp4moe_rand_uniform(&r));
+    }
+    const int32_t nb = group(ids, P, E, sorted, bexp, max_blocks);
+    for (int32_t e = 0; e < E; e++) {
+        nvfp4moe_emulation_dequant(w + (int64_t)e * N * K / 2, sf + (int64_t)e * N * K / 16, N, K, s2[e], dt, W);
+        for (int64_t p = 0; p < P; p++) {
+            if (ids[p] != e) continue;
+            for (int32_t n = 0; n < N; n++) {
+                float acc = 0.0f;
+                for (int32_t k = 0; k < K; k++) acc += af[(p / topk) * K + k] * W[(int64_t)n * K + k];
+                if (extras) acc = (acc + bias[(int64_t)e * N + n]) * rs[p];
+                want[p * N + n] = nvfp4moe_round_to_dtype(dt, acc);
+            }
+        }
+    }
+    void *d_a = dev_copy(a, 2 * (size_t)(M * K)), *d_w = dev_copy(w, (size_t)E * N * K / 2);
+    void *d_sf = dev_copy(sf, (size_t)E * N * K / 16), *d_s2 = dev_copy(s2, sizeof(float) * (size_t)E);
+    void *d_bias = dev_copy(bias, sizeof(float) * (size_t)(E * N)), *d_rs = dev_copy(rs, sizeof(float) * (size_t)P);
+    void *d_sorted = dev_copy(sorted, sizeof(int32_t) * (size_t)max_blocks * 16);
+    void *d_bexp = dev_copy(bexp, sizeof(int32_t) * (size_t)max_blocks), *d_nb = dev_copy(&nb, sizeof nb);
+    void *d_c = NULL;
+    CUDA_OK(cudaMalloc(&d_c, 2 * (size_t)(P * N)));
+    CUDA_OK(cudaMemset(d_c, 0xFF, 2 * (size_t)(P * N)));
+    nvfp4moe_emul_args g = {.a = d_a, .a_row_div = topk, .w = d_w, .sf = d_sf, .scale_2 = d_s2,
+                            .bias = extras ? d_bias : NULL, .row_scale = extras ? d_rs : NULL, .c = d_c,
+                            .sorted_ids = d_sorted, .block_expert = d_bexp, .num_blocks = d_nb, .P = (int32_t)P,
+                            .N = N, .K = K, .E = E, .max_blocks = max_blocks,
+                            .is_bf16 = dt == NVFP4MOE_DTYPE_BF16};
+    CUDA_OK(nvfp4moe_emul_gemm(&g, 0));
+    uint16_t *c = malloc(2 * (size_t)(P * N));
+    to_host(c, d_c, 2 * (size_t)(P * N));
+    const int64_t bad = count_diff(dt, c, want, P * N, "C");
+    CHECK(bad == 0, "%lld of %lld GEMM outputs differ from the host's float32 accumulation", (long long)bad,
+          (long long)(P * N));
+    void *dp[] = {d_a, d_w, d_sf, d_s2, d_bias, d_rs, d_sorted, d_bexp, d_nb, d_c};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) cudaFree(dp[i]);
+    free(af); free(a); free(w); free(sf); free(s2); free(bias); free(rs); free(W); free(want); free(ids);
+    free(sorted); free(bexp); free(c);
+}
+
+/* ---- 2. moe_sum ---- */
+
+static void moe_sum_case(nvfp4moe_dtype dt, nvfp4moe_dtype out_dt, int64_t M, int32_t K, int32_t H) {
+    char name[160];
+    snprintf(name, sizeof name, "moe_sum %s -> %s M=%lld top_k=%d H=%d", nvfp4moe_dtype_name(dt),
+             nvfp4moe_dtype_name(out_dt), (long long)M, K, H);
+    T_CASE(name);
+    const int64_t P = M * K, E = 8;
+    uint64_t r = (uint64_t)(K * 7 + H);
+    float *y = malloc(sizeof(float) * (size_t)(P * H)), *want = malloc(sizeof(float) * (size_t)(M * H));
+    uint16_t *y16 = malloc(2 * (size_t)(P * H));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
+    for (int64_t i = 0; i < P * H; i++) y[i] = (float)nvfp4moe_rand_normal(&r);
+    nvfp4moe_from_float(dt, y, P * H, y16);
+    nvfp4moe_to_float(dt, y16, P * H, y);
+    for (int64_t p = 0; p < P; p++) ids[p] = (int32_t)(p % E);
+    if (K >= 2) { /* token 1's last slot is not an expert (EP): it adds nothing */
+        ids[1 * K + K - 1] = -1;
+        for (int32_t h = 0; h < H; h++) y[(1 * K + K - 1) * H + h] = 0.0f;
+    }
+    nvfp4moe_emulation_moe_sum(y, M, K, H, dt, want);
+    void *d_y = dev_copy(y16, 2 * (size_t)(P * H)), *d_ids = dev_copy(ids, sizeof(int32_t) * (size_t)P), *d_out;
+    const size_t osz = nvfp4moe_dtype_size(out_dt);
+    CUDA_OK(cudaMalloc(&d_out, osz * (size_t)(M * H)));
+    CUDA_OK(nvfp4moe_emul_moe_sum(d_y, d_ids, M, K, (int32_t)E, H, dt == NVFP4MOE_DTYPE_BF16, d_out, out_dt, 0));
+    void *out = malloc(osz * (size_t)(M * H));
+    to_host(out, d_out, osz * (size_t)(M * H));
+    const int64_t bad = count_diff(out_dt, out, want, M * H, "out");
+    CHECK(bad == 0, "%lld of %lld sums differ", (long long)bad, (long long)(M * H));
+    cudaFree(d_y); cudaFree(d_ids); cudaFree(d_out);
+    free(y); free(want); free(y16); free(ids); free(out);
+}
+
+/* ---- 3. the Triton quantize-dequantize ---- */
+
+static void qdq_case(const char *data, nvfp4moe_dtype dt, const float *x, int64_t rows, int32_t cols, float gs,
+                     bool weighted, double max_fraction) {
+    char name[200];
+    snprintf(name, sizeof name, "QDQ %s %s %lldx%d gs=%g%s", data, nvfp4moe_dtype_name(dt), (long long)rows, cols,
+             (double)gs, weighted ? " router weight" : "");
+    T_CASE(name);
+    const int64_t n = rows * cols;
+    uint64_t r = 99;
+    float *xin = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
+    float *w = malloc(sizeof(float) * (size_t)rows);
+    uint16_t *in16 = malloc(2 * (size_t)n), *out16 = malloc(2 * (size_t)n);
+    uint8_t *pk = malloc((size_t)cols / 2), *sc = malloc((size_t)cols / 16);
+    nvfp4moe_from_float(dt, x, n, in16);
+    nvfp4moe_to_float(dt, in16, n, xin);
+    for (int64_t t = 0; t < rows; t++) w[t] = (float)(0.3 + nvfp4moe_rand_uniform(&r));
+    float *row = malloc(sizeof(float) * (size_t)cols), *steps = malloc(sizeof(float) * (size_t)(n / 16));
+    for (int64_t t = 0; t < rows; t++) {
+        for (int32_t c = 0; c < cols; c++)
+            row[c] = weighted ? nvfp4moe_round_to_dtype(dt, xin[t * cols + c] * nvfp4moe_round_to_dtype(dt, w[t]))
+                              : xin[t * cols + c];
+        nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, row, cols, gs, dt, want + t * cols);
+        nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, row, 1, cols, gs, pk, sc);
+        for (int32_t b = 0; b < cols / 16; b++) steps[t * (cols / 16) + b] = nvfp4moe_e4m3_decode(sc[b]) / gs;
+    }
+    void *d_in = dev_copy(in16, 2 * (size_t)n), *d_w = dev_copy(w, sizeof(float) * (size_t)rows), *d_out;
+    CUDA_OK(cudaMalloc(&d_out, 2 * (size_t)n));
+    CUDA_OK(nvfp4moe_emul_input(d_in, d_out, rows, cols, weighted ? d_w : NULL, gs, dt == NVFP4MOE_DTYPE_BF16, 0));
+    to_host(out16, d_out, 2 * (size_t)n);
+    float *got = malloc(sizeof(float) * (size_t)n);
+    nvfp4moe_to_float(dt, out16, n, got);
+    int64_t diff = 0, far = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (got[i] == want[i] || (isnan(got[i]) && isnan(want[i]))) continue;
+        diff++;
+        /* one E2M1 step of this block: at most 2 grid units (4 -> 6), and one ulp of rounding */
+        const double d = fabs((double)got[i] - want[i]), step = steps[i / 16];
+        if (!(d <= 2.0 * step * (1.0 + 1.0 / 64))) {
+            if (far++ < 5)
+                fprintf(stderr, "  [%s] [%lld]: gpu %.9g host %.9g (block step %.9g)\n", t_case, (long long)i,
+                        (double)got[i], (double)want[i], step);
+        }
+    }
+    CHECK(far == 0, "%lld of %lld values further than one E2M1 step from the host's", (long long)far, (long long)n);
+    CHECK((double)diff <= max_fraction * (double)n, "%lld of %lld values differ, more than %.2g%%", (long long)diff,
+          (long long)n, 100 * max_fraction);
+    printf("gpu_emulation: %s: %lld of %lld values differ from the host's IEEE division (%.3f%%)\n", name,
+           (long long)diff, (long long)n, 100.0 * (double)diff / (double)n);
+    cudaFree(d_in); cudaFree(d_w); cudaFree(d_out);
+    free(xin); free(want); free(w); free(in16); free(out16); free(pk); free(sc); free(row); free(steps); free(got);
+}
+
+static void qdq_cases(void) {
+    enum { R = 64, C = 512 };
+    static float x[R * C];
+    uint64_t r = 3;
+    for (int i = 0; i < R * C; i++) x[i] = (float)nvfp4moe_rand_normal(&r);
+    qdq_case("normal", NVFP4MOE_DTYPE_BF16, x, R, C, 2688.0f / 4.5f, false, 1e-3);
+    qdq_case("normal", NVFP4MOE_DTYPE_FP16, x, R, C, 2688.0f / 3.7f, true, 1e-3);
+    tie_heavy(x, R, C, 4);
+    qdq_case("tie-heavy", NVFP4MOE_DTYPE_BF16, x, R, C, 1.0f, false, 1.0);
+    qdq_case("tie-heavy", NVFP4MOE_DTYPE_BF16, x, R, C, 1792.0f / 3.0f, true, 1.0);
+    const float near[] = {1.0f + 0x1p-23f, 3.0f * (1.0f + 0x1p-22f), 1792.0f / 3.0f};
+    for (size_t k = 0; k < sizeof near / sizeof near[0]; k++) {
+        near_ties(x, R, C, near[k], false, 10 + k);
+        qdq_case("near-ties", NVFP4MOE_DTYPE_BF16, x, R, C, near[k], false, 1.0);
+    }
+}
+
+/* ---- 4. whole layers ---- */
+
+static void layer_case(nvfp4moe_config c, int64_t M, uint64_t seed) {
+    char desc[200], name[300];
+    nvfp4moe_config_describe(&c, desc, sizeof desc);
+    snprintf(name, sizeof name, "EMULATION layer M=%lld %s", (long long)M, desc);
+    T_CASE(name);
+    const nvfp4moe_backend_impl *impl = nvfp4moe_backend_impl_find("EMULATION");
+    CHECK(impl != NULL, "no EMULATION implementation in this build");
+    if (!impl) return;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, seed, &l));
+    if (!l) return;
+    const int64_t E = c.num_experts, K = c.top_k, H = c.hidden_size, P = M * K;
+    uint16_t *hidden = malloc(2 * (size_t)(M * H)), *out = malloc(2 * (size_t)(M * H)), *host = malloc(2 * (size_t)(M * H));
+    float *logits = malloc(sizeof(float) * (size_t)(M * E)), *wts = malloc(sizeof(float) * (size_t)P);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
+    nvfp4moe_fill_normal(hidden, c.in_dtype, M * H, seed + 1);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * E, seed + 2);
+    CHECK_OK(nvfp4moe_route(&c, logits, M, l->w.correction_bias, ids, wts));
+    nvfp4moe_io hio = {.num_tokens = M, .hidden = hidden, .topk_ids = ids, .topk_weights = wts, .output = host};
+    CHECK_OK(nvfp4moe_emulation_forward_host(&c, &l->w, &hio));
+    void *state = NULL;
+    nvfp4moe_status s = impl->create(&c, &l->w, false, &g_dev, &state);
+    CHECK(s == NVFP4MOE_OK, "create: %s", nvfp4moe_last_error());
+    if (s == NVFP4MOE_OK) {
+        const size_t wsz = impl->workspace_size(state, M);
+        void *d_h = dev_copy(hidden, 2 * (size_t)(M * H)), *d_ids = dev_copy(ids, sizeof(int32_t) * (size_t)P);
+        void *d_w = dev_copy(wts, sizeof(float) * (size_t)P), *d_out = NULL, *d_ws = NULL;
+        CUDA_OK(cudaMalloc(&d_out, 2 * (size_t)(M * H)));
+        CUDA_OK(cudaMemset(d_out, 0xFF, 2 * (size_t)(M * H)));
+        if (wsz) CUDA_OK(cudaMalloc(&d_ws, wsz));
+        nvfp4moe_io io = {.num_tokens = M, .hidden = d_h, .topk_ids = d_ids, .topk_weights = d_w, .output = d_out,
+                          .workspace = d_ws, .workspace_size = wsz};
+        s = impl->forward(state, &io, NULL);
+        CHECK(s == NVFP4MOE_OK, "forward: %s", nvfp4moe_last_error());
+        to_host(out, d_out, 2 * (size_t)(M * H));
+        float *g = malloc(sizeof(float) * (size_t)(M * H)), *h = malloc(sizeof(float) * (size_t)(M * H));
+        nvfp4moe_to_float(c.out_dtype, out, M * H, g);
+        nvfp4moe_to_float(c.out_dtype, host, M * H, h);
+        int64_t same = 0;
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < M * H; i++) {
+            same += memcmp(out + i, host + i, 2) == 0;
+            num += ((double)g[i] - h[i]) * ((double)g[i] - h[i]);
+            den += (double)h[i] * h[i];
+        }
+        const double rel = sqrt(num / (den > 0 ? den : 1)), frac = (double)same / (double)(M * H);
+        CHECK(frac >= 0.9 && rel <= 5e-3 && isfinite(rel), "%.4f of the outputs bit for bit (>= 0.9), rel %.3g (<= 5e-3)",
+              frac, rel);
+        printf("gpu_emulation: %s: %.4f bit for bit, rel %.3g\n", name, frac, rel);
+        cudaFree(d_h); cudaFree(d_ids); cudaFree(d_w); cudaFree(d_out);
+        if (d_ws) cudaFree(d_ws);
+        free(g); free(h);
+        impl->destroy(state);
+    }
+    free(hidden); free(out); free(host); free(logits); free(wts); free(ids);
+    nvfp4moe_layer_free(l);
+}
+
+static void layer_cases(void) {
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 16;
+    c.hidden_size = 512;
+    c.intermediate_size = 256;
+    const struct { nvfp4moe_activation act; double limit; } acts[] = {
+        {NVFP4MOE_ACT_SILU, 0}, {NVFP4MOE_ACT_SILU, 1.5}, {NVFP4MOE_ACT_GELU, 0}, {NVFP4MOE_ACT_GELU_TANH, 0},
+        {NVFP4MOE_ACT_SWIGLUOAI, 7.0}, {NVFP4MOE_ACT_SWIGLUOAI_UNINTERLEAVE, 7.0}, {NVFP4MOE_ACT_SWIGLUSTEP, 0},
+        {NVFP4MOE_ACT_SITU, 0}, {NVFP4MOE_ACT_SILU_NO_MUL, 0}, {NVFP4MOE_ACT_GELU_NO_MUL, 0},
+        {NVFP4MOE_ACT_GELU_TANH_NO_MUL, 0}, {NVFP4MOE_ACT_RELU2_NO_MUL, 0},
+    };
+    const int topks[] = {2, 1, 3, 4, 6, 8};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        nvfp4moe_config d = c;
+        d.activation = acts[i].act;
+        d.has_swiglu_limit = acts[i].limit > 0;
+        d.swiglu_limit = acts[i].limit;
+        d.top_k = topks[i % 6];
+        d.in_dtype = d.out_dtype = i % 2 ? NVFP4MOE_DTYPE_FP16 : NVFP4MOE_DTYPE_BF16;
+        layer_case(d, 64, 1000 + i);
+    }
+    nvfp4moe_config r = c; /* llama4: top-1, the router weight on the input */
+    r.top_k = 1;
+    r.routing = NVFP4MOE_ROUTING_LLAMA4;
+    r.apply_router_weight_on_input = true;
+    layer_case(r, 100, 2000);
+    nvfp4moe_config q = c; /* Qwen3-30B-A3B's layer, top-8 (at::sum_out) */
+    q.num_experts = 32;
+    q.top_k = 8;
+    q.hidden_size = 2048;
+    q.intermediate_size = 768;
+    layer_case(q, 32, 3000);
+}
+
+int main(void) {
+    if (nvfp4moe_device_detect(&g_dev) != NVFP4MOE_OK || !g_dev.is_cuda) {
+        printf("gpu_emulation: no CUDA GPU found (%s)\n", nvfp4moe_last_error());
+        t_record(0);
+        return t_finish("gpu_emulation");
+    }
+    printf("gpu_emulation on %s (sm_%d)\n", g_dev.name, g_dev.sm);
+    gemm_case(NVFP4MOE_DTYPE_BF16, 50, 3, 5, 192, 208, true);
+    gemm_case(NVFP4MOE_DTYPE_FP16, 33, 2, 4, 80, 1024, false);
+    gemm_case(NVFP4MOE_DTYPE_BF16, 1, 8, 8, 2048, 512, true);
+    const int ks[] = {1, 2, 3, 4, 5, 8};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        moe_sum_case(NVFP4MOE_DTYPE_BF16, NVFP4MOE_DTYPE_BF16, 9, ks[i], 256);
+        moe_sum_case(NVFP4MOE_DTYPE_FP16, i % 2 ? NVFP4MOE_DTYPE_F32 : NVFP4MOE_DTYPE_FP16, 5, ks[i], 64);
+    }
+    qdq_cases();
+    layer_cases();
+    return t_finish("gpu_emulation");
+}
