@@ -1,12 +1,15 @@
 // activation.cuh - the MoE activations on the device (float in, float out), with the clamp rules
 // of the float64 reference (src/moe_ref.c): shared by the activation kernel (kernels/moe_pipeline.cu)
-// and the fused GEMM1 epilogue of the decode kernel (kernels/hopper_decode.cu).
+// and the fused GEMM1 epilogue of the decode kernel (kernels/hopper_decode.cu); and the walk over
+// a row's gate and up halves that the activation kernels of kernels/moe_pipeline.cu and
+// kernels/emulation.cu share.
 #ifndef NVFP4MOE_ACTIVATION_CUH
 #define NVFP4MOE_ACTIVATION_CUH
 
 #include <math.h>
 
 #include "nvfp4moe.h"
+#include "nvfp4_dev.cuh"
 #include "pipeline.h"
 
 namespace nvfp4moe_dev {
@@ -52,6 +55,35 @@ __device__ __forceinline__ float act_plain(int act, float x) {
     case NVFP4MOE_ACT_GELU_TANH_NO_MUL: return gelu_tanh(x);
     case NVFP4MOE_ACT_RELU2_NO_MUL: { float r = fmaxf(x, 0.0f); return r * r; }
     default: return NAN;
+    }
+}
+
+// The activation's outputs i0 .. i0+15 of one row x (16-bit, N1 values: the gate half then the up
+// half; interleaved g0, u0, g1, u1, ... for swigluoai; I values for the _no_mul activations) into
+// v, each gated(g, u) or plain(x).
+template <typename T, typename Gated, typename Plain>
+__device__ __forceinline__ void act_row16(const T *x, int I, int i0, int activation, Gated gated, Plain plain,
+                                          float *v) {
+    if (activation >= NVFP4MOE_ACT_SILU_NO_MUL) {
+        float a[16];
+        load8<T>(x + i0, a);
+        load8<T>(x + i0 + 8, a + 8);
+#pragma unroll
+        for (int j = 0; j < 16; j++) v[j] = plain(a[j]);
+    } else if (activation == NVFP4MOE_ACT_SWIGLUOAI) {
+        float a[32];
+#pragma unroll
+        for (int q = 0; q < 4; q++) load8<T>(x + 2 * i0 + 8 * q, a + 8 * q);
+#pragma unroll
+        for (int j = 0; j < 16; j++) v[j] = gated(a[2 * j], a[2 * j + 1]);
+    } else {
+        float g[16], u[16];
+        load8<T>(x + i0, g);
+        load8<T>(x + i0 + 8, g + 8);
+        load8<T>(x + I + i0, u);
+        load8<T>(x + I + i0 + 8, u + 8);
+#pragma unroll
+        for (int j = 0; j < 16; j++) v[j] = gated(g[j], u[j]);
     }
 }
 

@@ -10,6 +10,7 @@
 //             swigluoai_and_mul, situ_and_mul), swiglustep_and_mul_triton, torch's F.silu/F.gelu/
 //             relu+square for the _no_mul ones, each with its own roundings; then the Triton QDQ
 //   moe_sum   csrc/moe/moe_align_sum_kernels.cu: top_k 2..4 accumulate in T, at::sum_out otherwise
+//             (the combine kernel of kernels/moe_pipeline.cu in its vLLM mode)
 //
 // The host implementation (src/reference/emulation.c) computes the same with correctly rounded
 // divisions and transcendental functions; this file uses what vLLM's kernels use: Triton's
@@ -18,6 +19,7 @@
 // point: the GEMM is a simple shared-memory tiling.
 #include "nvfp4moe.h"
 #include "nvfp4_dev.cuh"
+#include "activation.cuh"
 #include "emulation.h"
 
 #include <math.h>
@@ -88,22 +90,17 @@ template <typename T> __device__ __forceinline__ void triton_qdq16(float *v, flo
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 input_kernel(const T *in, T *out, int64_t rows, int cols, const float *row_weight, float gs) {
-    const int bpr = cols / 16;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * bpr) return;
-    const int64_t r = idx / bpr;
-    const int64_t o = r * cols + (idx % bpr) * 16;
+    int64_t r, o;
+    if (!block16_of((int64_t)blockIdx.x * blockDim.x + threadIdx.x, rows, cols, &r, &o)) return;
     float v[16];
-    load8<T>(in + o, v);
-    load8<T>(in + o + 8, v + 8);
+    load16<T>(in + o, v);
     if (row_weight) {
         const float w = round_t<T>(row_weight[r]);
 #pragma unroll
         for (int j = 0; j < 16; j++) v[j] = round_t<T>(v[j] * w);
     }
     triton_qdq16<T>(v, gs);
-    store8<T>(out + o, v);
-    store8<T>(out + o + 8, v + 8);
+    store16<T>(out + o, v);
 }
 
 // ---- the activations, as vLLM's kernels round them ----
@@ -121,12 +118,12 @@ __device__ __forceinline__ float silu_and_mul(const nvfp4moe_gpu_act_params &p, 
 }
 
 // gelu_kernel / torch's GELU: x * 0.5 * (1 + erf(x * M_SQRT1_2))
-__device__ __forceinline__ float gelu_erf(float f) {
+__device__ __forceinline__ float vllm_gelu_erf(float f) {
     constexpr float kAlpha = M_SQRT1_2;
     return f * 0.5f * (1.0f + ::erff(f * kAlpha));
 }
 // gelu_tanh_kernel / torch's GELU(tanh); nvcc contracts f + KAPPA * x_cube here as it does there.
-__device__ __forceinline__ float gelu_tanh(float f) {
+__device__ __forceinline__ float vllm_gelu_tanh(float f) {
     constexpr float kBeta = M_SQRT2 * M_2_SQRTPI * 0.5f;
     constexpr float kKappa = 0.044715;
     const float x_cube = f * f * f;
@@ -135,12 +132,12 @@ __device__ __forceinline__ float gelu_tanh(float f) {
 }
 
 template <typename T>
-__device__ __forceinline__ float act_gated(const nvfp4moe_gpu_act_params &p, float g, float u) {
+__device__ __forceinline__ float vllm_act_gated(const nvfp4moe_gpu_act_params &p, float g, float u) {
     switch (p.activation) {
     case NVFP4MOE_ACT_SILU:
     case NVFP4MOE_ACT_SWIGLUOAI_UNINTERLEAVE: return silu_and_mul<T>(p, g, u);
-    case NVFP4MOE_ACT_GELU: return round_t<T>(round_t<T>(gelu_erf(g)) * (u + 0.0f));
-    case NVFP4MOE_ACT_GELU_TANH: return round_t<T>(round_t<T>(gelu_tanh(g)) * (u + 0.0f));
+    case NVFP4MOE_ACT_GELU: return round_t<T>(round_t<T>(vllm_gelu_erf(g)) * (u + 0.0f));
+    case NVFP4MOE_ACT_GELU_TANH: return round_t<T>(round_t<T>(vllm_gelu_tanh(g)) * (u + 0.0f));
     case NVFP4MOE_ACT_SWIGLUOAI: {   // swigluoai_and_mul: one rounding
         const float gc = fminf(g, p.limit), uc = fmaxf(fminf(u, p.limit), -p.limit);
         return round_t<T>((uc + 1.0f) * gc / (1.0f + expf(-gc * p.alpha)));
@@ -160,11 +157,11 @@ __device__ __forceinline__ float act_gated(const nvfp4moe_gpu_act_params &p, flo
     }
 }
 
-template <typename T> __device__ __forceinline__ float act_plain(int act, float x) {
+template <typename T> __device__ __forceinline__ float vllm_act_plain(int act, float x) {
     switch (act) {
     case NVFP4MOE_ACT_SILU_NO_MUL: return round_t<T>(x / (1.0f + expf(-x)));       // F.silu
-    case NVFP4MOE_ACT_GELU_NO_MUL: return round_t<T>(gelu_erf(x));                 // F.gelu
-    case NVFP4MOE_ACT_GELU_TANH_NO_MUL: return round_t<T>(gelu_tanh(x));           // F.gelu(tanh)
+    case NVFP4MOE_ACT_GELU_NO_MUL: return round_t<T>(vllm_gelu_erf(x));                 // F.gelu
+    case NVFP4MOE_ACT_GELU_TANH_NO_MUL: return round_t<T>(vllm_gelu_tanh(x));           // F.gelu(tanh)
     case NVFP4MOE_ACT_RELU2_NO_MUL: {                                              // relu_, square
         const float r = x > 0.0f ? x : (isnan(x) ? x : 0.0f);
         return round_t<T>(r * r);
@@ -177,37 +174,14 @@ template <typename T> __device__ __forceinline__ float act_plain(int act, float 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 activation_kernel(const T *in, T *out, int64_t rows, int I, int N1, nvfp4moe_gpu_act_params p, float gs) {
-    const int bpr = I / 16;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * bpr) return;
-    const int64_t r = idx / bpr;
-    const int i0 = (int)(idx % bpr) * 16;
-    const T *x = in + r * N1;
+    int64_t r, o;
+    if (!block16_of((int64_t)blockIdx.x * blockDim.x + threadIdx.x, rows, I, &r, &o)) return;
     float v[16];
-    if (p.activation >= NVFP4MOE_ACT_SILU_NO_MUL) {
-        float a[16];
-        load8<T>(x + i0, a);
-        load8<T>(x + i0 + 8, a + 8);
-#pragma unroll
-        for (int j = 0; j < 16; j++) v[j] = act_plain<T>(p.activation, a[j]);
-    } else if (p.activation == NVFP4MOE_ACT_SWIGLUOAI) {
-        float a[32];  // interleaved g0, u0, g1, u1, ...
-#pragma unroll
-        for (int q = 0; q < 4; q++) load8<T>(x + 2 * i0 + 8 * q, a + 8 * q);
-#pragma unroll
-        for (int j = 0; j < 16; j++) v[j] = act_gated<T>(p, a[2 * j], a[2 * j + 1]);
-    } else {
-        float g[16], u[16];
-        load8<T>(x + i0, g);
-        load8<T>(x + i0 + 8, g + 8);
-        load8<T>(x + I + i0, u);
-        load8<T>(x + I + i0 + 8, u + 8);
-#pragma unroll
-        for (int j = 0; j < 16; j++) v[j] = act_gated<T>(p, g[j], u[j]);
-    }
+    act_row16<T>(in + r * N1, I, (int)(o - r * I), p.activation,
+                 [&](float g, float u) { return vllm_act_gated<T>(p, g, u); },
+                 [&](float a) { return vllm_act_plain<T>(p.activation, a); }, v);
     triton_qdq16<T>(v, gs);
-    store8<T>(out + r * I + i0, v);
-    store8<T>(out + r * I + i0 + 8, v + 8);
+    store16<T>(out + o, v);
 }
 
 // ---- the GEMM ----
@@ -284,38 +258,6 @@ __global__ void __launch_bounds__(256) gemm_kernel(nvfp4moe_emul_args a) {
     }
 }
 
-// ---- moe_sum (one thread = 8 consecutive outputs of one token) ----
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-moe_sum_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, void *out, int out_dtype) {
-    const int vpr = H / 8;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= M * vpr) return;
-    const int64_t t = idx / vpr;
-    const int h0 = (int)(idx % vpr) * 8;
-    const bool in_t = k >= 2 && k <= 4;   // moe_sum_kernel<scalar_t, TOPK>: scalar_t x += ...
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < k; j++) {
-        const int e = ids[t * k + j];
-        if (e < 0 || e >= E) continue;
-        float v[8];
-        load8<T>(y + (t * k + j) * (int64_t)H + h0, v);
-#pragma unroll
-        for (int q = 0; q < 8; q++) acc[q] = in_t ? round_t<T>(acc[q] + v[q]) : acc[q] + v[q];
-    }
-#pragma unroll
-    for (int q = 0; q < 8; q++) acc[q] = round_t<T>(acc[q]);
-    const int64_t o = t * H + h0;
-    if (out_dtype == NVFP4MOE_DTYPE_BF16) store8<__nv_bfloat16>((__nv_bfloat16 *)out + o, acc);
-    else if (out_dtype == NVFP4MOE_DTYPE_FP16) store8<__half>((__half *)out + o, acc);
-    else {
-        float4 *f = reinterpret_cast<float4 *>((float *)out + o);
-        f[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        f[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    }
-}
-
 }  // namespace
 
 typedef __nv_bfloat16 B;
@@ -347,16 +289,5 @@ extern "C" cudaError_t nvfp4moe_emul_activation(const void *in, void *out, int64
     const unsigned g = grid_for(n, kThreads);
     if (is_bf16) activation_kernel<B><<<g, kThreads, 0, stream>>>((const B *)in, (B *)out, rows, I, N1, *ap, gs);
     else activation_kernel<F><<<g, kThreads, 0, stream>>>((const F *)in, (F *)out, rows, I, N1, *ap, gs);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t nvfp4moe_emul_moe_sum(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E,
-                                             int32_t H, int32_t is_bf16, void *out, int32_t out_dtype,
-                                             cudaStream_t stream) {
-    const int64_t n = M * (H / 8);
-    if (n <= 0) return cudaSuccess;
-    const unsigned g = grid_for(n, kThreads);
-    if (is_bf16) moe_sum_kernel<B><<<g, kThreads, 0, stream>>>((const B *)y, ids, M, top_k, E, H, out, out_dtype);
-    else moe_sum_kernel<F><<<g, kThreads, 0, stream>>>((const F *)y, ids, M, top_k, E, H, out, out_dtype);
     return cudaGetLastError();
 }

@@ -56,7 +56,8 @@ cudaError_t nvfp4moe_emul_activation(const void *in, void *out, int64_t rows, in
 
 /* vLLM's moe_sum over the top-k slots of y [M * top_k, H] (dtype T) into out [M, H] (out_dtype:
  * nvfp4moe_dtype): top_k 2..4 add in T one slot at a time, other top_k sum in float32 and round to
- * T once; then T -> out_dtype. Slots whose id is outside [0, E) add nothing. H % 8 == 0. */
+ * T once; then T -> out_dtype. Slots whose id is outside [0, E) add nothing. H % 8 == 0. (The
+ * combine kernel of kernels/moe_pipeline.cu.) */
 cudaError_t nvfp4moe_emul_moe_sum(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E, int32_t H,
                                   int32_t is_bf16, void *out, int32_t out_dtype, cudaStream_t stream);
 

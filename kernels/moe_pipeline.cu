@@ -1,8 +1,10 @@
 // moe_pipeline.cu - the element-wise stages of the W4A16 backends' GPU pipeline (activation, input
-// scaling by the router weight, top-k combine). EMULATION has its own: kernels/emulation.cu.
+// scaling by the router weight, top-k combine), and the combine's vLLM moe_sum mode for EMULATION,
+// whose other kernels are in kernels/emulation.cu.
 #include "nvfp4moe.h"
 #include "nvfp4_dev.cuh"
 #include "pipeline.h"
+#include "emulation.h"
 #include "activation.cuh"
 
 #include <math.h>
@@ -19,59 +21,33 @@ inline unsigned grid_for(int64_t n, int threads) { return (unsigned)((n + thread
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 activation_kernel(const T *in, T *out, int64_t rows, int I, int N1, nvfp4moe_gpu_act_params p) {
-    const int bpr = I / 16;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * bpr) return;
-    const int64_t r = idx / bpr;
-    const int i0 = (int)(idx % bpr) * 16;
-    const T *x = in + r * N1;
+    int64_t r, o;
+    if (!block16_of((int64_t)blockIdx.x * blockDim.x + threadIdx.x, rows, I, &r, &o)) return;
     float v[16];
-    if (p.activation >= NVFP4MOE_ACT_SILU_NO_MUL) {
-        float a[16];
-        load8<T>(x + i0, a);
-        load8<T>(x + i0 + 8, a + 8);
-#pragma unroll
-        for (int j = 0; j < 16; j++) v[j] = act_plain(p.activation, a[j]);
-    } else if (p.activation == NVFP4MOE_ACT_SWIGLUOAI) {
-        float a[32];  // interleaved g0, u0, g1, u1, ...
-#pragma unroll
-        for (int q = 0; q < 4; q++) load8<T>(x + 2 * i0 + 8 * q, a + 8 * q);
-#pragma unroll
-        for (int j = 0; j < 16; j++) v[j] = act_gated(p, a[2 * j], a[2 * j + 1]);
-    } else {
-        float g[16], u[16];
-        load8<T>(x + i0, g);
-        load8<T>(x + i0 + 8, g + 8);
-        load8<T>(x + I + i0, u);
-        load8<T>(x + I + i0 + 8, u + 8);
-#pragma unroll
-        for (int j = 0; j < 16; j++) v[j] = act_gated(p, g[j], u[j]);
-    }
-    store8<T>(out + r * I + i0, v);
-    store8<T>(out + r * I + i0 + 8, v + 8);
+    act_row16<T>(in + r * N1, I, (int)(o - r * I), p.activation, [&](float g, float u) { return act_gated(p, g, u); },
+                 [&](float a) { return act_plain(p.activation, a); }, v);
+    store16<T>(out + o, v);
 }
 
 // One thread = 16 values of one row: out = T(in * row_scale[r]).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 scale_kernel(const T *in, T *out, int64_t rows, int cols, const float *row_scale) {
-    const int bpr = cols / 16;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * bpr) return;
-    const int64_t r = idx / bpr;
-    const int64_t o = r * cols + (idx % bpr) * 16;
+    int64_t r, o;
+    if (!block16_of((int64_t)blockIdx.x * blockDim.x + threadIdx.x, rows, cols, &r, &o)) return;
     float v[16];
-    load8<T>(in + o, v);
-    load8<T>(in + o + 8, v + 8);
+    load16<T>(in + o, v);
     const float s = row_scale[r];
 #pragma unroll
     for (int j = 0; j < 16; j++) v[j] = v[j] * s;
-    store8<T>(out + o, v);
-    store8<T>(out + o + 8, v + 8);
+    store16<T>(out + o, v);
 }
 
-// One thread = 8 consecutive outputs of one token.
-template <typename T>
+// One thread = 8 consecutive outputs of one token. kVllmMoeSum: vLLM's moe_sum (EMULATION's): for
+// top_k 2..4 the slots are added in T one at a time (moe_sum_kernel<scalar_t, TOPK> accumulates in
+// scalar_t), otherwise in float and rounded to T once (at::sum_out), then stored as out_dtype.
+// Without it: a float sum in slot order rounded once to out_dtype.
+template <typename T, bool kVllmMoeSum>
 __global__ void __launch_bounds__(kThreads)
 combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, void *out, int out_dtype) {
     const int vpr = H / 8;
@@ -79,6 +55,7 @@ combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, v
     if (idx >= M * vpr) return;
     const int64_t t = idx / vpr;
     const int h0 = (int)(idx % vpr) * 8;
+    const bool in_t = kVllmMoeSum && k >= 2 && k <= 4;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int j = 0; j < k; j++) {
         const int e = ids[t * k + j];
@@ -86,7 +63,11 @@ combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, v
         float v[8];
         load8<T>(y + (t * k + j) * (int64_t)H + h0, v);
 #pragma unroll
-        for (int q = 0; q < 8; q++) acc[q] += v[q];
+        for (int q = 0; q < 8; q++) acc[q] = in_t ? round_t<T>(acc[q] + v[q]) : acc[q] + v[q];
+    }
+    if (kVllmMoeSum) {
+#pragma unroll
+        for (int q = 0; q < 8; q++) acc[q] = round_t<T>(acc[q]);
     }
     const int64_t o = t * H + h0;
     if (out_dtype == NVFP4MOE_DTYPE_BF16) store8<__nv_bfloat16>((__nv_bfloat16 *)out + o, acc);
@@ -96,6 +77,21 @@ combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, v
         f[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         f[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
+}
+
+template <bool kVllmMoeSum>
+cudaError_t launch_combine(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E, int32_t H,
+                           int32_t is_bf16, void *out, int32_t out_dtype, cudaStream_t stream) {
+    const int64_t n = M * (H / 8);
+    if (n <= 0) return cudaSuccess;
+    const unsigned g = grid_for(n, kThreads);
+    if (is_bf16)
+        combine_kernel<__nv_bfloat16, kVllmMoeSum><<<g, kThreads, 0, stream>>>((const __nv_bfloat16 *)y, ids, M,
+                                                                               top_k, E, H, out, out_dtype);
+    else
+        combine_kernel<__half, kVllmMoeSum><<<g, kThreads, 0, stream>>>((const __half *)y, ids, M, top_k, E, H, out,
+                                                                        out_dtype);
+    return cudaGetLastError();
 }
 
 }  // namespace
@@ -127,15 +123,13 @@ extern "C" cudaError_t nvfp4moe_gpu_scale_rows(const void *in, void *out, int64_
 extern "C" cudaError_t nvfp4moe_gpu_combine(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E,
                                             int32_t H, int32_t is_bf16, void *out, int32_t out_dtype,
                                             cudaStream_t stream) {
-    const int64_t n = M * (H / 8);
-    if (n <= 0) return cudaSuccess;
-    const unsigned g = grid_for(n, kThreads);
-    if (is_bf16)
-        combine_kernel<__nv_bfloat16><<<g, kThreads, 0, stream>>>((const __nv_bfloat16 *)y, ids, M, top_k, E, H,
-                                                                  out, out_dtype);
-    else
-        combine_kernel<__half><<<g, kThreads, 0, stream>>>((const __half *)y, ids, M, top_k, E, H, out, out_dtype);
-    return cudaGetLastError();
+    return launch_combine<false>(y, ids, M, top_k, E, H, is_bf16, out, out_dtype, stream);
+}
+
+extern "C" cudaError_t nvfp4moe_emul_moe_sum(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E,
+                                             int32_t H, int32_t is_bf16, void *out, int32_t out_dtype,
+                                             cudaStream_t stream) {
+    return launch_combine<true>(y, ids, M, top_k, E, H, is_bf16, out, out_dtype, stream);
 }
 
 // ---- weight checks (plans over device-resident weights) ----

@@ -48,6 +48,26 @@ template <typename T> __device__ __forceinline__ void store8(T *p, const float *
     *reinterpret_cast<uint4 *>(p) = u;
 }
 
+// 16 consecutive 16-bit values (two 16-byte halves) <-> floats.
+template <typename T> __device__ __forceinline__ void load16(const T *p, float *v) {
+    load8<T>(p, v);
+    load8<T>(p + 8, v + 8);
+}
+template <typename T> __device__ __forceinline__ void store16(T *p, const float *v) {
+    store8<T>(p, v);
+    store8<T>(p + 8, v + 8);
+}
+
+// The block of 16 values of a row-major [rows, cols] matrix (cols % 16 == 0) that element-wise
+// thread idx owns: its row r and the offset of its first value; false past the end.
+__device__ __forceinline__ bool block16_of(int64_t idx, int64_t rows, int cols, int64_t *r, int64_t *o) {
+    const int bpr = cols / 16;
+    if (idx >= rows * bpr) return false;
+    *r = idx / bpr;
+    *o = *r * cols + (idx % bpr) * 16;
+    return true;
+}
+
 // ---- the GEMMs' E2M1 decode (MARLIN's and HOPPER_WGMMA's weight fragments) ----
 
 // Pair J of word q (nibbles J and J+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16);
