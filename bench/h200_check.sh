@@ -6,7 +6,7 @@
 #     bench/h200_check.sh pack            # build (BUILD=build-dev), strip, bundle into .devbin/bins.tgz,
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
 # Then, as the device command (carry .devbin and .anchors):
-#     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,sass,gputest,
+#     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
 #                                         # others,bench,triton,gemm (default: all of them)
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
@@ -19,7 +19,8 @@ if [ "${1:-}" = pack ]; then
     make -j"$(nproc)" BUILD=build-dev build-all >/dev/null
     rm -rf .devbin && mkdir -p .devbin/b
     cp build-dev/nvfp4moe build-dev/tests/gpu_test build-dev/tests/gpu_hopper_decode \
-       build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback .devbin/b/
+       build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback \
+       build-dev/tests/gpu_emulation .devbin/b/
     strip .devbin/b/*
     cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
     cp "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" .devbin/b/
@@ -32,7 +33,7 @@ if [ "${1:-}" = pack ]; then
     exit 0
 fi
 [ "${1:-}" = run ] || { sed -n '2,13p' "$0"; exit 1; }
-steps=",${2:-decode,sanitize,stream,ncu,sass,gputest,others,bench,triton,gemm},"
+steps=",${2:-decode,sanitize,stream,ncu,stalls,sass,gputest,others,bench,triton,gemm},"
 has() { [[ $steps == *",$1,"* ]]; }
 
 out=${OUT:-/tmp/h200-out}
@@ -72,6 +73,20 @@ if has ncu; then
         $B/gpu_hopper_decode --stream >"$R/ncu_stream.txt" 2>&1
     log "ncu stream rc=$?: $(grep -E 'DRAM Throughput|Issued Warp Per|Duration' "$R/ncu_stream.txt" | tr -s ' ' | tr '\n' ';')"
 fi
+if has stalls; then
+    # stall reasons per issued instruction: the decode kernel streaming one expert, the wgmma GEMM
+    # at DeepSeek-V3 M = 4096
+    m='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed'
+    timeout 150 ncu --clock-control none --metrics "$m" -k regex:decode_kernel --launch-skip 4 --launch-count 1 \
+        $B/gpu_hopper_decode --stream >"$R/stalls_decode.txt" 2>&1
+    timeout 200 ncu --clock-control none --metrics "$m" -k regex:hopper_moe_gemm --launch-skip 4 --launch-count 1 \
+        $B/gpu_hopper_gemm --bench 4096 >"$R/stalls_gemm.txt" 2>&1
+    for f in "$R"/stalls_*.txt; do
+        echo "== $(basename "$f")" >>"$out/summary.txt"
+        grep -E "stalled|issue_active|dram__" "$f" | awk '$NF+0 >= 0.1 || /issue_active|dram__/' >>"$out/summary.txt"
+    done
+    log "stalls done"
+fi
 if has sass; then
     cuobjdump -sass $B/hopper_decode.o >"$R/hopper_decode.sass" 2>&1
     # opcode histogram of each decode kernel instance
@@ -90,7 +105,7 @@ if has gputest; then
     done
 fi
 if has others; then
-    for t in gpu_hopper_gemm gpu_marlin_gemm gpu_ep_loopback; do
+    for t in gpu_emulation gpu_hopper_gemm gpu_marlin_gemm gpu_ep_loopback; do
         timeout 120 $B/$t >"$R/$t.txt" 2>&1
         log "$t rc=$?: $(tail -1 "$R/$t.txt")"
     done
