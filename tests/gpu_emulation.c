@@ -233,8 +233,11 @@ static void qdq_cases(void) {
     static float x[R * C];
     uint64_t r = 3;
     for (int i = 0; i < R * C; i++) x[i] = (float)nvfp4moe_rand_normal(&r);
-    qdq_case("normal", NVFP4MOE_DTYPE_BF16, x, R, C, 2688.0f / 4.5f, false, 1e-3);
-    qdq_case("normal", NVFP4MOE_DTYPE_FP16, x, R, C, 2688.0f / 3.7f, true, 1e-3);
+    /* div.full.f32 is within 2 ulp of IEEE division, not equal to it: on the H200 0.42 % of normal
+     * bf16 values (gs = 597.3) and 0.003 % of fp16 ones land on the other side of an E2M1 rounding
+     * boundary (bench/results/2026-12-03-h200-decode-raw/call4-gpu_emulation.txt); bound at 1 %. */
+    qdq_case("normal", NVFP4MOE_DTYPE_BF16, x, R, C, 2688.0f / 4.5f, false, 1e-2);
+    qdq_case("normal", NVFP4MOE_DTYPE_FP16, x, R, C, 2688.0f / 3.7f, true, 1e-2);
     tie_heavy(x, R, C, 4);
     qdq_case("tie-heavy", NVFP4MOE_DTYPE_BF16, x, R, C, 1.0f, false, 1.0);
     qdq_case("tie-heavy", NVFP4MOE_DTYPE_BF16, x, R, C, 1792.0f / 3.0f, true, 1.0);

@@ -287,6 +287,9 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     NVFP4MOE_RETURN_IF(cfg->in_dtype == NVFP4MOE_DTYPE_F32, NVFP4MOE_ERR_UNSUPPORTED,
                        "%s: in_dtype=f32 is not supported: the CUDA backends take bf16 or fp16 hidden states",
                        name);
+    NVFP4MOE_RETURN_IF(!w4a16 && cfg->activation == NVFP4MOE_ACT_RELU2, NVFP4MOE_ERR_UNSUPPORTED,
+                       "EMULATION: activation=relu2 is not supported: vLLM's EMULATION (TritonExperts) has no "
+                       "gated relu2 (relu2_no_mul is supported)");
     NVFP4MOE_RETURN_IF(!w4a16 && cfg->scheme != NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ERR_UNSUPPORTED,
                        "EMULATION: scheme=%s is not supported: EMULATION runs W4A4 only",
                        nvfp4moe_scheme_name(cfg->scheme));
