@@ -526,6 +526,8 @@ typedef struct nvfp4moe_plan_options {
     const nvfp4moe_device *device;  /* NULL: detect */
     bool weights_on_device;         /* the weights' pointers are CUDA device pointers */
     const nvfp4moe_oracle_options *oracle; /* NULL: defaults */
+    int32_t num_threads;            /* host backends (CPU_FAST): threads; 0: the environment's
+                                       NVFP4MOE_NUM_THREADS, else every CPU this process may use */
 } nvfp4moe_plan_options;
 
 /* Selects a backend (as nvfp4moe_select) and prepares it for these weights: converts the weights

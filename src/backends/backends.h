@@ -23,9 +23,10 @@ typedef struct nvfp4moe_backend_impl {
     int32_t sm_min, sm_max;
     /* Numerics the backend computes with for a config of scheme s (MARLIN: always W4A16). */
     nvfp4moe_scheme (*effective_scheme)(nvfp4moe_scheme s);
-    /* Prepares the weights (copies / converts them; w may be freed afterwards). */
+    /* Prepares the weights (copies / converts them; w may be freed afterwards). opt is the plan's
+     * options, never NULL (weights_on_device, num_threads). */
     nvfp4moe_status (*create)(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                              bool weights_on_device, const nvfp4moe_device *dev, void **state);
+                              const nvfp4moe_plan_options *opt, const nvfp4moe_device *dev, void **state);
     size_t (*workspace_size)(const void *state, int64_t num_tokens);
     nvfp4moe_status (*forward)(void *state, const nvfp4moe_io *io, void *stream);
     void (*destroy)(void *state);

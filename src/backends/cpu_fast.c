@@ -165,9 +165,9 @@ static void act_item(void *ctx, int64_t p, float *scratch) {
 
 static nvfp4moe_scheme same_scheme(nvfp4moe_scheme s) { return s; }
 
-static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool weights_on_device,
-                                   const nvfp4moe_device *dev, void **state) {
-    NVFP4MOE_RETURN_IF(weights_on_device, NVFP4MOE_ERR_INVALID_ARGUMENT,
+static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                   const nvfp4moe_plan_options *opt, const nvfp4moe_device *dev, void **state) {
+    NVFP4MOE_RETURN_IF(opt->weights_on_device, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "backend CPU_FAST runs on the host but the weights are in device memory");
     fast_state *s = calloc(1, sizeof *s);
     NVFP4MOE_RETURN_IF(!s, NVFP4MOE_ERR_OUT_OF_MEMORY, "CPU_FAST: out of memory");
@@ -176,7 +176,7 @@ static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_we
         free(s);
         return st;
     }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = opt->num_threads > 0 ? opt->num_threads : sysconf(_SC_NPROCESSORS_ONLN);
     s->nthreads = (int)NVFP4MOE_MAX(1, NVFP4MOE_MIN(n, 64));
     *state = s;
     return NVFP4MOE_OK;

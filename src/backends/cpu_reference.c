@@ -7,8 +7,8 @@
 static nvfp4moe_scheme same_scheme(nvfp4moe_scheme s) { return s; }
 
 static nvfp4moe_status cpu_ref_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                      bool weights_on_device, const nvfp4moe_device *dev, void **state) {
-    NVFP4MOE_RETURN_IF(weights_on_device, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                                      const nvfp4moe_plan_options *opt, const nvfp4moe_device *dev, void **state) {
+    NVFP4MOE_RETURN_IF(opt->weights_on_device, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "backend CPU_REFERENCE runs on the host but the weights are in device memory");
     nvfp4moe_layer *copy;
     NVFP4MOE_TRY(nvfp4moe_layer_copy(cfg, w, &copy));

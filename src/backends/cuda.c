@@ -427,17 +427,17 @@ fail:
 #undef CFAIL
 }
 
-static nvfp4moe_status marlin_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
-                                     const nvfp4moe_device *dev, void **state) {
-    return cuda_create(&k_marlin_gemm, &nvfp4moe_impl_marlin, cfg, w, on_device, dev, state);
+static nvfp4moe_status marlin_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                     const nvfp4moe_plan_options *opt, const nvfp4moe_device *dev, void **state) {
+    return cuda_create(&k_marlin_gemm, &nvfp4moe_impl_marlin, cfg, w, opt->weights_on_device, dev, state);
 }
-static nvfp4moe_status hopper_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, bool on_device,
-                                     const nvfp4moe_device *dev, void **state) {
-    return cuda_create(&k_hopper_gemm, &nvfp4moe_impl_hopper_wgmma, cfg, w, on_device, dev, state);
+static nvfp4moe_status hopper_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                     const nvfp4moe_plan_options *opt, const nvfp4moe_device *dev, void **state) {
+    return cuda_create(&k_hopper_gemm, &nvfp4moe_impl_hopper_wgmma, cfg, w, opt->weights_on_device, dev, state);
 }
 static nvfp4moe_status emulation_create(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
-                                        bool on_device, const nvfp4moe_device *dev, void **state) {
-    return cuda_create(NULL, &nvfp4moe_impl_emulation, cfg, w, on_device, dev, state);
+                                        const nvfp4moe_plan_options *opt, const nvfp4moe_device *dev, void **state) {
+    return cuda_create(NULL, &nvfp4moe_impl_emulation, cfg, w, opt->weights_on_device, dev, state);
 }
 
 static size_t cuda_workspace(const void *state, int64_t num_tokens) {

@@ -34,6 +34,8 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
     if (opt) o = *opt;
     NVFP4MOE_RETURN_IF(o.backend && strlen(o.backend) >= sizeof cfg->moe_backend, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "backend name '%s' is too long", o.backend);
+    NVFP4MOE_RETURN_IF(o.num_threads < 0, NVFP4MOE_ERR_INVALID_ARGUMENT, "num_threads=%d is negative",
+                       (int)o.num_threads);
 
     nvfp4moe_plan *plan = calloc(1, sizeof *plan);
     NVFP4MOE_RETURN_IF(!plan, NVFP4MOE_ERR_OUT_OF_MEMORY, "nvfp4moe_plan_create: out of memory");
@@ -59,7 +61,7 @@ nvfp4moe_status nvfp4moe_plan_create(const nvfp4moe_config *cfg, const nvfp4moe_
                                     plan->report.backend);
     }
     if (st == NVFP4MOE_OK && !o.weights_on_device) st = nvfp4moe_weights_validate(&plan->cfg, w);
-    if (st == NVFP4MOE_OK) st = plan->impl->create(&plan->cfg, w, o.weights_on_device, &dev, &plan->state);
+    if (st == NVFP4MOE_OK) st = plan->impl->create(&plan->cfg, w, &o, &dev, &plan->state);
     if (st != NVFP4MOE_OK) {
         nvfp4moe_plan_destroy(plan);   // no backend state yet
         return st;
