@@ -41,20 +41,23 @@ static void dequant_f64(const uint8_t *q, const uint8_t *sf, int64_t rows, int64
     }
 }
 
+float nvfp4moe_per_token_global_scale(const float *x, int64_t n) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    /* 448 * 6 / amax puts the row's largest block at the top of the E4M3 scale range; an all-zero
+     * row quantizes to zeros with any scale. */
+    return amax > 0.0f ? 448.0f * 6.0f / amax : 1.0f;
+}
+
 void nvfp4moe_quantize_activation_row(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst) {
     switch (scheme) {
     case NVFP4MOE_SCHEME_W4A4:
         nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, src, n, gs, NVFP4MOE_DTYPE_F32, dst);
         break;
-    case NVFP4MOE_SCHEME_W4A4_PER_TOKEN: {
-        float amax = 0.0f;
-        for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
-        /* 448 * 6 / amax puts the row's largest block at the top of the E4M3 scale range; an
-         * all-zero row quantizes to zeros with any scale. */
-        nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, src, n, amax > 0.0f ? 448.0f * 6.0f / amax : 1.0f,
+    case NVFP4MOE_SCHEME_W4A4_PER_TOKEN:
+        nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, src, n, nvfp4moe_per_token_global_scale(src, n),
                             NVFP4MOE_DTYPE_F32, dst);
         break;
-    }
     case NVFP4MOE_SCHEME_W4A8_MXFP8:
         nvfp4moe_mxfp8_qdq_row(src, n, dst);
         break;

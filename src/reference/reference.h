@@ -14,6 +14,8 @@ void nvfp4moe_activation_ref(const nvfp4moe_config *cfg, const double *in, doubl
 /* Quantize-dequantize one activation row of n values as scheme prescribes (src already rounded to
  * the activation dtype): W4A4 with global scale gs, per-token, MXFP8; W4A16 copies. */
 void nvfp4moe_quantize_activation_row(nvfp4moe_scheme scheme, const float *src, int64_t n, float gs, float *dst);
+/* W4A4-per-token's global scale of one row of n values: 448 * 6 / amax (1 for an all-zero row). */
+float nvfp4moe_per_token_global_scale(const float *x, int64_t n);
 /* W4A4's activation global scales: 1 / max over experts of the input scales (vLLM EMULATION's
  * rule); 1 for the other schemes. */
 void nvfp4moe_w4a4_global_scales(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, float *a1_gs,
