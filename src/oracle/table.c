@@ -276,8 +276,8 @@ static const kernel_def k_hopper_wgmma = {
     .activations = ACTS_ALL, .schemes = SCHEMES_ALL, .parallel = par_not_fi_nvl_two_sided,
     .extra = extra_16bit_io,
 };
-/* Ours: the multi-threaded float32 host backend, the same function as the reference; fixed-order
- * sums make it batch invariant. Otherwise as CPU_REFERENCE. */
+/* Ours: the SIMD host backend, the same function as the reference (W4A4 in exact integer sums, the
+ * other schemes in fixed-order float32 sums), so batch invariant. Otherwise as CPU_REFERENCE. */
 static const kernel_def k_cpu_fast = {
     .name = "CpuFastExperts", .device = dev_any, .no_act_and_mul = true, .activations = ACTS_ALL,
     .schemes = SCHEMES_ALL, .parallel = par_no_ep, .batch_invariant = true,
@@ -367,7 +367,7 @@ const backend_def nvfp4moe_backend_rows[] = {
      .kernels = {&k_humming_batched, &k_humming_grouped, &k_humming_indexed}, .rank = &k_prioritize_humming},
     {.name = "EMULATION", .moe_backend = "emulation", .auto_rank = 80, .clamp = true, .kernels = {&k_emulation},
      CUDA_IMPL(nvfp4moe_impl_emulation, NVFP4MOE_SM_AMPERE_KERNELS, 0)},
-    /* Ours: the multi-threaded float32 host backend (src/backends/cpu_fast.c), ahead of the
+    /* Ours: the SIMD, multi-threaded host backend (src/backends/cpu_fast.c), ahead of the
      * reference because it is faster. */
     {.name = "CPU_FAST", .moe_backend = "cpu_fast", .auto_rank = 900, .clamp = true, .ours = true,
      .kernels = {&k_cpu_fast}, .impl = &nvfp4moe_impl_cpu_fast},

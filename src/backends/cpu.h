@@ -1,0 +1,155 @@
+/*
+ * cpu.h - the pieces of the CPU_FAST backend (src/backends/cpu_fast.c): a shared thread pool
+ * (cpu_pool.c), and the repacked weight layout, the activation rows and the GEMM kernels with
+ * their runtime ISA dispatch (cpu_gemm.c). Private to src/backends/; the tests and the CPU
+ * benchmark use it through the static library.
+ *
+ * The W4A4 arithmetic, exact
+ * --------------------------
+ * Twice an E2M1 value is an integer in {0, ±1, ±2, ±3, ±4, ±6, ±8, ±12}, and an E4M3 value times
+ * 2^9 is an integer m << sh with m <= 15 and sh <= 14 (below 2^18). So with both operands in NVFP4,
+ * a 16-element block's dot product is
+ *     sum_i xq_i wq_i = D * Sx * Sw * 2^-20,   D = sum_i (2 xq_i)(2 wq_i)  (|D| <= 2304),
+ * an integer times a power of two. The kernels sum D * Sw * Sx over a row's blocks in 64-bit
+ * integers: |D * Sw| < 2^30 and each term stays below 2^47.1, so up to 65536 blocks (K <= 2^20)
+ * cannot overflow and the sum is exact, in any order. The per-tensor factors (scale_2 of the
+ * weights, 1 / global scale of the activations) are applied once, in float64. A W4A4 GEMM output
+ * is therefore the exact value of the NVFP4 dot product, rounded once.
+ *
+ * The float path (W4A16, W4A8-MXFP8)
+ * ----------------------------------
+ * Activations that are not NVFP4 stay float32: per row and block, four partial sums over the
+ * block's elements k = 4g + i (p_i accumulates g = 0..3 by fused multiply-add, the first one a
+ * plain product), then bs = (p0 + p1) + (p2 + p3), then acc = fma(bs, block scale, acc) over the
+ * blocks in order. Every ISA variant and the portable C code follow this order, so they agree to
+ * the bit.
+ */
+#ifndef NVFP4MOE_BACKENDS_CPU_H
+#define NVFP4MOE_BACKENDS_CPU_H
+
+#include "core/internal.h"
+
+// ---- the thread pool ----
+//
+// One pool per thread count, shared by every plan of the process that asks for that count (a
+// model's layers keep their threads hot between one another and do not multiply them). The
+// caller of run() is thread 0; workers 1..n-1 are pinned to the CPUs this process may run on,
+// round robin. Runs from several callers are serialized.
+
+typedef struct nvfp4moe_cpu_pool nvfp4moe_cpu_pool;
+typedef void (*nvfp4moe_cpu_task)(void *ctx, int tid, int nthreads);
+
+/* The thread count a plan gets when it asks for none: NVFP4MOE_NUM_THREADS when set (a positive
+ * integer, else INVALID_ARGUMENT naming the variable), otherwise the CPUs this process may run on. */
+nvfp4moe_status nvfp4moe_cpu_default_threads(int *n);
+/* A reference to the shared pool of nthreads threads (created on first use). When the system
+ * refuses threads, the pool has fewer (nvfp4moe_cpu_pool_size). Release with _put. */
+nvfp4moe_status nvfp4moe_cpu_pool_get(int nthreads, nvfp4moe_cpu_pool **out);
+void nvfp4moe_cpu_pool_put(nvfp4moe_cpu_pool *p);
+int nvfp4moe_cpu_pool_size(const nvfp4moe_cpu_pool *p);
+/* Runs fn(ctx, tid, n) on every thread of the pool, the caller as tid 0, and returns when all
+ * have returned. */
+void nvfp4moe_cpu_pool_run(nvfp4moe_cpu_pool *p, nvfp4moe_cpu_task fn, void *ctx);
+/* Inside a task: waits until every thread of the run has reached it. */
+void nvfp4moe_cpu_pool_barrier(nvfp4moe_cpu_pool *p);
+/* [*lo, *hi): thread tid's share of n items split in nthreads contiguous parts. */
+static inline void nvfp4moe_cpu_split(int64_t n, int tid, int nthreads, int64_t *lo, int64_t *hi) {
+    *lo = n * tid / nthreads;
+    *hi = n * (tid + 1) / nthreads;
+}
+
+// ---- the repacked weight layout ----
+//
+// A [rows, cols] NVFP4 matrix (rows a multiple of 16) is stored as rows/16 tiles of 16 rows, one
+// after the other. A tile is a run of superblocks of 4 blocks (64 columns; the last one padded
+// with zero codes and zero scales), each 576 bytes:
+//   512 bytes  codes, 128 per block b, as two 64-byte vectors v0, v1. Byte 4r + i of v_h holds
+//              row r's element 16b + 8h + i in its low nibble and element 16b + 8h + 4 + i in its
+//              high nibble: a vector's low (high) nibbles are 4 consecutive elements of each of
+//              the 16 rows, as the 16 32-bit lanes of a dot-product instruction want them.
+//    64 bytes  scales, 16 per block (one per row): m | sh << 4 for the E4M3 value m * 2^(sh - 9).
+// A negative block scale is stored as its magnitude with the block's codes negated (sign bit
+// flipped), which is exact.
+
+enum {
+    NVFP4MOE_CPU_TILE_ROWS = 16,
+    NVFP4MOE_CPU_SB_COLS = 64,       /* columns of a superblock */
+    NVFP4MOE_CPU_SB_BYTES = 576,
+    NVFP4MOE_CPU_MAX_NT = 8,         /* rows of activations per kernel call */
+};
+/* The largest K (columns) the integer kernels take: 2^16 blocks keep the int64 sums exact. */
+#define NVFP4MOE_CPU_MAX_K ((int64_t)1 << 20)
+
+/* Superblocks per tile row for cols columns, and the repacked bytes of one tile. */
+static inline int64_t nvfp4moe_cpu_superblocks(int64_t cols) { return NVFP4MOE_CEIL_DIV(cols, NVFP4MOE_CPU_SB_COLS); }
+static inline size_t nvfp4moe_cpu_tile_bytes(int64_t cols) {
+    return (size_t)nvfp4moe_cpu_superblocks(cols) * NVFP4MOE_CPU_SB_BYTES;
+}
+/* Repacks tiles [t0, t1) of the matrix q [rows, cols/2], sf [rows, cols/16] (canonical layout)
+ * into dst, the whole matrix's repacked buffer. */
+void nvfp4moe_cpu_repack(const uint8_t *q, const uint8_t *sf, int64_t cols, int64_t t0, int64_t t1, uint8_t *dst);
+
+/* An E4M3 code's magnitude times 2^9 as an integer (m << sh, below 2^18); the NaN codes give 0
+ * (callers test for them). */
+static inline int32_t nvfp4moe_cpu_e4m3_int(uint8_t code) {
+    int e = (code >> 3) & 0xF, m = code & 0x7;
+    if ((code & 0x7F) == 0x7F) return 0;
+    return e == 0 ? m : (8 + m) << (e - 1);
+}
+
+// ---- activation rows ----
+
+/* One block of 16 activations quantized to NVFP4, as the integer kernels read it. */
+typedef struct nvfp4moe_cpu_qblock {
+    int8_t  q[16];    /* twice the E2M1 values */
+    int32_t corr;     /* -12 * the sum of q: the kernels hold weights as 2w + 12 */
+    int32_t pad;
+    int64_t sx;       /* the block scale as an E4M3 * 2^9 integer (signed) */
+} nvfp4moe_cpu_qblock;
+
+/* One activation row quantized to NVFP4 for the integer kernels: kp/16 blocks for kp = the row's
+ * columns rounded up to whole superblocks (the blocks past the row are zeros). */
+typedef struct nvfp4moe_cpu_qrow {
+    nvfp4moe_cpu_qblock *blk;
+    float gs;         /* the global scale it was quantized with */
+    bool  nan;        /* a block scale is NaN: every output of the row is NaN */
+} nvfp4moe_cpu_qrow;
+
+/* Quantizes x [cols] with global scale gs exactly as the codec does (nvfp4moe_quantize: the same
+ * codes and block scales, for any gs) into r, whose blk has room for the padded row. scratch holds
+ * cols/2 + cols/16 bytes. */
+void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch);
+
+// ---- kernels ----
+
+typedef enum nvfp4moe_cpu_isa {
+    NVFP4MOE_CPU_PORTABLE = 0,   /* "portable": C */
+    NVFP4MOE_CPU_AVX2,           /* "avx2": AVX2 + FMA, pmaddubsw / pmaddwd */
+    NVFP4MOE_CPU_AVX512,         /* "avx512": AVX-512 F/BW + VNNI, vpdpbusd */
+    NVFP4MOE_CPU_ISA_COUNT
+} nvfp4moe_cpu_isa;
+
+typedef struct nvfp4moe_cpu_kernels {
+    nvfp4moe_cpu_isa isa;
+    /* One tile against nt <= NVFP4MOE_CPU_MAX_NT quantized rows (their blocks): out[t][r] = the
+     * exact integer sum over the tile's nsb superblocks of D * Sw * Sx (see the top of this file). */
+    void (*gemm_q)(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int nt, int64_t *out);
+    /* One tile against nt <= NVFP4MOE_CPU_MAX_NT float rows (padded with zeros to the tile's
+     * columns): out[t][r] = sum over blocks of the block sum times the block scale, in the float
+     * path's order. */
+    void (*gemm_f)(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out);
+    /* Reads n bytes (a multiple of 256, 64-byte aligned) with the widest loads: the benchmark's
+     * read bandwidth. Returns a sum of them, so that the reads happen. */
+    uint64_t (*read)(const uint8_t *p, size_t n);
+} nvfp4moe_cpu_kernels;
+
+const char *nvfp4moe_cpu_isa_name(nvfp4moe_cpu_isa isa);
+/* Whether this CPU (and its OS) runs isa. */
+bool nvfp4moe_cpu_isa_supported(nvfp4moe_cpu_isa isa);
+/* The kernels plans use: NVFP4MOE_CPU_ISA ("portable", "avx2", "avx512") when set, which must name
+ * one this CPU runs (else INVALID_ARGUMENT naming the variable), otherwise the best one it runs. */
+nvfp4moe_status nvfp4moe_cpu_kernels_select(const nvfp4moe_cpu_kernels **out);
+/* The kernels of one ISA (tests and the benchmark); NULL when the CPU does not run it. */
+const nvfp4moe_cpu_kernels *nvfp4moe_cpu_kernels_of(nvfp4moe_cpu_isa isa);
+
+#endif // NVFP4MOE_BACKENDS_CPU_H
