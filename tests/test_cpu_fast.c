@@ -1,0 +1,527 @@
+/*
+ * test_cpu_fast.c - CPU_FAST's pieces and its exactness claims.
+ *
+ *   kernels   every ISA this CPU runs: the integer kernel against an independent exact sum
+ *             (__int128, from the canonical codes through the codec's decoders), bit for bit, up
+ *             to the largest K it takes; the float kernel against the portable C, bit for bit
+ *   quantizer the activation rows against the codec's nvfp4moe_quantize (codes and scales, bit for
+ *             bit) and against nvfp4moe_qdq_row where the global scale is 0 or infinite
+ *   layer     W4A4 with power-of-two activation scales, one expert per token: every output within
+ *             one float32 ulp of the float64 reference (the claim: exact up to the final rounding);
+ *             the same outputs bit for bit for every ISA and thread count; NaN inputs
+ *   pool      barriers and concurrent callers; the thread and ISA settings' errors
+ */
+#include "harness.h"
+#include "backends/cpu.h"
+#include "format/format.h"
+#include "nvfp4moe.h"
+
+static nvfp4moe_device cpu(void) {
+    nvfp4moe_device d;
+    nvfp4moe_device_parse("cpu", &d);
+    return d;
+}
+
+static uint64_t rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// ---- E4M3 as integers ----
+
+static void test_e4m3_int(void) {
+    T_CASE("e4m3 as integers");
+    int bad = 0;
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7F) == 0x7F) continue;
+        double want = fabs((double)nvfp4moe_e4m3_decode((uint8_t)c)) * 512.0;
+        if ((double)nvfp4moe_cpu_e4m3_int((uint8_t)c) != want && bad++ < 5)
+            fprintf(stderr, "  code 0x%02X: %d, want %.0f\n", c, nvfp4moe_cpu_e4m3_int((uint8_t)c), want);
+    }
+    CHECK(bad == 0, "%d codes differ", bad);
+}
+
+// ---- kernels ----
+
+typedef struct {
+    int64_t N, K;
+    uint8_t *q, *sf;          /* canonical */
+    uint8_t *packed;          /* repacked */
+} matrix;
+
+/* Random codes; scale codes from `mode`: 0 random non-NaN (both signs, subnormals, zero), 1 all
+ * 448 with codes +-6 (the largest products). */
+static void matrix_make(matrix *m, int64_t N, int64_t K, uint64_t seed, int mode) {
+    m->N = N;
+    m->K = K;
+    m->q = malloc((size_t)(N * K / 2));
+    m->sf = malloc((size_t)(N * K / 16));
+    m->packed = aligned_alloc(64, (size_t)(N / 16) * nvfp4moe_cpu_tile_bytes(K));
+    uint64_t s = seed;
+    for (int64_t i = 0; i < N * K / 2; i++) {
+        uint64_t r = rng(&s);
+        m->q[i] = mode == 1 ? (uint8_t)((r & 1 ? 0x7 : 0xF) | (r & 2 ? 0x70 : 0xF0)) : (uint8_t)r;
+    }
+    for (int64_t i = 0; i < N * K / 16; i++) {
+        uint8_t c = (uint8_t)rng(&s);
+        if ((c & 0x7F) == 0x7F) c ^= 0x01;
+        m->sf[i] = mode == 1 ? 0x7E : c;
+    }
+    nvfp4moe_cpu_repack(m->q, m->sf, K, 0, N / 16, m->packed);
+}
+
+static void matrix_free(matrix *m) {
+    free(m->q);
+    free(m->sf);
+    free(m->packed);
+}
+
+static int code_at(const uint8_t *q, int64_t K, int64_t r, int64_t c) { return (q[r * (K / 2) + c / 2] >> (4 * (c & 1))) & 0xF; }
+
+/* The exact sum of row r's products with activation row x (codes xq, scales xs), times 2^20, from
+ * the canonical layout through the codec's decoders. */
+static __int128 exact_dot(const matrix *m, int64_t r, const uint8_t *xq, const uint8_t *xs) {
+    __int128 acc = 0;
+    for (int64_t c = 0; c < m->K; c++) {
+        double w = nvfp4moe_e2m1_decode((uint8_t)code_at(m->q, m->K, r, c)) * 2.0;
+        double x = nvfp4moe_e2m1_decode((uint8_t)code_at(xq, m->K, 0, c)) * 2.0;
+        double sw = nvfp4moe_e4m3_decode(m->sf[r * (m->K / 16) + c / 16]) * 512.0;
+        double sx = nvfp4moe_e4m3_decode(xs[c / 16]) * 512.0;
+        acc += (__int128)(int64_t)(w * x) * (__int128)(int64_t)sw * (__int128)(int64_t)sx;
+    }
+    return acc;
+}
+
+static void test_gemm_q(int64_t N, int64_t K, int nt, uint64_t seed, int mode) {
+    char name[160];
+    snprintf(name, sizeof name, "gemm_q N=%lld K=%lld rows=%d%s", (long long)N, (long long)K, nt,
+             mode ? " (largest products)" : "");
+    T_CASE(name);
+    matrix m;
+    matrix_make(&m, N, K, seed, mode);
+    const int64_t kp = nvfp4moe_cpu_superblocks(K) * NVFP4MOE_CPU_SB_COLS;
+    nvfp4moe_cpu_qrow rows[NVFP4MOE_CPU_MAX_NT];
+    const nvfp4moe_cpu_qblock *blk[NVFP4MOE_CPU_MAX_NT];
+    uint8_t *xq = malloc((size_t)(nt * K / 2)), *xs = malloc((size_t)(nt * K / 16)), *scratch = malloc((size_t)K);
+    float *x = malloc(sizeof(float) * (size_t)K);
+    for (int t = 0; t < nt; t++) {
+        rows[t].blk = malloc(sizeof(nvfp4moe_cpu_qblock) * (size_t)(kp / 16));
+        blk[t] = rows[t].blk;
+        if (mode == 1) {
+            for (int64_t i = 0; i < K; i++) x[i] = (i + t) % 3 ? 6.0f * 448.0f : -6.0f * 448.0f;
+        } else {
+            nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_F32, K, seed + 100 + (uint64_t)t);
+            for (int64_t i = 0; i < K; i++) x[i] *= (float)(1 << ((i / 16) % 7));   /* scales of every size */
+        }
+        const float gs = mode == 1 ? 1.0f : 37.0f;
+        nvfp4moe_cpu_quantize_row(x, K, gs, &rows[t], scratch);
+        nvfp4moe_quantize(x, 1, K, gs, xq + t * K / 2, xs + t * K / 16);
+    }
+    int64_t *got = malloc(sizeof(int64_t) * (size_t)(nt * 16));
+    for (int isa = 0; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
+        const nvfp4moe_cpu_kernels *k = nvfp4moe_cpu_kernels_of((nvfp4moe_cpu_isa)isa);
+        if (!k) continue;
+        int bad = 0;
+        for (int64_t tile = 0; tile < N / 16; tile++) {
+            k->gemm_q(m.packed + tile * nvfp4moe_cpu_tile_bytes(K), nvfp4moe_cpu_superblocks(K), blk, nt, got);
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < 16; r++) {
+                    __int128 want = exact_dot(&m, 16 * tile + r, xq + t * K / 2, xs + t * K / 16);
+                    if ((__int128)got[t * 16 + r] != want && bad++ < 5)
+                        fprintf(stderr, "  [%s] %s: row %lld act %d: %lld, want %.17g\n", name, nvfp4moe_cpu_isa_name(k->isa),
+                                (long long)(16 * tile + r), t, (long long)got[t * 16 + r], (double)want);
+                }
+        }
+        CHECK(bad == 0, "%s: %d sums differ from the exact ones", nvfp4moe_cpu_isa_name(k->isa), bad);
+    }
+    for (int t = 0; t < nt; t++) free(rows[t].blk);
+    free(xq); free(xs); free(scratch); free(x); free(got);
+    matrix_free(&m);
+}
+
+static void test_gemm_f(int64_t N, int64_t K, int nt, uint64_t seed) {
+    char name[160];
+    snprintf(name, sizeof name, "gemm_f N=%lld K=%lld rows=%d", (long long)N, (long long)K, nt);
+    T_CASE(name);
+    matrix m;
+    matrix_make(&m, N, K, seed, 0);
+    const int64_t kp = nvfp4moe_cpu_superblocks(K) * NVFP4MOE_CPU_SB_COLS;
+    const float *rows[NVFP4MOE_CPU_MAX_NT];
+    for (int t = 0; t < nt; t++) {
+        float *x = calloc((size_t)kp, sizeof(float));
+        nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_F32, K, seed + 7 + (uint64_t)t);
+        rows[t] = x;
+    }
+    float *want = malloc(sizeof(float) * (size_t)(nt * 16)), *got = malloc(sizeof(float) * (size_t)(nt * 16));
+    const nvfp4moe_cpu_kernels *ref = nvfp4moe_cpu_kernels_of(NVFP4MOE_CPU_PORTABLE);
+    for (int64_t tile = 0; tile < N / 16; tile++) {
+        const uint8_t *tp = m.packed + tile * nvfp4moe_cpu_tile_bytes(K);
+        ref->gemm_f(tp, nvfp4moe_cpu_superblocks(K), rows, nt, want);
+        /* the portable order against a float64 dot product of the dequantized row */
+        double err = 0, norm = 0;
+        for (int t = 0; t < nt; t++)
+            for (int r = 0; r < 16; r++) {
+                double d = 0;
+                for (int64_t c = 0; c < K; c++)
+                    d += (double)nvfp4moe_e2m1_decode((uint8_t)code_at(m.q, K, 16 * tile + r, c)) *
+                         (double)nvfp4moe_e4m3_decode(m.sf[(16 * tile + r) * (K / 16) + c / 16]) * (double)rows[t][c];
+                err += (want[t * 16 + r] - d) * (want[t * 16 + r] - d);
+                norm += d * d;
+            }
+        CHECK(sqrt(err) <= 1e-5 * sqrt(norm) + 1e-30, "tile %lld: portable vs float64: %.3g relative", (long long)tile,
+              sqrt(err / (norm + 1e-300)));
+        for (int isa = 1; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
+            const nvfp4moe_cpu_kernels *k = nvfp4moe_cpu_kernels_of((nvfp4moe_cpu_isa)isa);
+            if (!k) continue;
+            k->gemm_f(tp, nvfp4moe_cpu_superblocks(K), rows, nt, got);
+            check_bytes(nvfp4moe_cpu_isa_name(k->isa), (const uint8_t *)got, (const uint8_t *)want,
+                        sizeof(float) * (size_t)(nt * 16));
+        }
+    }
+    for (int t = 0; t < nt; t++) free((void *)rows[t]);
+    free(want); free(got);
+    matrix_free(&m);
+}
+
+// ---- the activation quantizer ----
+
+static void test_quantizer(void) {
+    const int64_t K = 208;
+    const float gss[] = {1.0f, 0.37f, 2688.0f / 3.5f, 1e-6f, 1e30f, INFINITY, 0.0f};
+    float x[208], deq[208], want[208];
+    uint8_t xq[104], xs[13], scratch[208];
+    nvfp4moe_cpu_qblock blk[16];
+    nvfp4moe_cpu_qrow r = {.blk = blk};
+    for (size_t g = 0; g < sizeof gss / sizeof gss[0]; g++)
+        for (int v = 0; v < 4; v++) {
+            char name[96];
+            snprintf(name, sizeof name, "quantize_row gs=%g variant %d", (double)gss[g], v);
+            T_CASE(name);
+            nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_F32, K, 300 + (uint64_t)(10 * g) + (uint64_t)v);
+            if (v == 1) for (int i = 16; i < 32; i++) x[i] = 0.0f;          /* a zero block */
+            if (v == 2) x[40] = INFINITY;
+            if (v == 3) x[77] = NAN;
+            nvfp4moe_cpu_quantize_row(x, K, gss[g], &r, scratch);
+            nvfp4moe_qdq_row(x, K, gss[g], want);
+            /* The integer kernels make a whole row NaN where the reference has a NaN block (the
+             * GEMM output is all NaN either way); elsewhere the row as they read it, q/2 * Sx *
+             * 2^-9 / gs, is the reference's within its float32 rounding of s / gs. */
+            bool any_nan = false;
+            for (int64_t i = 0; i < K; i++) any_nan |= isnan(want[i]);
+            int bad = 0;
+            for (int64_t i = 0; i < K && !r.nan; i++) {
+                deq[i] = (float)((double)blk[i / 16].q[i % 16] / 2.0 * (double)blk[i / 16].sx / 512.0 / (double)gss[g]);
+                if (!(fabsf(deq[i] - want[i]) <= 2.5e-7f * fabsf(want[i])) && bad++ < 3)
+                    fprintf(stderr, "  [%s] [%lld] got %g want %g\n", name, (long long)i, (double)deq[i], (double)want[i]);
+            }
+            CHECK(bad == 0 && r.nan == any_nan, "%d values differ; NaN row %d, reference has NaN %d", bad, r.nan, any_nan);
+            if (isfinite(gss[g]) && gss[g] > 0.0f) {
+                /* the codes and scales, bit for bit */
+                nvfp4moe_quantize(x, 1, K, gss[g], xq, xs);
+                int diff = 0;
+                for (int64_t i = 0; i < K; i++) {
+                    int code = code_at(xq, K, 0, i);
+                    static const int8_t twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+                    diff += blk[i / 16].q[i % 16] != twice[code];
+                }
+                for (int64_t b = 0; b < K / 16; b++)
+                    if ((xs[b] & 0x7F) != 0x7F) diff += blk[b].sx != nvfp4moe_cpu_e4m3_int(xs[b]) * ((xs[b] & 0x80) ? -1 : 1);
+                CHECK(diff == 0, "%d codes or scales differ from nvfp4moe_quantize", diff);
+            }
+        }
+}
+
+// ---- the layer ----
+
+/* Runs cfg on CPU_FAST (threads, the current NVFP4MOE_CPU_ISA) into got [M, H] float. */
+static nvfp4moe_status run_fast(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, const nvfp4moe_io *in,
+                                int threads, float *got) {
+    nvfp4moe_device dev = cpu();
+    nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &dev, .num_threads = threads};
+    nvfp4moe_plan *plan = NULL;
+    nvfp4moe_status st = nvfp4moe_plan_create(cfg, w, &po, &plan);
+    if (st != NVFP4MOE_OK) return st;
+    const size_t n = (size_t)(in->num_tokens * cfg->hidden_size), osz = nvfp4moe_dtype_size(cfg->out_dtype);
+    void *out = malloc(n * osz + 1);
+    memset(out, 0xFF, n * osz);
+    nvfp4moe_io io = *in;
+    io.output = out;
+    st = nvfp4moe_plan_forward(plan, &io, NULL);
+    if (st == NVFP4MOE_OK) nvfp4moe_to_float(cfg->out_dtype, out, (int64_t)n, got);
+    free(out);
+    nvfp4moe_plan_destroy(plan);
+    return st;
+}
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* W4A4 with activation input scales that are powers of two (the global scales then are too, and
+ * the reference's float32 dequantized activations are exact), one expert per token with weight 1:
+ * each output is one expert's output, which CPU_FAST computes exactly and rounds once; the float64
+ * reference sums in float64 and rounds once. They must agree within one float32 ulp. */
+static void test_exact_w4a4(nvfp4moe_config c, int64_t M, uint64_t seed) {
+    char desc[200], name[260];
+    c.scheme = NVFP4MOE_SCHEME_W4A4;
+    c.top_k = 1;
+    c.out_dtype = NVFP4MOE_DTYPE_F32;
+    nvfp4moe_config_describe(&c, desc, sizeof desc);
+    snprintf(name, sizeof name, "exact W4A4, M=%lld %s", (long long)M, desc);
+    T_CASE(name);
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, seed, &l));
+    if (!l) return;
+    const int64_t E = c.num_experts, H = c.hidden_size;
+    float *in_scales = malloc(sizeof(float) * (size_t)(2 * E));
+    for (int64_t e = 0; e < 2 * E; e++) {
+        const float v = e < E ? l->w.w13_input_scale[e] : l->w.w2_input_scale[e - E];
+        in_scales[e] = exp2f(rintf(log2f(v)) + (float)(e % 3));   /* powers of two, differing per expert */
+    }
+    nvfp4moe_weights w = l->w;
+    w.w13_input_scale = in_scales;
+    w.w2_input_scale = in_scales + E;
+    uint16_t *hidden = malloc(sizeof(uint16_t) * (size_t)(M * H));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)M);
+    float *tw = malloc(sizeof(float) * (size_t)M), *want = malloc(sizeof(float) * (size_t)(M * H));
+    float *got = malloc(sizeof(float) * (size_t)(M * H));
+    nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, M * H, seed + 1);
+    uint64_t s = seed;
+    for (int64_t t = 0; t < M; t++) {
+        ids[t] = (int32_t)(rng(&s) % (uint64_t)E);
+        tw[t] = 1.0f;
+    }
+    nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .topk_ids = ids, .topk_weights = tw, .output = want};
+    CHECK_OK(nvfp4moe_reference_forward(&c, &w, &io));
+    CHECK_OK(run_fast(&c, &w, &io, 0, got));
+    int64_t same = 0, one = 0, worse = 0;
+    for (int64_t i = 0; i < M * H; i++) {
+        const uint32_t a = bits(got[i]), b = bits(want[i]);
+        const int64_t d = (a >> 31) != (b >> 31) ? (got[i] == want[i] ? 0 : 2) : (int64_t)a - (int64_t)b;
+        if (d == 0) same++;
+        else if (d == 1 || d == -1) one++;
+        else if (worse++ < 5)
+            fprintf(stderr, "  [%s] [%lld] got %.9g want %.9g\n", name, (long long)i, (double)got[i], (double)want[i]);
+    }
+    CHECK(worse == 0, "%lld of %lld outputs are more than one ulp from the reference", (long long)worse, (long long)(M * H));
+    printf("test_cpu_fast: %s: %lld of %lld outputs bit-identical to the float64 reference, %lld one ulp apart\n", name,
+           (long long)same, (long long)(M * H), (long long)one);
+    free(in_scales); free(hidden); free(ids); free(tw); free(want); free(got);
+    nvfp4moe_layer_free(l);
+}
+
+/* The same outputs, bit for bit, for every ISA this CPU runs and 1, 2 and 3 threads; and a token
+ * alone as in its batch. */
+static void test_invariance(nvfp4moe_scheme scheme, nvfp4moe_activation act) {
+    char name[160];
+    snprintf(name, sizeof name, "invariance %s %s", nvfp4moe_scheme_name(scheme), nvfp4moe_activation_name(act));
+    T_CASE(name);
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 12;
+    c.top_k = 3;
+    c.hidden_size = 160;   /* multiples of 32 (MXFP8), not of 64 (a padded superblock) */
+    c.intermediate_size = 96;
+    c.scheme = scheme;
+    c.activation = act;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, 77, &l));
+    if (!l) return;
+    enum { M = 13, H = 160 };
+    uint16_t hidden[M * H];
+    float logits[M * 12], first[M * H], got[M * H];
+    nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, M * H, 78);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * 12, 79);
+    nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits};
+    bool have = false;
+    for (int isa = 0; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
+        if (!nvfp4moe_cpu_isa_supported((nvfp4moe_cpu_isa)isa)) continue;
+        setenv("NVFP4MOE_CPU_ISA", nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa), 1);
+        for (int threads = 1; threads <= 3; threads++) {
+            nvfp4moe_status st = run_fast(&c, &l->w, &io, threads, have ? got : first);
+            CHECK(st == NVFP4MOE_OK, "%s", nvfp4moe_last_error());
+            if (have && st == NVFP4MOE_OK) {
+                char what[64];
+                snprintf(what, sizeof what, "%s, %d threads", nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa), threads);
+                check_bytes(what, (const uint8_t *)got, (const uint8_t *)first, sizeof first);
+            }
+            have = true;
+        }
+    }
+    unsetenv("NVFP4MOE_CPU_ISA");
+    nvfp4moe_io one = {.num_tokens = 1, .hidden = hidden + 7 * H, .router_logits = logits + 7 * 12};
+    CHECK_OK(run_fast(&c, &l->w, &one, 0, got));
+    check_bytes("token 7 alone", (const uint8_t *)got, (const uint8_t *)(first + 7 * H), H * sizeof(float));
+    nvfp4moe_layer_free(l);
+}
+
+/* A NaN or an infinity in a token's hidden state: its outputs are NaN exactly where the
+ * reference's are, and the other tokens are untouched. */
+static void test_nonfinite_inputs(nvfp4moe_scheme scheme) {
+    char name[96];
+    snprintf(name, sizeof name, "non-finite inputs %s", nvfp4moe_scheme_name(scheme));
+    T_CASE(name);
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 8;
+    c.top_k = 2;
+    c.hidden_size = 64;
+    c.intermediate_size = 32;
+    c.scheme = scheme;
+    c.in_dtype = c.out_dtype = NVFP4MOE_DTYPE_F32;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, 5, &l));
+    if (!l) return;
+    enum { M = 4 };
+    float hidden[M * 64], logits[M * 8], want[M * 64], got[M * 64];
+    nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_F32, M * 64, 6);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * 8, 7);
+    hidden[1 * 64 + 5] = NAN;
+    hidden[2 * 64 + 40] = INFINITY;
+    nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = want};
+    CHECK_OK(nvfp4moe_reference_forward(&c, &l->w, &io));
+    CHECK_OK(run_fast(&c, &l->w, &io, 0, got));
+    int bad = 0;
+    for (int i = 0; i < M * 64; i++) {
+        const bool ok = isnan(want[i]) ? isnan(got[i]) : !isnan(got[i]) && fabsf(got[i] - want[i]) <= 1e-2f * (fabsf(want[i]) + 1.0f);
+        if (!ok && bad++ < 5) fprintf(stderr, "  [%s] [%d] got %g want %g\n", name, i, (double)got[i], (double)want[i]);
+    }
+    CHECK(bad == 0, "%d outputs differ in kind or value", bad);
+    nvfp4moe_layer_free(l);
+}
+
+/* Bad thread counts and ISA names are refused at plan creation, naming the setting. */
+static void test_settings(void) {
+    T_CASE("CPU settings");
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 4;
+    c.top_k = 1;
+    c.hidden_size = 32;
+    c.intermediate_size = 16;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, 1, &l));
+    if (!l) return;
+    nvfp4moe_device dev = cpu();
+    nvfp4moe_plan *plan = NULL;
+    nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &dev, .num_threads = -2};
+    CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, "num_threads=-2");
+    po.num_threads = 0;
+    setenv("NVFP4MOE_NUM_THREADS", "two", 1);
+    CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, "NVFP4MOE_NUM_THREADS='two'");
+    setenv("NVFP4MOE_NUM_THREADS", "3", 1);
+    CHECK_OK(nvfp4moe_plan_create(&c, &l->w, &po, &plan));
+    nvfp4moe_plan_destroy(plan);
+    plan = NULL;
+    unsetenv("NVFP4MOE_NUM_THREADS");
+    setenv("NVFP4MOE_CPU_ISA", "sse9", 1);
+    CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, "NVFP4MOE_CPU_ISA='sse9'");
+    unsetenv("NVFP4MOE_CPU_ISA");
+    CHECK(plan == NULL, "no plan on failure");
+    nvfp4moe_layer_free(l);
+}
+
+// ---- the pool ----
+
+typedef struct {
+    nvfp4moe_cpu_pool *pool;
+    int counts[8][64];
+    int bad;
+} pool_job;
+
+/* 64 phases; in each, every thread bumps its own counter, then after the barrier checks everyone's. */
+static void pool_task(void *ctx, int tid, int n) {
+    pool_job *j = ctx;
+    for (int ph = 0; ph < 64; ph++) {
+        j->counts[tid][ph]++;
+        nvfp4moe_cpu_pool_barrier(j->pool);
+        for (int t = 0; t < n; t++)
+            if (j->counts[t][ph] != j->counts[0][ph]) j->bad = 1;
+        nvfp4moe_cpu_pool_barrier(j->pool);
+    }
+}
+
+typedef struct {
+    nvfp4moe_cpu_pool *pool;
+    pool_job job;
+} caller;
+
+static void *caller_main(void *arg) {
+    caller *c = arg;
+    c->job.pool = c->pool;
+    for (int r = 0; r < 20; r++) nvfp4moe_cpu_pool_run(c->pool, pool_task, &c->job);
+    return NULL;
+}
+
+static void test_pool(void) {
+    T_CASE("thread pool");
+    nvfp4moe_cpu_pool *p = NULL, *q = NULL;
+    CHECK_OK(nvfp4moe_cpu_pool_get(3, &p));
+    CHECK_OK(nvfp4moe_cpu_pool_get(3, &q));
+    if (!p || !q) return;
+    CHECK(p == q, "one pool per thread count");
+    enum { CALLERS = 3 };
+    caller c[CALLERS];
+    pthread_t th[CALLERS];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < CALLERS; i++) {
+        c[i].pool = p;
+        pthread_create(&th[i], NULL, caller_main, &c[i]);
+    }
+    for (int i = 0; i < CALLERS; i++) pthread_join(th[i], NULL);
+    const int n = nvfp4moe_cpu_pool_size(p);
+    int bad = 0;
+    for (int i = 0; i < CALLERS; i++) {
+        bad += c[i].job.bad;
+        for (int t = 0; t < n; t++)
+            for (int ph = 0; ph < 64; ph++) bad += c[i].job.counts[t][ph] != 20;
+    }
+    CHECK(n == 3 && bad == 0, "%d threads, %d mismatches", n, bad);
+    nvfp4moe_cpu_pool_put(q);
+    nvfp4moe_cpu_pool_put(p);
+}
+
+int main(void) {
+    uint64_t seed = 4242;
+    printf("test_cpu_fast: kernels on this CPU:");
+    for (int i = 0; i < NVFP4MOE_CPU_ISA_COUNT; i++)
+        if (nvfp4moe_cpu_isa_supported((nvfp4moe_cpu_isa)i)) printf(" %s", nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)i));
+    printf("\n");
+    test_e4m3_int();
+    const int64_t shapes[][2] = {{16, 16}, {32, 48}, {16, 64}, {48, 144}, {32, 208}, {16, 1024}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int nt = 1; nt <= NVFP4MOE_CPU_MAX_NT; nt += (nt < 3 ? 1 : 4)) {
+            test_gemm_q(shapes[i][0], shapes[i][1], nt, seed++, 0);
+            test_gemm_f(shapes[i][0], shapes[i][1], nt, seed++);
+        }
+    test_gemm_q(16, 4096, 8, seed++, 1);
+    test_gemm_q(16, NVFP4MOE_CPU_MAX_K, 1, seed++, 1);   /* the largest K: the int64 sums at their bound */
+    test_quantizer();
+    const nvfp4moe_activation acts[] = {NVFP4MOE_ACT_SILU, NVFP4MOE_ACT_SWIGLUOAI, NVFP4MOE_ACT_GELU, NVFP4MOE_ACT_RELU2_NO_MUL};
+    const int dims[][3] = {{16, 256, 128}, {8, 144, 80}, {32, 64, 208}, {4, 2048, 768}};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+        nvfp4moe_config c;
+        nvfp4moe_config_init(&c);
+        c.num_experts = dims[a][0];
+        c.hidden_size = dims[a][1];
+        c.intermediate_size = dims[a][2];
+        c.activation = acts[a];
+        c.has_swiglu_limit = acts[a] == NVFP4MOE_ACT_SWIGLUOAI;
+        c.swiglu_limit = 7.0;
+        test_exact_w4a4(c, 24, seed++);
+    }
+    test_invariance(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_SILU);
+    test_invariance(NVFP4MOE_SCHEME_W4A4_PER_TOKEN, NVFP4MOE_ACT_GELU);
+    test_invariance(NVFP4MOE_SCHEME_W4A16, NVFP4MOE_ACT_SILU);
+    test_invariance(NVFP4MOE_SCHEME_W4A8_MXFP8, NVFP4MOE_ACT_RELU2);
+    test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A4);
+    test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A4_PER_TOKEN);
+    test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A16);
+    test_settings();
+    test_pool();
+    return t_finish("test_cpu_fast");
+}
