@@ -36,4 +36,8 @@ typedef struct cli_layer_preset {
  * CLI_EXIT_* code. Builds without CUDA run it too (loopback on the CPU). */
 int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npresets);
 
+/* `nvfp4moe bench --cpu ...`: CPU_FAST on the given presets against the read bandwidth measured
+ * in the same run (tools/cmd_bench_cpu.c); see its --help. Returns a CLI_EXIT_* code. */
+int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int npresets);
+
 #endif // NVFP4MOE_CLI_EP_H

@@ -44,18 +44,20 @@ static const preset k_presets[] = {
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
 
 /* --ep N anywhere: expert parallelism (tools/cmd_run_ep.c, tools/cmd_bench_ep.c), in every build (the loopback runs on
- * the CPU). */
-static bool wants_ep(int argc, char **argv) {
+ * the CPU); --cpu anywhere: CPU_FAST (tools/cmd_bench_cpu.c). */
+static bool wants(const char *flag, int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--ep")) return true;
+        if (!strcmp(argv[i], flag)) return true;
     return false;
 }
 
 #ifndef NVFP4MOE_HAVE_CUDA
 
 int cmd_bench(int argc, char **argv) {
-    if (wants_ep(argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
-    fprintf(stderr, "nvfp4moe bench: not available: this build has no CUDA backends (build with nvcc present)\n");
+    if (wants("--ep", argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
+    if (wants("--cpu", argc, argv)) return cli_bench_cpu(argc, argv, k_presets, N_PRESETS);
+    fprintf(stderr, "nvfp4moe bench: not available: this build has no CUDA backends (build with nvcc present); "
+                    "nvfp4moe bench --cpu times the CPU backend\n");
     return CLI_EXIT_FAILURE;
 }
 
@@ -115,7 +117,8 @@ static void bench_usage(FILE *f) {
                "  --no-baseline   skip the cuBLAS baseline\n"
                "  --out PREFIX    output files (default bench/results/<date>-<gpu>-bench)\n"
                "  --commit SHA    recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n"
-               "  --ep N          expert parallelism over N ranks instead (its own flags: nvfp4moe bench --ep 2 --help)\n");
+               "  --ep N          expert parallelism over N ranks instead (its own flags: nvfp4moe bench --ep 2 --help)\n"
+               "  --cpu           the CPU backend instead (its own flags: nvfp4moe bench --cpu --help)\n");
 }
 
 // ---- timing ----
@@ -724,7 +727,8 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (wants_ep(argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
+    if (wants("--ep", argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
+    if (wants("--cpu", argc, argv)) return cli_bench_cpu(argc, argv, k_presets, N_PRESETS);
     int Ms[32] = {1, 4, 16, 64, 256, 1024, 4096}, nM = 7;
     bool sel[N_PRESETS];
     for (int i = 0; i < N_PRESETS; i++) sel[i] = true;
