@@ -187,48 +187,60 @@ static void test_gemm_f(int64_t N, int64_t K, int nt, uint64_t seed) {
 
 // ---- the activation quantizer ----
 
-static void test_quantizer(void) {
-    const int64_t K = 208;
-    const float gss[] = {1.0f, 0.37f, 2688.0f / 3.5f, 1e-6f, 1e30f, INFINITY, 0.0f};
-    float x[208], deq[208], want[208];
+/* One ISA's quantizer on one row against the codec. */
+static void check_quantizer(const nvfp4moe_cpu_kernels *k, const float *x, int64_t K, float gs, int variant) {
+    static const int8_t twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    char name[96];
+    snprintf(name, sizeof name, "quantize_row %s gs=%g variant %d", nvfp4moe_cpu_isa_name(k->isa), (double)gs, variant);
+    T_CASE(name);
+    float deq[208], want[208];
     uint8_t xq[104], xs[13], scratch[208];
     nvfp4moe_cpu_qblock blk[16];
     nvfp4moe_cpu_qrow r = {.blk = blk};
+    k->quantize(x, K, gs, &r, scratch);
+    nvfp4moe_qdq_row(x, K, gs, want);
+    /* The integer kernels make a whole row NaN where the reference has a NaN block (the GEMM output
+     * is all NaN either way); elsewhere the row as they read it, q/2 * Sx * 2^-9 / gs, is the
+     * reference's within its float32 rounding of s / gs. */
+    bool any_nan = false;
+    for (int64_t i = 0; i < K; i++) any_nan |= isnan(want[i]);
+    int bad = 0;
+    for (int64_t i = 0; i < K && !r.nan; i++) {
+        deq[i] = (float)((double)blk[i / 16].q[i % 16] / 2.0 * (double)blk[i / 16].sx / 512.0 / (double)gs);
+        if (!(fabsf(deq[i] - want[i]) <= 2.5e-7f * fabsf(want[i])) && bad++ < 3)
+            fprintf(stderr, "  [%s] [%lld] got %g want %g\n", name, (long long)i, (double)deq[i], (double)want[i]);
+    }
+    CHECK(bad == 0 && r.nan == any_nan, "%d values differ; NaN row %d, reference has NaN %d", bad, r.nan, any_nan);
+    if (!(isfinite(gs) && gs > 0.0f)) return;
+    /* the codes, the scales and the kernels' correction term, bit for bit */
+    nvfp4moe_quantize(x, 1, K, gs, xq, xs);
+    int diff = 0;
+    for (int64_t b = 0; b < K / 16; b++) {
+        int32_t sum = 0;
+        for (int i = 0; i < 16; i++) {
+            diff += blk[b].q[i] != twice[code_at(xq, K, 0, 16 * b + i)];
+            sum += blk[b].q[i];
+        }
+        diff += blk[b].corr != -12 * sum;
+        if ((xs[b] & 0x7F) != 0x7F) diff += blk[b].sx != nvfp4moe_cpu_e4m3_int(xs[b]) * ((xs[b] & 0x80) ? -1 : 1);
+    }
+    CHECK(diff == 0, "%d codes, scales or sums differ from nvfp4moe_quantize", diff);
+}
+
+static void test_quantizer(void) {
+    const int64_t K = 208;
+    const float gss[] = {1.0f, 0.37f, 2688.0f / 3.5f, 1e-6f, 1e30f, INFINITY, 0.0f};
+    float x[208];
     for (size_t g = 0; g < sizeof gss / sizeof gss[0]; g++)
-        for (int v = 0; v < 4; v++) {
-            char name[96];
-            snprintf(name, sizeof name, "quantize_row gs=%g variant %d", (double)gss[g], v);
-            T_CASE(name);
+        for (int v = 0; v < 5; v++) {
             nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_F32, K, 300 + (uint64_t)(10 * g) + (uint64_t)v);
             if (v == 1) for (int i = 16; i < 32; i++) x[i] = 0.0f;          /* a zero block */
             if (v == 2) x[40] = INFINITY;
             if (v == 3) x[77] = NAN;
-            nvfp4moe_cpu_quantize_row(x, K, gss[g], &r, scratch);
-            nvfp4moe_qdq_row(x, K, gss[g], want);
-            /* The integer kernels make a whole row NaN where the reference has a NaN block (the
-             * GEMM output is all NaN either way); elsewhere the row as they read it, q/2 * Sx *
-             * 2^-9 / gs, is the reference's within its float32 rounding of s / gs. */
-            bool any_nan = false;
-            for (int64_t i = 0; i < K; i++) any_nan |= isnan(want[i]);
-            int bad = 0;
-            for (int64_t i = 0; i < K && !r.nan; i++) {
-                deq[i] = (float)((double)blk[i / 16].q[i % 16] / 2.0 * (double)blk[i / 16].sx / 512.0 / (double)gss[g]);
-                if (!(fabsf(deq[i] - want[i]) <= 2.5e-7f * fabsf(want[i])) && bad++ < 3)
-                    fprintf(stderr, "  [%s] [%lld] got %g want %g\n", name, (long long)i, (double)deq[i], (double)want[i]);
-            }
-            CHECK(bad == 0 && r.nan == any_nan, "%d values differ; NaN row %d, reference has NaN %d", bad, r.nan, any_nan);
-            if (isfinite(gss[g]) && gss[g] > 0.0f) {
-                /* the codes and scales, bit for bit */
-                nvfp4moe_quantize(x, 1, K, gss[g], xq, xs);
-                int diff = 0;
-                for (int64_t i = 0; i < K; i++) {
-                    int code = code_at(xq, K, 0, i);
-                    static const int8_t twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-                    diff += blk[i / 16].q[i % 16] != twice[code];
-                }
-                for (int64_t b = 0; b < K / 16; b++)
-                    if ((xs[b] & 0x7F) != 0x7F) diff += blk[b].sx != nvfp4moe_cpu_e4m3_int(xs[b]) * ((xs[b] & 0x80) ? -1 : 1);
-                CHECK(diff == 0, "%d codes or scales differ from nvfp4moe_quantize", diff);
+            if (v == 4) for (int i = 0; i < K; i++) x[i] = (float)(i % 29 - 14) * 0.125f;   /* rounding ties */
+            for (int isa = 0; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
+                const nvfp4moe_cpu_kernels *k = nvfp4moe_cpu_kernels_of((nvfp4moe_cpu_isa)isa);
+                if (k) check_quantizer(k, x, K, gss[g], v);
             }
         }
 }

@@ -85,6 +85,10 @@ static inline int64_t nvfp4moe_cpu_superblocks(int64_t cols) { return NVFP4MOE_C
 static inline size_t nvfp4moe_cpu_tile_bytes(int64_t cols) {
     return (size_t)nvfp4moe_cpu_superblocks(cols) * NVFP4MOE_CPU_SB_BYTES;
 }
+/* Asks for n bytes at p to be brought into the cache (never faults). */
+static inline void nvfp4moe_cpu_prefetch(const void *p, size_t n) {
+    for (size_t i = 0; i < n; i += 64) __builtin_prefetch((const char *)p + i, 0, 3);
+}
 /* Repacks tiles [t0, t1) of the matrix q [rows, cols/2], sf [rows, cols/16] (canonical layout)
  * into dst, the whole matrix's repacked buffer. */
 void nvfp4moe_cpu_repack(const uint8_t *q, const uint8_t *sf, int64_t cols, int64_t t0, int64_t t1, uint8_t *dst);
@@ -141,6 +145,8 @@ typedef struct nvfp4moe_cpu_kernels {
     /* Reads n bytes (a multiple of 256, 64-byte aligned) with the widest loads: the benchmark's
      * read bandwidth. Returns a sum of them, so that the reads happen. */
     uint64_t (*read)(const uint8_t *p, size_t n);
+    /* nvfp4moe_cpu_quantize_row, with the same results. */
+    void (*quantize)(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch);
 } nvfp4moe_cpu_kernels;
 
 const char *nvfp4moe_cpu_isa_name(nvfp4moe_cpu_isa isa);

@@ -198,25 +198,32 @@ typedef struct {
     float *x1f, *x2f;                     /* float path: the same, [m, kp1] and [P, kp2] */
     double *h;                            /* [P, N1] GEMM1's output, by grouped position */
     float *y;                             /* [P, H] GEMM2's output, by pair */
-    char *scratch;                        /* per thread */
+    char *scratch;                        /* per thread, `stride` bytes each */
+    size_t stride;
 } pass;
 
 typedef struct {
-    double *act;
-    float *row;
-    uint8_t *qs;
-    void *out;
+    double *act;                          /* [I] */
+    float *row;                           /* [max(H, I)] */
+    uint8_t *qs;                          /* the quantizer's [max(H, I) * 9/16] */
+    void *out;                            /* a kernel's output */
+    const nvfp4moe_cpu_qblock **qrows;    /* [P] one expert's rows */
+    const float **frows;                  /* [P] */
+    double *factor;                       /* [P] */
 } scratch_view;
 
 static scratch_view scratch_of(const pass *p, int tid) {
     const fast_state *s = p->s;
     const int64_t H = s->cfg.hidden_size, I = s->cfg.intermediate_size, wide = NVFP4MOE_MAX(H, I);
-    char *b = p->scratch + (size_t)tid * s->scratch;
+    char *b = p->scratch + (size_t)tid * p->stride;
     scratch_view v;
     v.act = (double *)b;
     v.row = (float *)(v.act + I);
     v.qs = (uint8_t *)(v.row + wide);
     v.out = (void *)(((uintptr_t)(v.qs + wide / 2 + wide / 16) + 63) / 64 * 64);
+    v.qrows = (const nvfp4moe_cpu_qblock **)((char *)v.out + sizeof(int64_t) * NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS);
+    v.frows = (const float **)v.qrows;
+    v.factor = (double *)(v.qrows + p->P);
     return v;
 }
 
@@ -233,7 +240,7 @@ static void prepare_token(const pass *p, int64_t t, scratch_view *sv) {
         float unused;
         nvfp4moe_prepare_inputs(&raw, &s->w, hidden, 1, p->wts + g * K, sv->row, &unused);
         float gs = c->scheme == NVFP4MOE_SCHEME_W4A4 ? p->a1_gs : nvfp4moe_per_token_global_scale(sv->row, H);
-        nvfp4moe_cpu_quantize_row(sv->row, H, gs, &p->x1q[t], sv->qs);
+        s->k->quantize(sv->row, H, gs, &p->x1q[t], sv->qs);
     } else {
         float *x = p->x1f + t * s->kp1, unused;
         nvfp4moe_prepare_inputs(c, &s->w, hidden, 1, p->wts + g * K, x, &unused);
@@ -257,7 +264,7 @@ static void activate_pair(const pass *p, int64_t q, scratch_view *sv) {
     for (int64_t i = 0; i < I; i++) sv->row[i] = nvfp4moe_round_to_dtype(c->in_dtype, (float)sv->act[i]);
     if (s->qpath) {
         float gs = c->scheme == NVFP4MOE_SCHEME_W4A4 ? p->a2_gs : nvfp4moe_per_token_global_scale(sv->row, I);
-        nvfp4moe_cpu_quantize_row(sv->row, I, gs, &p->x2q[q], sv->qs);
+        s->k->quantize(sv->row, I, gs, &p->x2q[q], sv->qs);
     } else {
         float *x = p->x2f + q * s->kp2;
         nvfp4moe_quantize_activation_row(c->scheme, sv->row, I, 1.0f, x);
@@ -282,38 +289,45 @@ static void gemm_phase(const pass *p, int tid, int nthreads, bool gemm1, scratch
     int64_t *qout = sv->out;
     float *fout = sv->out;
     for (int64_t e = 0; e < E; e++) {
-        if (p->start[e] == p->start[e + 1]) continue;
+        const int64_t q0 = p->start[e], n = p->start[e + 1] - q0;
+        if (n == 0) continue;
+        /* The expert's rows of activations, and per row the factor of the integer sums: exact sum *
+         * 2^-20 * scale_2 / gs, the only roundings, in float64. */
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t q = q0 + i, tok = p->order[q] / K;
+            if (s->qpath) {
+                const nvfp4moe_cpu_qrow *x = gemm1 ? &p->x1q[tok] : &p->x2q[q];
+                sv->qrows[i] = x->blk;
+                sv->factor[i] = x->nan ? NAN : (double)scale_2[e] / (double)x->gs * 0x1p-20;
+            } else {
+                sv->frows[i] = gemm1 ? p->x1f + tok * s->kp1 : p->x2f + q * s->kp2;
+            }
+        }
         const uint8_t *we = wbase + (size_t)e * wbytes;
-        /* Tile by tile, so that a tile stays in cache while all the expert's pairs go by. */
+        int64_t enext = e + 1;   /* the next active expert: its first tile follows this one's last */
+        while (enext < E && p->start[enext] == p->start[enext + 1]) enext++;
+        /* Tile by tile, so that a tile stays in cache while all the expert's rows go by. With several
+         * rows the next tile is asked for as this one starts (the kernels alone then leave the memory
+         * idle half the time); with any, the next expert's first tile as this one's last starts. */
         for (int64_t t = t0; t < t1; t++) {
             const uint8_t *tile = we + (size_t)t * tb;
-            for (int64_t q0 = p->start[e]; q0 < p->start[e + 1]; q0 += NVFP4MOE_CPU_MAX_NT) {
-                const int nt = (int)NVFP4MOE_MIN((int64_t)NVFP4MOE_CPU_MAX_NT, p->start[e + 1] - q0);
-                const nvfp4moe_cpu_qblock *qr[NVFP4MOE_CPU_MAX_NT];
-                const float *fr[NVFP4MOE_CPU_MAX_NT];
-                double f[NVFP4MOE_CPU_MAX_NT];
+            if (t + 1 < t1 && n > 2) nvfp4moe_cpu_prefetch(tile + tb, tb);
+            else if (t + 1 == t1 && enext < E) nvfp4moe_cpu_prefetch(wbase + (size_t)enext * wbytes + (size_t)t0 * tb, tb);
+            for (int64_t c0 = 0; c0 < n; c0 += NVFP4MOE_CPU_MAX_NT) {
+                const int nt = (int)NVFP4MOE_MIN((int64_t)NVFP4MOE_CPU_MAX_NT, n - c0);
+                if (s->qpath) s->k->gemm_q(tile, nsb, sv->qrows + c0, nt, qout);
+                else s->k->gemm_f(tile, nsb, sv->frows + c0, nt, fout);
                 for (int i = 0; i < nt; i++) {
-                    const int64_t q = q0 + i, tok = p->order[q] / K;
-                    if (s->qpath) {
-                        const nvfp4moe_cpu_qrow *x = gemm1 ? &p->x1q[tok] : &p->x2q[q];
-                        qr[i] = x->blk;
-                        /* exact sum * 2^-20 * scale_2 / gs: the only roundings, in float64 */
-                        f[i] = x->nan ? NAN : ldexp((double)scale_2[e] / (double)x->gs, -20);
-                    } else {
-                        fr[i] = gemm1 ? p->x1f + tok * s->kp1 : p->x2f + q * s->kp2;
-                    }
-                }
-                if (s->qpath) s->k->gemm_q(tile, nsb, qr, nt, qout);
-                else s->k->gemm_f(tile, nsb, fr, nt, fout);
-                for (int i = 0; i < nt; i++) {
-                    const int64_t q = q0 + i, pair = p->order[q];
+                    const int64_t q = q0 + c0 + i;
+                    double *h = p->h + q * N1 + 16 * t;
+                    float *y = p->y + p->order[q] * H + 16 * t;
+                    const float *b = bias ? bias + e * rows + 16 * t : NULL;
                     for (int r = 0; r < NVFP4MOE_CPU_TILE_ROWS; r++) {
-                        const int64_t row = 16 * t + r;
-                        const double v = s->qpath ? (double)qout[16 * i + r] * f[i]
+                        const double v = s->qpath ? (double)qout[16 * i + r] * sv->factor[c0 + i]
                                                   : (double)(fout[16 * i + r] * scale_2[e]);
-                        const double out = v + (bias ? (double)bias[e * rows + row] : 0.0);
-                        if (gemm1) p->h[q * N1 + row] = out;
-                        else p->y[pair * H + row] = (float)out;
+                        const double out = v + (b ? (double)b[r] : 0.0);
+                        if (gemm1) h[r] = out;
+                        else y[r] = (float)out;
                     }
                 }
             }
@@ -330,15 +344,15 @@ static void combine_phase(const pass *p, int tid, int nthreads, scratch_view *sv
     nvfp4moe_cpu_split(H / 16, tid, nthreads, &t0, &t1);
     const int64_t c0 = 16 * t0, n = 16 * (t1 - t0);
     if (n == 0) return;
+    float *a = sv->row;
     for (int64_t t = 0; t < p->m; t++) {
         const int64_t g = p->t0 + t;
-        for (int64_t col = c0; col < c0 + n; col++) {
-            float a = 0.0f;
-            for (int64_t j = 0; j < K; j++)
-                a += (c->apply_router_weight_on_input ? 1.0f : p->wts[g * K + j]) * p->y[(t * K + j) * H + col];
-            sv->row[col - c0] = a;
+        for (int64_t i = 0; i < n; i++) a[i] = 0.0f;
+        for (int64_t j = 0; j < K; j++) {   /* slot order, as the expert-parallel combine */
+            const float w = c->apply_router_weight_on_input ? 1.0f : p->wts[g * K + j], *y = p->y + (t * K + j) * H + c0;
+            for (int64_t i = 0; i < n; i++) a[i] += w * y[i];
         }
-        nvfp4moe_from_float(c->out_dtype, sv->row, n, (char *)p->io->output + (size_t)(g * H + c0) * osz);
+        nvfp4moe_from_float(c->out_dtype, a, n, (char *)p->io->output + (size_t)(g * H + c0) * osz);
     }
 }
 
@@ -358,6 +372,12 @@ static void forward_task(void *ctx, int tid, int nthreads) {
     combine_phase(p, tid, nthreads, &sv);
 }
 
+/* Per-thread scratch bytes for a pass of P pairs: the fixed part, then per pair a row pointer and
+ * a factor. */
+static size_t scratch_stride(const fast_state *s, int64_t P) {
+    return s->scratch + ((size_t)P * (sizeof(void *) + sizeof(double)) + 63) / 64 * 64;
+}
+
 /* Carves the workspace of a pass of m tokens out of s->ws (growing it); NULL pointers when count
  * is 0. Returns false when out of memory. */
 static bool carve(fast_state *s, int64_t m, int nthreads, pass *p) {
@@ -373,7 +393,7 @@ static bool carve(fast_state *s, int64_t m, int nthreads, pass *p) {
         s->qpath ? sizeof(nvfp4moe_cpu_qrow) * (size_t)P : 0,            /* x2q */
         s->qpath ? qb2 * (size_t)P : sizeof(float) * (size_t)(P * s->kp2), /* x2 data */
         sizeof(float) * (size_t)(P * H),                                 /* y */
-        s->scratch * (size_t)nthreads,                                   /* scratch */
+        scratch_stride(s, P) * (size_t)nthreads,                         /* scratch */
     };
     size_t off[9], total = 0;
     for (int i = 0; i < 9; i++) {
@@ -393,6 +413,7 @@ static bool carve(fast_state *s, int64_t m, int nthreads, pass *p) {
     p->h = (double *)(w + off[4]);
     p->y = (float *)(w + off[7]);
     p->scratch = w + off[8];
+    p->stride = scratch_stride(s, P);
     if (s->qpath) {
         p->x1q = (nvfp4moe_cpu_qrow *)(w + off[2]);
         p->x2q = (nvfp4moe_cpu_qrow *)(w + off[5]);

@@ -64,36 +64,44 @@ void nvfp4moe_cpu_repack(const uint8_t *q, const uint8_t *sf, int64_t cols, int6
 
 // ---- activation rows ----
 
-void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch) {
-    const int64_t kb = cols / 16, kbp = nvfp4moe_cpu_superblocks(cols) * 4;
-    uint8_t *packed = scratch, *scales = scratch + cols / 2;
-    memset(r->blk, 0, sizeof(nvfp4moe_cpu_qblock) * (size_t)kbp);
+/* Starts quantizing a row: zeroes it and records gs. Returns true when gs leaves nothing to
+ * quantize, having set the row's NaN flag: the codec's quantizer in those cases (gs is never
+ * negative or NaN here: the W4A4 scale is 1 / a positive input scale, the per-token one 2688 /
+ * amax) dequantizes every finite block to zeros when gs = +Inf (step s / gs = 0) and gives a block
+ * with amax 0 or NaN the NaN scale; when gs = 0 (amax = Inf) every step is NaN. */
+static bool quantize_start(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r) {
+    memset(r->blk, 0, sizeof(nvfp4moe_cpu_qblock) * (size_t)(nvfp4moe_cpu_superblocks(cols) * 4));
     r->gs = gs;
     r->nan = false;
-    if (!(gs > 0.0f && isfinite(gs))) {
-        /* The codec's quantizer in these cases (gs is never negative or NaN here: the W4A4 scale is
-         * 1 / a positive input scale, the per-token one 2688 / amax): with gs = +Inf every finite
-         * block dequantizes to zeros (step s / gs = 0) and a block with amax 0 or NaN gets the NaN
-         * scale; with gs = 0 (amax = Inf) every step is NaN. */
-        bool nan = !(gs > 0.0f);
-        for (int64_t b = 0; b < kb && !nan; b++) {
-            float amax = 0.0f;
-            for (int i = 0; i < 16; i++) {
-                float a = fabsf(x[16 * b + i]);
-                if (a > amax || isnan(a)) amax = a;
-            }
-            nan = !(amax > 0.0f);
+    if (gs > 0.0f && isfinite(gs)) return false;
+    bool nan = !(gs > 0.0f);
+    for (int64_t b = 0; b < cols / 16 && !nan; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 16; i++) {
+            float a = fabsf(x[16 * b + i]);
+            if (a > amax || isnan(a)) amax = a;
         }
-        r->nan = nan;
-        return;
+        nan = !(amax > 0.0f);
     }
+    r->nan = nan;
+    return true;
+}
+
+/* A block's scale code into the row's block record and NaN flag. */
+static void set_block_scale(nvfp4moe_cpu_qrow *r, nvfp4moe_cpu_qblock *o, uint8_t sc) {
+    if ((sc & 0x7F) == 0x7F) r->nan = true;
+    const int64_t v = nvfp4moe_cpu_e4m3_int(sc);
+    o->sx = (sc & 0x80) ? -v : v;
+}
+
+void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch) {
+    const int64_t kb = cols / 16;
+    uint8_t *packed = scratch, *scales = scratch + cols / 2;
+    if (quantize_start(x, cols, gs, r)) return;
     nvfp4moe_quantize(x, 1, cols, gs, packed, scales);   /* cannot fail: cols % 16 == 0, gs > 0 */
     for (int64_t b = 0; b < kb; b++) {
         nvfp4moe_cpu_qblock *o = &r->blk[b];
-        const uint8_t sc = scales[b];
-        if ((sc & 0x7F) == 0x7F) r->nan = true;
-        const int64_t v = nvfp4moe_cpu_e4m3_int(sc);
-        o->sx = (sc & 0x80) ? -v : v;
+        set_block_scale(r, o, scales[b]);
         int32_t sum = 0;
         for (int i = 0; i < 8; i++) {
             const uint8_t byte = packed[8 * b + i];
@@ -180,7 +188,8 @@ static uint64_t read_portable(const uint8_t *p, size_t n) {
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
-static const nvfp4moe_cpu_kernels k_portable = {NVFP4MOE_CPU_PORTABLE, gemm_q_portable, gemm_f_portable, read_portable};
+static const nvfp4moe_cpu_kernels k_portable = {NVFP4MOE_CPU_PORTABLE, gemm_q_portable, gemm_f_portable, read_portable,
+                                                 nvfp4moe_cpu_quantize_row};
 
 #ifdef CPU_X86
 
@@ -212,6 +221,20 @@ static inline int32_t load_i32(const void *p) {
     }
 #define UNROLL _Pragma("GCC unroll 8")
 
+/* Weights stream from memory once per forward: the superblock PF_SB ahead is asked for now (the
+ * hardware prefetcher alone leaves a thread at half the read bandwidth). Prefetches never fault,
+ * past the end of the weights included. */
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+#ifndef PF_SB
+#define PF_SB 8
+#endif
+static inline void prefetch_sb(const uint8_t *sb) {
+    const char *p = (const char *)sb + PF_SB * NVFP4MOE_CPU_SB_BYTES;
+    for (int i = 0; i < NVFP4MOE_CPU_SB_BYTES; i += 64) _mm_prefetch(p + i, PF_HINT);
+}
+
 /* The float kernels keep 16 decoded weight vectors live: 4 activation rows per pass at most. */
 #define F_PASSES(body)                                                                             \
     for (int t0 = 0; t0 < nt; t0 += 4) {                                                           \
@@ -233,6 +256,7 @@ AVX2_INLINE void q_avx2_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cp
         UNROLL for (int t = 0; t < NT; t++) ae[t] = ao[t] = _mm256_setzero_si256();
         for (int64_t s = 0; s < nsb; s++) {
             const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
+            if (h == 0) prefetch_sb(sb);
             for (int j = 0; j < 4; j++) {
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 32 * h));
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 64 + 32 * h));
@@ -289,6 +313,7 @@ AVX2_INLINE void f_avx2_body(const uint8_t *tile, int64_t nsb, const float *cons
         UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
         for (int64_t s = 0; s < nsb; s++) {
             const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
+            if (h == 0) prefetch_sb(sb);
             for (int j = 0; j < 4; j++) {
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 32 * h));
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 64 + 32 * h));
@@ -339,7 +364,7 @@ AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
     return (uint64_t)(v[0] + v[1] + v[2] + v[3]);
 }
 
-static const nvfp4moe_cpu_kernels k_avx2 = {NVFP4MOE_CPU_AVX2, gemm_q_avx2, gemm_f_avx2, read_avx2};
+static const nvfp4moe_cpu_kernels k_avx2 = {NVFP4MOE_CPU_AVX2, gemm_q_avx2, gemm_f_avx2, read_avx2, nvfp4moe_cpu_quantize_row};
 
 // ---- AVX-512 ----
 
@@ -354,6 +379,7 @@ AVX512_INLINE void q_avx512_body(const uint8_t *tile, int64_t nsb, const nvfp4mo
     UNROLL for (int t = 0; t < NT; t++) ae[t] = ao[t] = _mm512_setzero_si512();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
+        prefetch_sb(sb);
         for (int j = 0; j < 4; j++) {
             const __m512i v0 = _mm512_loadu_si512(sb + 128 * j), v1 = _mm512_loadu_si512(sb + 128 * j + 64);
             const __m512i w0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(v0, m4));
@@ -397,6 +423,7 @@ AVX512_INLINE void f_avx512_body(const uint8_t *tile, int64_t nsb, const float *
     UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
+        prefetch_sb(sb);
         for (int j = 0; j < 4; j++) {
             const __m512i v0 = _mm512_loadu_si512(sb + 128 * j), v1 = _mm512_loadu_si512(sb + 128 * j + 64);
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 512 + 16 * j)));
@@ -444,7 +471,51 @@ AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
     return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
 }
 
-static const nvfp4moe_cpu_kernels k_avx512 = {NVFP4MOE_CPU_AVX512, gemm_q_avx512, gemm_f_avx512, read_avx512};
+/* The codec's block quantizer (src/format/nvfp4.c, quantize_block) with a block in a register, in
+ * the same float32 operations: amax (NaN if any element is), s = gs * amax / 6 clamped to +-448
+ * keeping NaN, its E4M3 code (the codec's encoder), inv = 1 / (s / gs) (0 when s is 0), then each
+ * element's E2M1 code from x * inv clamped to +-6 keeping NaN, by counting the rounding thresholds
+ * it passes; NaN codes 0. test_cpu_fast compares it with nvfp4moe_quantize bit for bit. */
+AVX512 static void quantize_avx512(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch) {
+    if (quantize_start(x, cols, gs, r)) return;
+    const __m512i lut = _mm512_setr_epi32(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int64_t b = 0; b < cols / 16; b++) {
+        nvfp4moe_cpu_qblock *o = &r->blk[b];
+        const __m512 v = _mm512_loadu_ps(x + 16 * b);
+        const __m512 a = _mm512_abs_ps(v);
+        float amax = _mm512_reduce_max_ps(a);
+        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) amax = NAN;
+        float s = gs * amax / 6.0f;
+        s = s < -448.0f ? -448.0f : s > 448.0f ? 448.0f : s;
+        const uint8_t sc = nvfp4moe_e4m3_encode(s);
+        set_block_scale(r, o, sc);
+        const float sd = nvfp4moe_e4m3_decode(sc);
+        const float inv = sd == 0.0f ? 0.0f : 1.0f / (sd / gs);
+        __m512 y = _mm512_mul_ps(v, _mm512_set1_ps(inv));
+        y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, _mm512_set1_ps(-6.0f), _CMP_LT_OQ), y, _mm512_set1_ps(-6.0f));
+        y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, _mm512_set1_ps(6.0f), _CMP_GT_OQ), y, _mm512_set1_ps(6.0f));
+        const __m512 ay = _mm512_abs_ps(y);
+        __m512i m = _mm512_setzero_si512();
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.25f), _CMP_GT_OQ), m, one);
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(0.75f), _CMP_GE_OQ), m, one);
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.25f), _CMP_GT_OQ), m, one);
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(1.75f), _CMP_GE_OQ), m, one);
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(2.5f), _CMP_GT_OQ), m, one);
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(3.5f), _CMP_GE_OQ), m, one);
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(ay, _mm512_set1_ps(5.0f), _CMP_GT_OQ), m, one);
+        /* the sign bit as code bit 3, except for NaN (code 0) */
+        const __m512i sign = _mm512_srli_epi32(_mm512_castps_si512(y), 28);
+        const __mmask16 num = _mm512_cmp_ps_mask(y, y, _CMP_ORD_Q);
+        const __m512i code = _mm512_mask_or_epi32(m, num, m, _mm512_and_si512(sign, _mm512_set1_epi32(8)));
+        const __m512i q = _mm512_permutexvar_epi32(code, lut);
+        _mm_storeu_si128((__m128i *)o->q, _mm512_cvtepi32_epi8(q));
+        o->corr = -12 * _mm512_reduce_add_epi32(q);
+    }
+}
+
+static const nvfp4moe_cpu_kernels k_avx512 = {NVFP4MOE_CPU_AVX512, gemm_q_avx512, gemm_f_avx512, read_avx512,
+                                              quantize_avx512};
 
 #endif // CPU_X86
 
