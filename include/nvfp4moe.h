@@ -30,7 +30,10 @@
  *    must be used by one thread at a time: to run a layer on several threads at once, give each
  *    thread its own plan (plans made from the same weights share nothing; each keeps its own copy);
  *  - nothing may be freed while another thread still uses it.
- * CPU_FAST runs its own worker threads inside a forward; they end before the forward returns.
+ * CPU_FAST runs a forward on worker threads of its own: one pool per thread count, created with the
+ * first plan that asks for it, shared by every plan with that count and ended with the last of them;
+ * forwards of plans sharing a pool take turns. Workers poll for about a millisecond after a forward,
+ * then sleep.
  */
 #ifndef NVFP4MOE_H
 #define NVFP4MOE_H
@@ -526,8 +529,9 @@ typedef struct nvfp4moe_plan_options {
     const nvfp4moe_device *device;  /* NULL: detect */
     bool weights_on_device;         /* the weights' pointers are CUDA device pointers */
     const nvfp4moe_oracle_options *oracle; /* NULL: defaults */
-    int32_t num_threads;            /* host backends (CPU_FAST): threads; 0: the environment's
-                                       NVFP4MOE_NUM_THREADS, else every CPU this process may use */
+    int32_t num_threads;            /* host backends (CPU_FAST): threads, the caller's included;
+                                       0: the environment's NVFP4MOE_NUM_THREADS, else every CPU
+                                       this process may use */
 } nvfp4moe_plan_options;
 
 /* Selects a backend (as nvfp4moe_select) and prepares it for these weights: converts the weights

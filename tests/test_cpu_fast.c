@@ -4,8 +4,9 @@
  *   kernels   every ISA this CPU runs: the integer kernel against an independent exact sum
  *             (__int128, from the canonical codes through the codec's decoders), bit for bit, up
  *             to the largest K it takes; the float kernel against the portable C, bit for bit
- *   quantizer the activation rows against the codec's nvfp4moe_quantize (codes and scales, bit for
- *             bit) and against nvfp4moe_qdq_row where the global scale is 0 or infinite
+ *   quantizer the activation rows against the codec's VLLM_TRITON quantizer, which the reference
+ *             uses (codes and scales, bit for bit), and its quantize-dequantize for every global
+ *             scale, 0 and infinite included
  *   layer     W4A4 with power-of-two activation scales, one expert per token: every output within
  *             one float32 ulp of the float64 reference (the claim: exact up to the final rounding);
  *             the same outputs bit for bit for every ISA and thread count; NaN inputs
@@ -117,7 +118,7 @@ static void test_gemm_q(int64_t N, int64_t K, int nt, uint64_t seed, int mode) {
         }
         const float gs = mode == 1 ? 1.0f : 37.0f;
         nvfp4moe_cpu_quantize_row(x, K, gs, &rows[t], scratch);
-        nvfp4moe_quantize(x, 1, K, gs, xq + t * K / 2, xs + t * K / 16);
+        nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, K, gs, xq + t * K / 2, xs + t * K / 16);
     }
     int64_t *got = malloc(sizeof(int64_t) * (size_t)(nt * 16));
     for (int isa = 0; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
@@ -198,7 +199,7 @@ static void check_quantizer(const nvfp4moe_cpu_kernels *k, const float *x, int64
     nvfp4moe_cpu_qblock blk[16];
     nvfp4moe_cpu_qrow r = {.blk = blk};
     k->quantize(x, K, gs, &r, scratch);
-    nvfp4moe_qdq_row(x, K, gs, want);
+    nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, K, gs, NVFP4MOE_DTYPE_F32, want);
     /* The integer kernels make a whole row NaN where the reference has a NaN block (the GEMM output
      * is all NaN either way); elsewhere the row as they read it, q/2 * Sx * 2^-9 / gs, is the
      * reference's within its float32 rounding of s / gs. */
@@ -213,7 +214,7 @@ static void check_quantizer(const nvfp4moe_cpu_kernels *k, const float *x, int64
     CHECK(bad == 0 && r.nan == any_nan, "%d values differ; NaN row %d, reference has NaN %d", bad, r.nan, any_nan);
     if (!(isfinite(gs) && gs > 0.0f)) return;
     /* the codes, the scales and the kernels' correction term, bit for bit */
-    nvfp4moe_quantize(x, 1, K, gs, xq, xs);
+    nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, K, gs, xq, xs);
     int diff = 0;
     for (int64_t b = 0; b < K / 16; b++) {
         int32_t sum = 0;
@@ -224,7 +225,7 @@ static void check_quantizer(const nvfp4moe_cpu_kernels *k, const float *x, int64
         diff += blk[b].corr != -12 * sum;
         if ((xs[b] & 0x7F) != 0x7F) diff += blk[b].sx != nvfp4moe_cpu_e4m3_int(xs[b]) * ((xs[b] & 0x80) ? -1 : 1);
     }
-    CHECK(diff == 0, "%d codes, scales or sums differ from nvfp4moe_quantize", diff);
+    CHECK(diff == 0, "%d codes, scales or sums differ from nvfp4moe_quantize_as", diff);
 }
 
 static void test_quantizer(void) {
@@ -371,8 +372,8 @@ static void test_invariance(nvfp4moe_scheme scheme, nvfp4moe_activation act) {
     nvfp4moe_layer_free(l);
 }
 
-/* A NaN or an infinity in a token's hidden state: its outputs are NaN exactly where the
- * reference's are, and the other tokens are untouched. */
+/* A NaN or an infinity in a token's hidden state: its output row is NaN, as the reference's, and
+ * the other tokens are untouched. */
 static void test_nonfinite_inputs(nvfp4moe_scheme scheme) {
     char name[96];
     snprintf(name, sizeof name, "non-finite inputs %s", nvfp4moe_scheme_name(scheme));

@@ -77,8 +77,10 @@ enum {
     NVFP4MOE_CPU_SB_BYTES = 576,
     NVFP4MOE_CPU_MAX_NT = 8,         /* rows of activations per kernel call */
 };
-/* The largest K (columns) the integer kernels take: 2^16 blocks keep the int64 sums exact. */
+/* The largest K (columns) the integer kernels take: 2^16 blocks keep the int64 sums exact. Every
+ * valid config is within it. */
 #define NVFP4MOE_CPU_MAX_K ((int64_t)1 << 20)
+_Static_assert(NVFP4MOE_MAX_DIM <= NVFP4MOE_CPU_MAX_K, "the integer kernels' sums must stay exact");
 
 /* Superblocks per tile row for cols columns, and the repacked bytes of one tile. */
 static inline int64_t nvfp4moe_cpu_superblocks(int64_t cols) { return NVFP4MOE_CEIL_DIV(cols, NVFP4MOE_CPU_SB_COLS); }
@@ -119,9 +121,9 @@ typedef struct nvfp4moe_cpu_qrow {
     bool  nan;        /* a block scale is NaN: every output of the row is NaN */
 } nvfp4moe_cpu_qrow;
 
-/* Quantizes x [cols] with global scale gs exactly as the codec does (nvfp4moe_quantize: the same
- * codes and block scales, for any gs) into r, whose blk has room for the padded row. scratch holds
- * cols/2 + cols/16 bytes. */
+/* Quantizes x [cols] with global scale gs exactly as the reference quantizes activations (the
+ * codec's VLLM_TRITON quantizer: the same codes and block scales, for any gs) into r, whose blk has
+ * room for the padded row. scratch holds cols/2 + cols/16 bytes. */
 void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch);
 
 // ---- kernels ----

@@ -132,10 +132,6 @@ static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_we
                                    const nvfp4moe_plan_options *opt, const nvfp4moe_device *dev, void **state) {
     NVFP4MOE_RETURN_IF(opt->weights_on_device, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "backend CPU_FAST runs on the host but the weights are in device memory");
-    NVFP4MOE_RETURN_IF(cfg->hidden_size > NVFP4MOE_CPU_MAX_K || cfg->intermediate_size > NVFP4MOE_CPU_MAX_K,
-                       NVFP4MOE_ERR_UNSUPPORTED,
-                       "CPU_FAST: hidden_size=%d and intermediate_size=%d must be at most %lld (its exact integer sums)",
-                       cfg->hidden_size, cfg->intermediate_size, (long long)NVFP4MOE_CPU_MAX_K);
     int nthreads = opt->num_threads;
     if (nthreads == 0) NVFP4MOE_TRY(nvfp4moe_cpu_default_threads(&nthreads));
     const nvfp4moe_cpu_kernels *k;

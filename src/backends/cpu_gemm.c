@@ -98,7 +98,9 @@ void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_
     const int64_t kb = cols / 16;
     uint8_t *packed = scratch, *scales = scratch + cols / 2;
     if (quantize_start(x, cols, gs, r)) return;
-    nvfp4moe_quantize(x, 1, cols, gs, packed, scales);   /* cannot fail: cols % 16 == 0, gs > 0 */
+    /* the quantizer the reference's activations go through (vLLM EMULATION's Triton kernel); it
+     * cannot fail: cols % 16 == 0, gs > 0 */
+    nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, cols, gs, packed, scales);
     for (int64_t b = 0; b < kb; b++) {
         nvfp4moe_cpu_qblock *o = &r->blk[b];
         set_block_scale(r, o, scales[b]);
@@ -471,11 +473,12 @@ AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
     return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
 }
 
-/* The codec's block quantizer (src/format/nvfp4.c, quantize_block) with a block in a register, in
- * the same float32 operations: amax (NaN if any element is), s = gs * amax / 6 clamped to +-448
- * keeping NaN, its E4M3 code (the codec's encoder), inv = 1 / (s / gs) (0 when s is 0), then each
- * element's E2M1 code from x * inv clamped to +-6 keeping NaN, by counting the rounding thresholds
- * it passes; NaN codes 0. test_cpu_fast compares it with nvfp4moe_quantize bit for bit. */
+/* The codec's VLLM_TRITON block quantizer (src/format/nvfp4.c, quantize_block) with a block in a
+ * register, in the same float32 operations: amax (NaN if any element is), s = gs * (amax * (1/6))
+ * clamped to +-448 keeping NaN, its E4M3 code (the codec's encoder), inv = gs / s (0 when s is 0),
+ * then each element's E2M1 code from x * inv clamped to +-6 keeping NaN, by counting the rounding
+ * thresholds it passes; NaN codes 0. test_cpu_fast compares it with nvfp4moe_quantize_as bit for
+ * bit. */
 AVX512 static void quantize_avx512(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch) {
     if (quantize_start(x, cols, gs, r)) return;
     const __m512i lut = _mm512_setr_epi32(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
@@ -486,12 +489,12 @@ AVX512 static void quantize_avx512(const float *x, int64_t cols, float gs, nvfp4
         const __m512 a = _mm512_abs_ps(v);
         float amax = _mm512_reduce_max_ps(a);
         if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) amax = NAN;
-        float s = gs * amax / 6.0f;
+        float s = gs * (amax * (float)(1.0 / 6.0));
         s = s < -448.0f ? -448.0f : s > 448.0f ? 448.0f : s;
         const uint8_t sc = nvfp4moe_e4m3_encode(s);
         set_block_scale(r, o, sc);
         const float sd = nvfp4moe_e4m3_decode(sc);
-        const float inv = sd == 0.0f ? 0.0f : 1.0f / (sd / gs);
+        const float inv = sd == 0.0f ? 0.0f : gs / sd;
         __m512 y = _mm512_mul_ps(v, _mm512_set1_ps(inv));
         y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, _mm512_set1_ps(-6.0f), _CMP_LT_OQ), y, _mm512_set1_ps(-6.0f));
         y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, _mm512_set1_ps(6.0f), _CMP_GT_OQ), y, _mm512_set1_ps(6.0f));
