@@ -10,8 +10,9 @@
  * then --iters timed ones, each preceded by a read of a 1 GiB buffer on the same threads, which
  * evicts the caches and keeps the threads awake as a model's previous layer would. The time is the
  * median. Bytes read are the repacked weights of the experts the routing touches (codes and block
- * scales); the read bandwidth is the median of 5 reads of the 1 GiB buffer by the same threads with
- * the kernels' own load width.
+ * scales). The read bandwidth of a point is the median over its timed forwards of the 1 GiB read
+ * that precedes each (the same threads, the kernels' own load width): on a shared machine the
+ * bandwidth moves, and this measures it at the moment of each forward.
  */
 #define _GNU_SOURCE   /* memfd_create */
 #include "cli_ep.h"
@@ -131,18 +132,6 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* GB/s of reading buf on the pool's threads: the median of 5. */
-static double read_bandwidth(nvfp4moe_cpu_pool *pool, read_job *j) {
-    double t[5];
-    for (int r = 0; r < 5; r++) {
-        double t0 = cli_now_s();
-        nvfp4moe_cpu_pool_run(pool, read_task, j);
-        t[r] = cli_now_s() - t0;
-    }
-    qsort(t, 5, sizeof t[0], cmp_double);
-    return (double)j->len / t[2] / 1e9;
-}
-
 // ---- one preset ----
 
 typedef struct {
@@ -203,9 +192,9 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(Mmax * pr->k));
     uint16_t *outb = malloc(sizeof(uint16_t) * (size_t)(Mmax * H));
     bool *seen = malloc((size_t)E);
-    double *times = malloc(sizeof(double) * (size_t)b->iters);
+    double *times = malloc(sizeof(double) * (size_t)b->iters), *bws = malloc(sizeof(double) * (size_t)b->iters);
     int rc = 0;
-    if (!hidden || !logits || !tw || !ids || !outb || !seen || !times) {
+    if (!hidden || !logits || !tw || !ids || !outb || !seen || !times || !bws) {
         fprintf(stderr, "nvfp4moe bench --cpu: out of memory\n");
         rc = -1;
         goto done;
@@ -230,17 +219,17 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
         }
         printf("%s: %d threads: plan in %.1f s (%.2f GB repacked)\n", pr->name, T, cli_now_s() - t0,
                (double)E * (double)per_expert / 1e9);
-        const double bw = read_bandwidth(pool, rj);
-        printf("  read bandwidth %.1f GB/s\n", bw);
         for (int mi = 0; mi < b->nM; mi++) {
             const int64_t M = b->Ms[mi];
             nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = outb};
             for (int it = 0; it < 2 && st == NVFP4MOE_OK; it++) st = nvfp4moe_plan_forward(plan, &io, NULL);
             for (int it = 0; it < b->iters && st == NVFP4MOE_OK; it++) {
-                nvfp4moe_cpu_pool_run(pool, read_task, rj);
                 double a = cli_now_s();
+                nvfp4moe_cpu_pool_run(pool, read_task, rj);
+                double r = cli_now_s();
                 st = nvfp4moe_plan_forward(plan, &io, NULL);
-                times[it] = cli_now_s() - a;
+                times[it] = cli_now_s() - r;
+                bws[it] = (double)rj->len / (r - a) / 1e9;
             }
             if (st != NVFP4MOE_OK) {
                 fprintf(stderr, "nvfp4moe bench --cpu: %s M=%lld: %s\n", pr->name, (long long)M, nvfp4moe_last_error());
@@ -248,6 +237,8 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
                 break;
             }
             qsort(times, (size_t)b->iters, sizeof times[0], cmp_double);
+            qsort(bws, (size_t)b->iters, sizeof bws[0], cmp_double);
+            const double bw = bws[b->iters / 2];
             nvfp4moe_route(&c, logits, M, NULL, ids, tw);
             memset(seen, 0, (size_t)E);
             int64_t touched = 0;
@@ -271,8 +262,8 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
                     pt->ggml_ms = k_ggml[g].ms;
                     pt->ggml_pct = 100.0 * expected_ggml_experts(pr, M) * (double)per_expert / 1e6 / k_ggml[g].ms / GGML_BW_GBS;
                 }
-            printf("  M=%-5lld %3lld experts %8.1f MB  %9.3f ms (min %.3f)  %6.1f GB/s  %5.1f %% of read bandwidth\n",
-                   (long long)M, (long long)touched, pt->mb, pt->ms, pt->ms_min, pt->gbs, pt->pct);
+            printf("  M=%-5lld %3lld experts %8.1f MB  %9.3f ms (min %.3f)  %6.1f GB/s  read %5.1f GB/s  %5.1f %%\n",
+                   (long long)M, (long long)touched, pt->mb, pt->ms, pt->ms_min, pt->gbs, bw, pt->pct);
             fflush(stdout);
         }
         nvfp4moe_cpu_pool_put(pool);
@@ -280,7 +271,7 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
     }
 done:
     tensor_free(&w13); tensor_free(&s13); tensor_free(&w2); tensor_free(&s2);
-    free(vec); free(hidden); free(logits); free(tw); free(ids); free(outb); free(seen); free(times);
+    free(vec); free(hidden); free(logits); free(tw); free(ids); free(outb); free(seen); free(times); free(bws);
     return rc;
 }
 
@@ -317,7 +308,8 @@ static int write_outputs(const bench_cpu *b) {
                "random normal router logits (renormalize top-k)\n", nvfp4moe_scheme_name(b->scheme));
     fprintf(f, "- time: median of %d forwards, each after a 1 GiB read on the same threads (cold caches, awake "
                "threads); MB read: the touched experts' NVFP4 codes and block scales\n", b->iters);
-    fprintf(f, "- read bandwidth: 1 GiB read by the same threads with the kernels' loads, median of 5, in the same run\n");
+    fprintf(f, "- read bandwidth: per point, the median of the 1 GiB reads that precede its timed forwards (the same "
+               "threads, the kernels' loads)\n");
     fprintf(f, "- ggml: the figures of a 16-core x86 host (read bandwidth 104 GB/s at 16 threads), quoted, not "
                "measured here; its %% assumes the experts uniform routing touches on average\n\n");
     fprintf(f, "| preset | M | threads | ISA | experts | MB read | ms | GB/s | read BW GB/s | %% of read BW | "
@@ -339,7 +331,7 @@ static int write_outputs(const bench_cpu *b) {
 static void usage(FILE *f, const cli_layer_preset *presets, int n) {
     fprintf(f, "usage: nvfp4moe bench --cpu [flags]\n\n"
                "Times CPU_FAST's whole forward on real models' MoE layers and reports each point's share of this\n"
-               "machine's read bandwidth, measured in the same run with the same threads. Writes PREFIX.csv and\n"
+               "machine's read bandwidth, measured just before each timed forward with the same threads. Writes PREFIX.csv and\n"
                "PREFIX.md.\n\n"
                "  --preset LIST    comma-separated (default qwen3-30b-a3b,deepseek-v3):");
     for (int i = 0; i < n; i++) fprintf(f, " %s", presets[i].name);
