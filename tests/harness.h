@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nvfp4moe.h"
+
 static int t_passed, t_failed;
 static const char *t_case = "";
 
@@ -119,6 +121,34 @@ static inline double check_rel_l2(const char *what, const float *got, const doub
         t_passed++;
     }
     return err;
+}
+
+/* The CPU as a device. */
+static inline nvfp4moe_device t_cpu(void) {
+    nvfp4moe_device d;
+    nvfp4moe_device_parse("cpu", &d);
+    return d;
+}
+
+/* Runs cfg on a host backend through the plan API (threads: the plan's num_threads, 0 for the
+ * default) with in's tensors, the output poisoned with NaN first; got: the output as float. */
+static inline nvfp4moe_status t_run_host(const char *backend, const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                         const nvfp4moe_io *in, int32_t threads, float *got) {
+    nvfp4moe_device dev = t_cpu();
+    nvfp4moe_plan_options po = {.backend = backend, .device = &dev, .num_threads = threads};
+    nvfp4moe_plan *plan = NULL;
+    nvfp4moe_status st = nvfp4moe_plan_create(cfg, w, &po, &plan);
+    if (st != NVFP4MOE_OK) return st;
+    size_t osz = nvfp4moe_dtype_size(cfg->out_dtype), n = (size_t)(in->num_tokens * cfg->hidden_size);
+    void *out = malloc(n * osz + 1);
+    memset(out, 0xFF, n * osz); /* NaN in every dtype */
+    nvfp4moe_io io = *in;
+    io.output = out;
+    st = nvfp4moe_plan_forward(plan, &io, NULL);
+    if (st == NVFP4MOE_OK) nvfp4moe_to_float(cfg->out_dtype, out, (int64_t)n, got);
+    free(out);
+    nvfp4moe_plan_destroy(plan);
+    return st;
 }
 
 static inline int t_finish(const char *suite) {

@@ -29,30 +29,10 @@ static void find_backends(void) {
            gpu[0] ? gpu : " none", none);
 }
 
-static nvfp4moe_device cpu(void) {
-    nvfp4moe_device d;
-    nvfp4moe_device_parse("cpu", &d);
-    return d;
-}
-
 /* Runs cfg on backend with the given inputs; returns the output as float in got. */
 static nvfp4moe_status run_backend(const char *backend, const nvfp4moe_config *cfg, const nvfp4moe_layer *l,
                                    const nvfp4moe_io *in, float *got) {
-    nvfp4moe_device dev = cpu();
-    nvfp4moe_plan_options po = {.backend = backend, .device = &dev};
-    nvfp4moe_plan *plan = NULL;
-    nvfp4moe_status st = nvfp4moe_plan_create(cfg, &l->w, &po, &plan);
-    if (st != NVFP4MOE_OK) return st;
-    size_t osz = nvfp4moe_dtype_size(cfg->out_dtype), n = (size_t)(in->num_tokens * cfg->hidden_size);
-    void *out = malloc(n * osz + 1);
-    memset(out, 0xFF, n * osz); /* NaN in every dtype */
-    nvfp4moe_io io = *in;
-    io.output = out;
-    st = nvfp4moe_plan_forward(plan, &io, NULL);
-    if (st == NVFP4MOE_OK) nvfp4moe_to_float(cfg->out_dtype, out, (int64_t)n, got);
-    free(out);
-    nvfp4moe_plan_destroy(plan);
-    return st;
+    return t_run_host(backend, cfg, &l->w, in, 0, got);
 }
 
 static void grid_case(nvfp4moe_config c, int64_t M, uint64_t seed, bool one_expert) {
@@ -145,7 +125,7 @@ static void test_plan_refusals(void) {
     nvfp4moe_layer *l = NULL;
     CHECK_OK(nvfp4moe_layer_random(&c, 3, &l));
     if (!l) return;
-    nvfp4moe_device dev = cpu();
+    nvfp4moe_device dev = t_cpu();
     nvfp4moe_plan_options po = {.device = &dev};
     nvfp4moe_plan *plan = NULL;
     c.lora = true;

@@ -14,21 +14,9 @@
  */
 #include "harness.h"
 #include "backends/cpu.h"
+#include "core/internal.h"
 #include "format/format.h"
 #include "nvfp4moe.h"
-
-static nvfp4moe_device cpu(void) {
-    nvfp4moe_device d;
-    nvfp4moe_device_parse("cpu", &d);
-    return d;
-}
-
-static uint64_t rng(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 // ---- E4M3 as integers ----
 
@@ -62,11 +50,11 @@ static void matrix_make(matrix *m, int64_t N, int64_t K, uint64_t seed, int mode
     m->packed = aligned_alloc(64, (size_t)(N / 16) * nvfp4moe_cpu_tile_bytes(K));
     uint64_t s = seed;
     for (int64_t i = 0; i < N * K / 2; i++) {
-        uint64_t r = rng(&s);
+        uint64_t r = nvfp4moe_rand_u64(&s);
         m->q[i] = mode == 1 ? (uint8_t)((r & 1 ? 0x7 : 0xF) | (r & 2 ? 0x70 : 0xF0)) : (uint8_t)r;
     }
     for (int64_t i = 0; i < N * K / 16; i++) {
-        uint8_t c = (uint8_t)rng(&s);
+        uint8_t c = (uint8_t)nvfp4moe_rand_u64(&s);
         if ((c & 0x7F) == 0x7F) c ^= 0x01;
         m->sf[i] = mode == 1 ? 0x7E : c;
     }
@@ -251,21 +239,7 @@ static void test_quantizer(void) {
 /* Runs cfg on CPU_FAST (threads, the current NVFP4MOE_CPU_ISA) into got [M, H] float. */
 static nvfp4moe_status run_fast(const nvfp4moe_config *cfg, const nvfp4moe_weights *w, const nvfp4moe_io *in,
                                 int threads, float *got) {
-    nvfp4moe_device dev = cpu();
-    nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &dev, .num_threads = threads};
-    nvfp4moe_plan *plan = NULL;
-    nvfp4moe_status st = nvfp4moe_plan_create(cfg, w, &po, &plan);
-    if (st != NVFP4MOE_OK) return st;
-    const size_t n = (size_t)(in->num_tokens * cfg->hidden_size), osz = nvfp4moe_dtype_size(cfg->out_dtype);
-    void *out = malloc(n * osz + 1);
-    memset(out, 0xFF, n * osz);
-    nvfp4moe_io io = *in;
-    io.output = out;
-    st = nvfp4moe_plan_forward(plan, &io, NULL);
-    if (st == NVFP4MOE_OK) nvfp4moe_to_float(cfg->out_dtype, out, (int64_t)n, got);
-    free(out);
-    nvfp4moe_plan_destroy(plan);
-    return st;
+    return t_run_host("cpu_fast", cfg, w, in, threads, got);
 }
 
 static uint32_t bits(float f) {
@@ -305,7 +279,7 @@ static void test_exact_w4a4(nvfp4moe_config c, int64_t M, uint64_t seed) {
     nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, M * H, seed + 1);
     uint64_t s = seed;
     for (int64_t t = 0; t < M; t++) {
-        ids[t] = (int32_t)(rng(&s) % (uint64_t)E);
+        ids[t] = (int32_t)(nvfp4moe_rand_u64(&s) % (uint64_t)E);
         tw[t] = 1.0f;
     }
     nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .topk_ids = ids, .topk_weights = tw, .output = want};
@@ -419,7 +393,7 @@ static void test_settings(void) {
     nvfp4moe_layer *l = NULL;
     CHECK_OK(nvfp4moe_layer_random(&c, 1, &l));
     if (!l) return;
-    nvfp4moe_device dev = cpu();
+    nvfp4moe_device dev = t_cpu();
     nvfp4moe_plan *plan = NULL;
     nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &dev, .num_threads = -2};
     CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, "num_threads=-2");

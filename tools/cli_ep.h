@@ -31,6 +31,19 @@ typedef struct cli_layer_preset {
     float limit_value;
 } cli_layer_preset;
 
+/* The benchmarks' shared pieces (tools/cli_bench.c). A preset's layer config (nvfp4moe_config_init
+ * plus its shape and activation): */
+void cli_preset_config(const cli_layer_preset *p, nvfp4moe_config *cfg);
+/* n random bytes from seed: E2M1 codes (any byte), or with e4m3 block scale codes in [2^-3, 448]
+ * (0x20..0x7E: valid, never zero or NaN). */
+void cli_fill_nvfp4(uint8_t *d, size_t n, uint64_t seed, bool e4m3);
+/* The stamp of a results file: commit (NULL: `git rev-parse --short HEAD`, else "unknown"), the UTC
+ * date and time ("2026-12-03 10:14 UTC") and day ("2026-12-03"). */
+void cli_bench_stamp(const char *commit, char *commit_out, size_t commit_len, char *date, size_t date_len, char *day,
+                     size_t day_len);
+/* The command line as a results file records it: "nvfp4moe bench ..." (argv[0] is "bench"). */
+void cli_bench_command(int argc, char **argv, char *buf, size_t len);
+
 /* `nvfp4moe bench --ep N ...` (argv[0] is "bench"): the EP time split and all-to-all bandwidth on
  * the given presets, over NCCL (one process per GPU) or the loopback; see its --help. Returns a
  * CLI_EXIT_* code. Builds without CUDA run it too (loopback on the CPU). */

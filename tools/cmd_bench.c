@@ -351,14 +351,7 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
                         bool baseline, double copy_bw, double peak, result *res, int *nres) {
     const int E = p->E, H = p->H, I = p->I, k = p->k;
     nvfp4moe_config cfg;
-    nvfp4moe_config_init(&cfg);
-    cfg.num_experts = E;
-    cfg.top_k = k;
-    cfg.hidden_size = H;
-    cfg.intermediate_size = I;
-    cfg.activation = p->act;
-    cfg.has_swiglu_limit = p->limit;
-    cfg.swiglu_limit = p->limit_value;
+    cli_preset_config(p, &cfg);
     cfg.routing = NVFP4MOE_ROUTING_RENORMALIZE;
     cfg.router_logits_dtype = NVFP4MOE_DTYPE_F32;
     cfg.in_dtype = cfg.out_dtype = NVFP4MOE_DTYPE_BF16;
@@ -822,21 +815,10 @@ int cmd_bench(int argc, char **argv) {
                         "no baseline and no measured bf16 rate\n");
         baseline = false;
     }
-    char commit_buf[64] = "unknown";
-    if (!commit) {
-        FILE *g = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-        if (g) {
-            if (fgets(commit_buf, sizeof commit_buf, g)) commit_buf[strcspn(commit_buf, "\n")] = 0;
-            pclose(g);
-        }
-        commit = commit_buf;
-    }
-    char date[32], gshort[64], prefix[512];
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    char commit_buf[64], date[32], d[16], gshort[64], prefix[512];
+    cli_bench_stamp(commit, commit_buf, sizeof commit_buf, date, sizeof date, d, sizeof d);
+    commit = commit_buf;
     if (!out) {
-        char d[16];
-        strftime(d, sizeof d, "%Y-%m-%d", gmtime(&now));
         snprintf(prefix, sizeof prefix, "bench/results/%s-%s-bench", d, gpu_short(dev.name, gshort, sizeof gshort));
         out = prefix;
     }

@@ -50,22 +50,6 @@ typedef struct {
 
 // ---- random layers ----
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Random E2M1 codes (any byte), or E4M3 scale codes in [2^-3, 448]: 0x20..0x7E. */
-static void fill_random(uint8_t *d, size_t n, uint64_t seed, bool scales) {
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t v = splitmix(&s);
-        for (size_t b = 0; b < 8 && i + b < n; b++, v >>= 8) d[i + b] = scales ? (uint8_t)(0x20 + (v & 0xFF) % 95) : (uint8_t)v;
-    }
-}
-
 /* E experts of `per` bytes, of which the first `distinct` are repeated over the rest through
  * shared mappings of one memory file (per must be a multiple of the page size); plain memory
  * otherwise. Filled at random. */
@@ -82,7 +66,7 @@ static bool tensor_make(tensor *t, size_t per, int64_t E, int64_t distinct, uint
     if (!t->mapped) {
         t->p = malloc(t->len);
         if (!t->p) return false;
-        fill_random(t->p, t->len, seed, scales);
+        cli_fill_nvfp4(t->p, t->len, seed, scales);
         return true;
     }
     int fd = memfd_create("nvfp4moe-bench", 0);
@@ -101,7 +85,7 @@ static bool tensor_make(tensor *t, size_t per, int64_t E, int64_t distinct, uint
         return false;
     }
     t->p = base;
-    fill_random(t->p, per * (size_t)distinct, seed, scales);
+    cli_fill_nvfp4(t->p, per * (size_t)distinct, seed, scales);
     return true;
 }
 
@@ -139,7 +123,7 @@ typedef struct {
     int npresets;
     int64_t Ms[16];
     int nM;
-    int threads[16];
+    int64_t threads[16];
     int nthreads;
     int iters;
     nvfp4moe_scheme scheme;
@@ -155,14 +139,7 @@ static double expected_ggml_experts(const cli_layer_preset *p, int64_t M) {
 
 static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
     nvfp4moe_config c;
-    nvfp4moe_config_init(&c);
-    c.num_experts = pr->E;
-    c.top_k = pr->k;
-    c.hidden_size = pr->H;
-    c.intermediate_size = pr->I;
-    c.activation = pr->act;
-    c.has_swiglu_limit = pr->limit;
-    c.swiglu_limit = pr->limit_value;
+    cli_preset_config(pr, &c);
     c.scheme = b->scheme;
     const int64_t E = c.num_experts, H = c.hidden_size, I = c.intermediate_size, N1 = nvfp4moe_config_n1(&c);
     const size_t per13 = (size_t)(N1 * H / 2), per2 = (size_t)(H * I / 2);
@@ -202,7 +179,7 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
     nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, Mmax * H, 7);
     nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, Mmax * E, 8);
     for (int ti = 0; ti < b->nthreads && rc == 0; ti++) {
-        const int T = b->threads[ti];
+        const int T = (int)b->threads[ti];
         nvfp4moe_device cpu;
         nvfp4moe_device_parse("cpu", &cpu);
         nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &cpu, .num_threads = T};
@@ -344,8 +321,9 @@ static void usage(FILE *f, const cli_layer_preset *presets, int n) {
                "Environment: NVFP4MOE_CPU_ISA=portable|avx2|avx512 forces the kernels.\n");
 }
 
-/* Parses a comma-separated list of integers >= min into out (at most cap). */
-static int parse_list(const char *flag, const char *v, long long min, int64_t *out, int cap) {
+/* Parses a comma-separated list of integers in [min, max] into out (at most cap); returns the
+ * count, or -1 after a message naming the flag. */
+static int parse_list(const char *flag, const char *v, long long min, long long max, int64_t *out, int cap) {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", v);
     int n = 0;
@@ -356,6 +334,10 @@ static int parse_list(const char *flag, const char *v, long long min, int64_t *o
             return -1;
         }
         if (cli_parse_int(flag, tok, min, &x)) return -1;
+        if (x > max) {
+            fprintf(stderr, "nvfp4moe bench: %s %lld: at most %lld\n", flag, x, max);
+            return -1;
+        }
         out[n++] = x;
     }
     if (!n) fprintf(stderr, "nvfp4moe bench: %s: no value in '%s'\n", flag, v);
@@ -370,16 +352,11 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
     }
     int rc = CLI_EXIT_FAILURE;
     const char *out = NULL, *commit = getenv("NVFP4MOE_COMMIT"), *preset_list = "qwen3-30b-a3b,deepseek-v3";
-    int64_t v64[16];
     b->nM = 4;
     b->Ms[0] = 1, b->Ms[1] = 16, b->Ms[2] = 64, b->Ms[3] = 256;
     b->iters = 10;
     b->scheme = NVFP4MOE_SCHEME_W4A4;
-    snprintf(b->command, sizeof b->command, "nvfp4moe");
-    for (int i = 0; i < argc; i++) {
-        size_t l = strlen(b->command);
-        snprintf(b->command + l, sizeof b->command - l, " %s", argv[i]);
-    }
+    cli_bench_command(argc, argv, b->command, sizeof b->command);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long long n;
@@ -391,25 +368,10 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
         } else if (!strcmp(a, "--preset")) {
             if (!(preset_list = cli_flag_value(argc, argv, &i))) goto done;
         } else if (!strcmp(a, "--m")) {
-            int k;
-            if (!(v = cli_flag_value(argc, argv, &i)) || (k = parse_list("--m", v, 1, v64, 16)) < 0) goto done;
-            for (b->nM = 0; b->nM < k; b->nM++) {
-                if (v64[b->nM] > 65536) {
-                    fprintf(stderr, "nvfp4moe bench: --m %lld: at most 65536 tokens\n", (long long)v64[b->nM]);
-                    goto done;
-                }
-                b->Ms[b->nM] = v64[b->nM];
-            }
+            if (!(v = cli_flag_value(argc, argv, &i)) || (b->nM = parse_list("--m", v, 1, 65536, b->Ms, 16)) < 0) goto done;
         } else if (!strcmp(a, "--threads")) {
-            int k;
-            if (!(v = cli_flag_value(argc, argv, &i)) || (k = parse_list("--threads", v, 1, v64, 16)) < 0) goto done;
-            for (b->nthreads = 0; b->nthreads < k; b->nthreads++) {
-                if (v64[b->nthreads] > 1024) {
-                    fprintf(stderr, "nvfp4moe bench: --threads %lld: at most 1024\n", (long long)v64[b->nthreads]);
-                    goto done;
-                }
-                b->threads[b->nthreads] = (int)v64[b->nthreads];
-            }
+            if (!(v = cli_flag_value(argc, argv, &i)) || (b->nthreads = parse_list("--threads", v, 1, 1024, b->threads, 16)) < 0)
+                goto done;
         } else if (!strcmp(a, "--scheme")) {
             if (!(v = cli_flag_value(argc, argv, &i))) goto done;
             if (nvfp4moe_scheme_parse(v, &b->scheme) != NVFP4MOE_OK ||
@@ -448,29 +410,19 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
         }
     }
     if (b->nthreads == 0) {
-        if (nvfp4moe_cpu_default_threads(&b->threads[0]) != NVFP4MOE_OK) {
+        int n;
+        if (nvfp4moe_cpu_default_threads(&n) != NVFP4MOE_OK) {
             fprintf(stderr, "nvfp4moe bench: %s\n", nvfp4moe_last_error());
             goto done;
         }
+        b->threads[0] = n;
         b->nthreads = 1;
     }
     {
-        char c[64] = "unknown";
-        if (!commit) {
-            FILE *g = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-            if (g) {
-                if (fgets(c, sizeof c, g)) c[strcspn(c, "\n")] = 0;
-                pclose(g);
-            }
-            commit = c;
-        }
-        snprintf(b->commit, sizeof b->commit, "%s", commit);
-        time_t now = time(NULL);
-        strftime(b->date, sizeof b->date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
         char d[16];
-        strftime(d, sizeof d, "%Y-%m-%d", gmtime(&now));
+        cli_bench_stamp(commit, b->commit, sizeof b->commit, b->date, sizeof b->date, d, sizeof d);
         if (out) snprintf(b->out, sizeof b->out, "%s", out);
-        else snprintf(b->out, sizeof b->out, "bench/results/%s-cpu-%dt", d, b->threads[b->nthreads - 1]);
+        else snprintf(b->out, sizeof b->out, "bench/results/%s-cpu-%lldt", d, (long long)b->threads[b->nthreads - 1]);
         snprintf(b->cpu, sizeof b->cpu, "this CPU");
         FILE *ci = fopen("/proc/cpuinfo", "r");
         char line[256];

@@ -59,28 +59,6 @@ typedef struct {
     char out[512], commit[64], date[32], command[1024], where[160];
 } bench_ep;
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void fill_bytes(uint8_t *d, size_t n, uint64_t seed, bool e4m3) {
-    uint64_t s = seed;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v = splitmix(&s);
-        if (!e4m3) {
-            memcpy(d + i, &v, 8);
-        } else {
-            /* E4M3 in [2^-3, 448]: codes 0x20..0x7E (positive, never zero, never NaN), as bench. */
-            for (int b = 0; b < 8; b++) d[i + b] = (uint8_t)(0x20 + ((v >> (8 * b)) & 0xFF) % 95);
-        }
-    }
-    for (uint64_t v = splitmix(&s); i < n; i++, v >>= 8) d[i] = e4m3 ? (uint8_t)(0x20 + (v & 0xFF) % 95) : (uint8_t)v;
-}
-
 static void layer_free(bench_layer *l) {
     free(l->w13); free(l->s13); free(l->w2); free(l->s2);
     free(l->g13); free(l->g2); free(l->in13); free(l->in2);
@@ -119,10 +97,10 @@ static void layer_fill_range(bench_layer *l, const nvfp4moe_config *c, int64_t f
     const size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size, N1 = (size_t)nvfp4moe_config_n1(c);
     for (int64_t e = first; e < first + n; e++) {
         const uint64_t s = 0x5EED0000ull + (uint64_t)e * 4;
-        fill_bytes(l->w13 + (size_t)e * N1 * H / 2, N1 * H / 2, s, false);
-        fill_bytes(l->s13 + (size_t)e * N1 * H / 16, N1 * H / 16, s + 1, true);
-        fill_bytes(l->w2 + (size_t)e * H * I / 2, H * I / 2, s + 2, false);
-        fill_bytes(l->s2 + (size_t)e * H * I / 16, H * I / 16, s + 3, true);
+        cli_fill_nvfp4(l->w13 + (size_t)e * N1 * H / 2, N1 * H / 2, s, false);
+        cli_fill_nvfp4(l->s13 + (size_t)e * N1 * H / 16, N1 * H / 16, s + 1, true);
+        cli_fill_nvfp4(l->w2 + (size_t)e * H * I / 2, H * I / 2, s + 2, false);
+        cli_fill_nvfp4(l->s2 + (size_t)e * H * I / 16, H * I / 16, s + 3, true);
     }
 }
 
@@ -216,14 +194,7 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
                                          const nvfp4moe_ep_transport *t) {
     const int32_t N = b->N;
     nvfp4moe_config cfg;
-    nvfp4moe_config_init(&cfg);
-    cfg.num_experts = pr->E;
-    cfg.top_k = pr->k;
-    cfg.hidden_size = pr->H;
-    cfg.intermediate_size = pr->I;
-    cfg.activation = pr->act;
-    cfg.has_swiglu_limit = pr->limit;
-    cfg.swiglu_limit = pr->limit_value;
+    cli_preset_config(pr, &cfg);
     cfg.parallel.ep_size = N;
     cfg.parallel.ep_rank = rank;
     const int64_t L = pr->E / N, H = pr->H, E = pr->E;
@@ -524,11 +495,7 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
     b->iters = 5;
     long long N = 0;
     const char *transport = "auto", *out = NULL, *commit = getenv("NVFP4MOE_COMMIT"), *preset_list = "deepseek-v3,kimi-k2";
-    snprintf(b->command, sizeof b->command, "nvfp4moe");
-    for (int i = 0; i < argc; i++) {
-        size_t l = strlen(b->command);
-        snprintf(b->command + l, sizeof b->command - l, " %s", argv[i]);
-    }
+    cli_bench_command(argc, argv, b->command, sizeof b->command);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long long n;
@@ -630,20 +597,8 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
     if (!b->dev.is_cuda && !b->local_backend) b->local_backend = "cpu_fast";
 
     {
-        char c[64] = "unknown";
-        if (!commit) {
-            FILE *g = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-            if (g) {
-                if (fgets(c, sizeof c, g)) c[strcspn(c, "\n")] = 0;
-                pclose(g);
-            }
-            commit = c;
-        }
-        snprintf(b->commit, sizeof b->commit, "%s", commit);
-        time_t now = time(NULL);
-        strftime(b->date, sizeof b->date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
         char d[16], dev_short[64];
-        strftime(d, sizeof d, "%Y-%m-%d", gmtime(&now));
+        cli_bench_stamp(commit, b->commit, sizeof b->commit, b->date, sizeof b->date, d, sizeof d);
         const char *last = strrchr(b->dev.name, ' ');
         snprintf(dev_short, sizeof dev_short, "%s", b->dev.is_cuda ? (last ? last + 1 : b->dev.name) : "cpu");
         for (char *q = dev_short; *q; q++) *q = (char)(*q >= 'A' && *q <= 'Z' ? *q - 'A' + 'a' : *q);

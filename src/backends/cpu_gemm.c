@@ -249,10 +249,16 @@ static inline void prefetch_sb(const uint8_t *sb) {
 #define AVX2 __attribute__((target("avx2,fma")))
 #define AVX2_INLINE static inline __attribute__((always_inline)) AVX2
 
+/* Block j's scales of rows 8h .. 8h + 7 of a superblock as E4M3 * 2^9 integers: m << sh. */
+AVX2_INLINE __m256i scales_avx2(const uint8_t *sb, int j, int h) {
+    const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 512 + 16 * j + 8 * h)));
+    return _mm256_sllv_epi32(_mm256_and_si256(sc, _mm256_set1_epi32(0x0F)), _mm256_srli_epi32(sc, 4));
+}
+
 AVX2_INLINE void q_avx2_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int64_t *out,
                              const int NT) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_w_u8));
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m4d = _mm256_set1_epi32(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int h = 0; h < 2; h++) {   /* rows 8h .. 8h + 7 */
         __m256i ae[NVFP4MOE_CPU_MAX_NT], ao[NVFP4MOE_CPU_MAX_NT];
         UNROLL for (int t = 0; t < NT; t++) ae[t] = ao[t] = _mm256_setzero_si256();
@@ -266,8 +272,7 @@ AVX2_INLINE void q_avx2_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cp
                 const __m256i w1 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4));
                 const __m256i w2 = _mm256_shuffle_epi8(lut, _mm256_and_si256(v1, m4));
                 const __m256i w3 = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
-                const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 512 + 16 * j + 8 * h)));
-                const __m256i sw = _mm256_sllv_epi32(_mm256_and_si256(sc, m4d), _mm256_srli_epi32(sc, 4));
+                const __m256i sw = scales_avx2(sb, j, h);
                 const int64_t b = 4 * s + j;
                 UNROLL for (int t = 0; t < NT; t++) {
                     const nvfp4moe_cpu_qblock *x = &rows[t][b];
@@ -309,7 +314,6 @@ AVX2_INLINE __m256 e2m1_avx2(__m256i idx, __m256 mag) {
 
 AVX2_INLINE void f_avx2_body(const uint8_t *tile, int64_t nsb, const float *const *rows, float *out, const int NT) {
     const __m256 mag = _mm256_loadu_ps(k_e2m1_f);
-    const __m256i m4d = _mm256_set1_epi32(0x0F);
     for (int h = 0; h < 2; h++) {
         __m256 acc[4];
         UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
@@ -319,10 +323,7 @@ AVX2_INLINE void f_avx2_body(const uint8_t *tile, int64_t nsb, const float *cons
             for (int j = 0; j < 4; j++) {
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 32 * h));
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 64 + 32 * h));
-                const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 512 + 16 * j + 8 * h)));
-                const __m256 sw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sllv_epi32(_mm256_and_si256(sc, m4d),
-                                                                                     _mm256_srli_epi32(sc, 4))),
-                                                _mm256_set1_ps(1.0f / 512.0f));
+                const __m256 sw = _mm256_mul_ps(_mm256_cvtepi32_ps(scales_avx2(sb, j, h)), _mm256_set1_ps(1.0f / 512.0f));
                 const int64_t b = 4 * s + j;
                 __m256 p[4][4];
                 UNROLL for (int g = 0; g < 4; g++) {
@@ -373,10 +374,16 @@ static const nvfp4moe_cpu_kernels k_avx2 = {NVFP4MOE_CPU_AVX2, gemm_q_avx2, gemm
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
 #define AVX512_INLINE static inline __attribute__((always_inline)) AVX512
 
+/* Block j's 16 scales of a superblock as E4M3 * 2^9 integers: m << sh. */
+AVX512_INLINE __m512i scales_avx512(const uint8_t *sb, int j) {
+    const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 512 + 16 * j)));
+    return _mm512_sllv_epi32(_mm512_and_si512(sc, _mm512_set1_epi32(0x0F)), _mm512_srli_epi32(sc, 4));
+}
+
 AVX512_INLINE void q_avx512_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows,
                                  int64_t *out, const int NT) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_w_u8));
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m4d = _mm512_set1_epi32(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i ae[NVFP4MOE_CPU_MAX_NT], ao[NVFP4MOE_CPU_MAX_NT];
     UNROLL for (int t = 0; t < NT; t++) ae[t] = ao[t] = _mm512_setzero_si512();
     for (int64_t s = 0; s < nsb; s++) {
@@ -388,8 +395,7 @@ AVX512_INLINE void q_avx512_body(const uint8_t *tile, int64_t nsb, const nvfp4mo
             const __m512i w1 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4));
             const __m512i w2 = _mm512_shuffle_epi8(lut, _mm512_and_si512(v1, m4));
             const __m512i w3 = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4));
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 512 + 16 * j)));
-            const __m512i sw = _mm512_sllv_epi32(_mm512_and_si512(sc, m4d), _mm512_srli_epi32(sc, 4));
+            const __m512i sw = scales_avx512(sb, j);
             const int64_t b = 4 * s + j;
             UNROLL for (int t = 0; t < NT; t++) {
                 const nvfp4moe_cpu_qblock *x = &rows[t][b];
@@ -420,7 +426,6 @@ AVX512 static void gemm_q_avx512(const uint8_t *tile, int64_t nsb, const nvfp4mo
 
 AVX512_INLINE void f_avx512_body(const uint8_t *tile, int64_t nsb, const float *const *rows, float *out, const int NT) {
     const __m512 lut = _mm512_loadu_ps(k_e2m1_f);
-    const __m512i m4d = _mm512_set1_epi32(0x0F);
     __m512 acc[4];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
@@ -428,10 +433,7 @@ AVX512_INLINE void f_avx512_body(const uint8_t *tile, int64_t nsb, const float *
         prefetch_sb(sb);
         for (int j = 0; j < 4; j++) {
             const __m512i v0 = _mm512_loadu_si512(sb + 128 * j), v1 = _mm512_loadu_si512(sb + 128 * j + 64);
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 512 + 16 * j)));
-            const __m512 sw = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_sllv_epi32(_mm512_and_si512(sc, m4d), _mm512_srli_epi32(sc, 4))),
-                _mm512_set1_ps(1.0f / 512.0f));
+            const __m512 sw = _mm512_mul_ps(_mm512_cvtepi32_ps(scales_avx512(sb, j)), _mm512_set1_ps(1.0f / 512.0f));
             __m512 w[16];   /* column 4g + i of the block: nibble 2i + (g & 1) of v_(g / 2)'s lanes */
             UNROLL for (int i = 0; i < 4; i++) {
                 w[i] = _mm512_permutexvar_ps(_mm512_srli_epi32(v0, 8 * i), lut);

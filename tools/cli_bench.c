@@ -1,0 +1,60 @@
+/*
+ * cli_bench.c - what the benchmarks (tools/cmd_bench*.c) share: a preset's layer config, random
+ * NVFP4 bytes, and the commit and date their results are stamped with.
+ */
+#include "cli_ep.h"
+#include "core/internal.h"
+
+#include <string.h>
+#include <time.h>
+
+void cli_preset_config(const cli_layer_preset *p, nvfp4moe_config *cfg) {
+    nvfp4moe_config_init(cfg);
+    cfg->num_experts = p->E;
+    cfg->top_k = p->k;
+    cfg->hidden_size = p->H;
+    cfg->intermediate_size = p->I;
+    cfg->activation = p->act;
+    cfg->has_swiglu_limit = p->limit;
+    cfg->swiglu_limit = p->limit_value;
+}
+
+void cli_fill_nvfp4(uint8_t *d, size_t n, uint64_t seed, bool e4m3) {
+    uint64_t s = seed;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v = nvfp4moe_rand_u64(&s);
+        if (!e4m3) {
+            memcpy(d + i, &v, 8);
+        } else {
+            /* E4M3 in [2^-3, 448]: codes 0x20..0x7E (positive, never zero, never NaN). */
+            for (int b = 0; b < 8; b++) d[i + b] = (uint8_t)(0x20 + ((v >> (8 * b)) & 0xFF) % 95);
+        }
+    }
+    for (uint64_t v = nvfp4moe_rand_u64(&s); i < n; i++, v >>= 8) d[i] = e4m3 ? (uint8_t)(0x20 + (v & 0xFF) % 95) : (uint8_t)v;
+}
+
+void cli_bench_stamp(const char *commit, char *commit_out, size_t commit_len, char *date, size_t date_len, char *day,
+                     size_t day_len) {
+    char c[64] = "unknown";
+    if (!commit) {
+        FILE *g = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+        if (g) {
+            if (fgets(c, sizeof c, g)) c[strcspn(c, "\n")] = 0;
+            pclose(g);
+        }
+        commit = c;
+    }
+    snprintf(commit_out, commit_len, "%s", commit);
+    time_t now = time(NULL);
+    strftime(date, date_len, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    strftime(day, day_len, "%Y-%m-%d", gmtime(&now));
+}
+
+void cli_bench_command(int argc, char **argv, char *buf, size_t len) {
+    snprintf(buf, len, "nvfp4moe");
+    for (int i = 0; i < argc; i++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, len - l, " %s", argv[i]);
+    }
+}
