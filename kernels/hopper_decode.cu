@@ -288,8 +288,7 @@ struct Decode {
         const float s2 = p.scale_2[e] * kAccUnscale;
         const int32_t *ids = p.sorted_ids + (size_t)b * BM;
         if constexpr (MODE == GEMM1) {
-            const bool gated = p.act.activation < NVFP4MOE_ACT_SILU_NO_MUL;
-            if (gated) {
+            if (p.rows == ROWS_GATE_UP || p.interleaved) {  // gated: gate and up rows in the item
                 // 16 intermediate columns x BM tokens
                 for (int o = tid; o < 16 * BM; o += kThreads) {
                     const int i = o % 16, tok = o / 16;
@@ -536,7 +535,7 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *
                                                     int32_t I, void *act_out, const nvfp4moe_decode_combine *c,
                                                     cudaStream_t stream) {
     if (!gemm_ok(g) || !combine_ok(c) || !act || !act_out || I <= 0 || I % 16) return cudaErrorInvalidValue;
-    const bool gated = act->activation < NVFP4MOE_ACT_SILU_NO_MUL;
+    const bool gated = nvfp4moe_activation_is_gated((nvfp4moe_activation)act->activation);
     if (g->N != (gated ? 2 * I : I)) return cudaErrorInvalidValue;
     if (c->M == 0) return cudaSuccess;
     Params p = params_of(g, c);

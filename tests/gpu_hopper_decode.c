@@ -14,7 +14,8 @@
  * slot per token sent to expert -1 as expert parallelism does), the grouping built on the host,
  * random E2M1 codes, realistic E4M3 block scales (zeros, subnormals, negatives), per-expert
  * scale_2, optional biases, random activations and router weights. Checked, in double:
- *   GEMM1: act[p, i] = act(s2[e] * (x[t] . W13_e[gate i]) + b, s2[e] * (x[t] . W13_e[up i]) + b)
+ *   GEMM1: act[p, i] = act(s2[e] * (x[t] . W13_e[gate i]) + b, s2[e] * (x[t] . W13_e[up i]) + b),
+ *          the activation being the float64 reference's (nvfp4moe_activation_ref, the same config)
  *          against the kernel's bf16/fp16 act rows (relative error <= 1e-2 by norm; every valid
  *          row written, no sentinel row touched);
  *   GEMM2: out[t, h] = sum_j w[t, j] * (s2[e_j] * (act[p] . W2_e[h]) + b) computed from the
@@ -34,6 +35,7 @@
 #include "../kernels/hopper_gemm.h"
 #include "../kernels/moe_gemm.h"
 #include "nvfp4moe.h"
+#include "reference/reference.h"
 
 #include "gpu_gemm_common.h"
 
@@ -44,22 +46,6 @@ typedef struct {
     int limit;     /* clamp on (silu / swigluoai) */
     int bias, bf16, row_scale, ep_holes, out_dtype;
 } test_case;
-
-static double act_ref(int act, int has_limit, double limit, double g, double u) {
-    const double alpha = 1.702, beta = 1.0;
-    switch (act) {
-    case NVFP4MOE_ACT_SILU:
-        if (has_limit) { g = fmin(g, limit); u = fmin(fmax(u, -limit), limit); }
-        return g / (1.0 + exp(-g)) * u;
-    case NVFP4MOE_ACT_GELU: return 0.5 * g * (1.0 + erf(g / sqrt(2.0))) * u;
-    case NVFP4MOE_ACT_SWIGLUOAI:
-        if (has_limit) { g = fmin(g, limit); u = fmin(fmax(u, -limit), limit); }
-        return (u + beta) * g / (1.0 + exp(-alpha * g));
-    case NVFP4MOE_ACT_SILU_NO_MUL: return g / (1.0 + exp(-g));
-    case NVFP4MOE_ACT_RELU2_NO_MUL: { double r = fmax(g, 0.0); return r * r; }
-    default: return NAN;
-    }
-}
 
 static float to_f(int bf16, uint16_t h) { return bf16 ? bf2f(h) : h2f(h); }
 
@@ -96,8 +82,7 @@ static float *dequant(const uint8_t *w, const uint8_t *sf, int E, int N, int K) 
 static int run_case(const test_case *tc, int sm_count) {
     const int E = tc->E, H = tc->H, I = tc->I, M = tc->M, k = tc->topk, bm = tc->block_m;
     const int P = M * k, bf = tc->bf16;
-    const int gated = tc->act < NVFP4MOE_ACT_SILU_NO_MUL, N1 = gated ? 2 * I : I;
-    const int inter = tc->act == NVFP4MOE_ACT_SWIGLUOAI;
+    const int N1 = nvfp4moe_activation_is_gated((nvfp4moe_activation)tc->act) ? 2 * I : I;
     int fails = 0;
 
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
@@ -153,8 +138,16 @@ static int run_case(const test_case *tc, int sm_count) {
     CUDA_OK(cudaMalloc(&d_cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H) + 4));
     CUDA_OK(cudaMalloc(&d_out, (size_t)osz * M * H));
 
-    nvfp4moe_gpu_act_params ap = {.activation = tc->act, .has_limit = tc->limit, .limit = 7.0f,
-                                  .alpha = 1.702f, .beta = 1.0f, .situ_beta = 0, .situ_linear_beta = 0};
+    /* the activation as a config states it: the float64 reference and the kernel read the same */
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    cfg.activation = (nvfp4moe_activation)tc->act;
+    cfg.intermediate_size = I;
+    cfg.has_swiglu_limit = tc->limit;
+    cfg.swiglu_limit = 7.0;
+    const nvfp4moe_act_params cp = nvfp4moe_config_act_params(&cfg);
+    nvfp4moe_gpu_act_params ap = {.activation = tc->act, .has_limit = cp.has_limit, .limit = cp.limit, .alpha = cp.alpha,
+                                  .beta = cp.beta, .situ_beta = cp.situ_beta, .situ_linear_beta = cp.situ_linear_beta};
     nvfp4moe_decode_combine cb = {.topk_ids = d_ids, .M = M, .top_k = k, .H = H, .counters = d_cnt,
                                   .out = d_out, .out_dtype = tc->out_dtype};
     nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = k, .w = d_w13, .scale_2 = d_s13, .bias = d_b13,
@@ -195,21 +188,19 @@ static int run_case(const test_case *tc, int sm_count) {
     {
         double num = 0, den = 0;
         int bad = 0;
+        double *row = malloc(sizeof(double) * (size_t)N1), *ref_row = malloc(sizeof(double) * (size_t)I);
         for (int p = 0; p < P && bad < 4; p++) {
             const int e = ids[p], t = p / k;
+            if (e < 0) continue;
+            for (int n = 0; n < N1; n++) {  /* GEMM1's row, then the float64 reference activation */
+                double d = 0;
+                for (int kk = 0; kk < H; kk++) d += to_f(bf, x[(size_t)t * H + kk]) * dq13[((size_t)e * N1 + n) * H + kk];
+                row[n] = d * s13[e] + (b13 ? b13[(size_t)e * N1 + n] : 0);
+            }
+            nvfp4moe_activation_ref(&cfg, row, ref_row);
             for (int i = 0; i < I; i++) {
                 const uint16_t got = act[(size_t)p * I + i];
-                if (e < 0) continue;
-                const int rg = inter ? 2 * i : i, ru = inter ? 2 * i + 1 : I + i;
-                double gv = 0, uv = 0;
-                for (int kk = 0; kk < H; kk++) {
-                    const double xv = to_f(bf, x[(size_t)t * H + kk]);
-                    gv += xv * dq13[((size_t)e * N1 + rg) * H + kk];
-                    if (gated) uv += xv * dq13[((size_t)e * N1 + ru) * H + kk];
-                }
-                gv = gv * s13[e] + (b13 ? b13[(size_t)e * N1 + rg] : 0);
-                uv = uv * s13[e] + (b13 && gated ? b13[(size_t)e * N1 + ru] : 0);
-                const double ref = act_ref(tc->act, tc->limit, 7.0, gv, uv);
+                const double ref = ref_row[i];
                 const double v = to_f(bf, got);
                 if (!isfinite(v)) {
                     if (bad++ < 3) printf("  %s: act[%d][%d] not written (0x%04x), ref %g\n", tc->name, p, i, got, ref);
@@ -219,6 +210,8 @@ static int run_case(const test_case *tc, int sm_count) {
                 den += ref * ref;
             }
         }
+        free(row);
+        free(ref_row);
         for (int i = 0; i < 2 * I; i++)
             if (act[(size_t)P * I + i] != 0xFFFF) bad++;  // guard rows untouched
         const double rel = sqrt(num / (den > 0 ? den : 1));

@@ -138,7 +138,6 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
     L.bexp = off;   off += align_up((size_t)L.max_blocks * sizeof(int32_t));
     L.nblk = off;   off += align_up(sizeof(int32_t));
     L.a1 = off;     off += needs_input_pass(st) ? align_up((size_t)M * st->H * e16) : 0;
-    /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then). */
     if (L.decode) {
         /* GEMM1 writes the activation's output directly; GEMM2 parks each slot's fp32 row tile in
          * `partial` until the token's last slot arrives (arrival counters per token and tile). */
@@ -148,6 +147,7 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
         L.total = off;
         return L;
     }
+    /* GEMM1's output, reused for GEMM2's (the activation has consumed it by then). */
     L.c1 = off;     off += align_up((size_t)L.P * (size_t)NVFP4MOE_MAX(st->N1, st->H) * e16);
     L.act = off;    off += align_up((size_t)L.P * st->I * e16);
     L.gemm_ws = off;
