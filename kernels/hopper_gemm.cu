@@ -666,7 +666,7 @@ __global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(co
 // One thread per (expert, n tile, k tile, 16-row group gw = 4*warpgroup + warp, lane): its two
 // 16-byte code vectors and, for lanes < 8 (g = lane), the 16 scale bytes of rows g and g+8.
 __global__ void hopper_repack_kernel(const uint8_t *__restrict__ w, const uint8_t *__restrict__ sf,
-                                     int E, int N, int K, int n_tiles, int k_tiles,
+                                     int E, int N, int K, int n_tiles, int k_tiles, int bf16,
                                      uint8_t *__restrict__ out) {
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long total = (long long)E * n_tiles * k_tiles * 8 * 32;
@@ -688,7 +688,7 @@ __global__ void hopper_repack_kernel(const uint8_t *__restrict__ w, const uint8_
 #pragma unroll
     for (int s = 0; s < 8; s++) {
         const int kg = kt * 8 + s;
-        uint32_t q = 0;
+        uint8_t lo[4], hi[4];  // pair j's codes at the lower and the higher k
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int row = row0 + g + 8 * (j & 1);
@@ -700,10 +700,10 @@ __global__ void hopper_repack_kernel(const uint8_t *__restrict__ w, const uint8_
                 if ((sc & 0x7F) == 0) byte = 0;        // zero scale: exact zeros
                 else if (sc & 0x80) byte ^= 0x88;      // negative scale: flip both codes' signs
             }
-            q |= (byte & 0xF) << (4 * j);
-            q |= (byte >> 4) << (16 + 4 * j);
+            lo[j] = uint8_t(byte & 0xF);
+            hi[j] = uint8_t(byte >> 4);
         }
-        words[s] = q;
+        words[s] = nvfp4moe_hbits_pack(!bf16, lo, hi);
     }
     uint4 *cw = reinterpret_cast<uint4 *>(dst + gw * 1024);
     cw[lane] = make_uint4(words[0], words[1], words[2], words[3]);
@@ -823,7 +823,7 @@ extern "C" size_t nvfp4moe_hopper_packed_bytes(int32_t E, int32_t N, int32_t K) 
 }
 
 extern "C" cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t E,
-                                              int32_t N, int32_t K, void *out,
+                                              int32_t N, int32_t K, int32_t is_bf16, void *out,
                                               cudaStream_t stream) {
     if (!w || !sf || !out || E <= 0 || N <= 0 || K <= 0 || N % 16 || K % 16)
         return cudaErrorInvalidValue;
@@ -832,7 +832,7 @@ extern "C" cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *s
     const int block = 256;
     const long long grid = (threads + block - 1) / block;
     if (grid > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
-    hopper_repack_kernel<<<(unsigned)grid, block, 0, stream>>>(w, sf, E, N, K, nt, kt,
+    hopper_repack_kernel<<<(unsigned)grid, block, 0, stream>>>(w, sf, E, N, K, nt, kt, is_bf16 != 0,
                                                                static_cast<uint8_t *>(out));
     return cudaGetLastError();
 }

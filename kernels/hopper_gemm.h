@@ -30,10 +30,12 @@ size_t nvfp4moe_hopper_packed_bytes(int32_t E, int32_t N, int32_t K);
  *   w     [E, N, K/2]  packed E2M1 (element 2j low nibble), device
  *   sf    [E, N, K/16] E4M3 block scales, linear layout, device
  *   out   nvfp4moe_hopper_packed_bytes(E, N, K) bytes, device
+ *   is_bf16  the activations the kernels will multiply them with: 1 bf16, 0 fp16 (the bits of a
+ *            word sit where that type's decode wants them: kernels/hopper_bits.h)
  * N and K are multiples of 16. Zero scales give exact zeros and negative scales flip the codes'
  * signs; E4M3 NaN scales (0x7F/0xFF) are not supported (read as 480). */
 cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N,
-                                   int32_t K, void *out, cudaStream_t stream);
+                                   int32_t K, int32_t is_bf16, void *out, cudaStream_t stream);
 
 /* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
  * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128 and a NULL workspace

@@ -9,15 +9,16 @@
 //   codes  8192 B  [16-row group gw 8][q 2][lane 32][16 B]: lane l (g = l/4, t = l%4) holds, for
 //                  k16 step s = 4q + i, the 32-bit word i of its q-th 16-byte vector: exactly its
 //                  m16n8k16 (mma.sync) / m64nNk16 (wgmma, warp gw%4 of warpgroup gw/4) A fragment
-//                  of that step: rows 16gw+g and 16gw+g+8, k 2t,2t+1 and 2t+8,2t+9. In the word,
-//                  pair j sits in nibbles j (lower k) and j+4 (higher k); pair 0 = (row g, k 2t),
-//                  1 = (row g+8, k 2t), 2 = (row g, k 2t+8), 3 = (row g+8, k 2t+8), i.e. the
-//                  a0..a3 registers.
+//                  of that step: rows 16gw+g and 16gw+g+8, k 2t,2t+1 and 2t+8,2t+9, as the pairs
+//                  a0 = (row g, k 2t), a1 = (row g+8, k 2t), a2 = (row g, k 2t+8),
+//                  a3 = (row g+8, k 2t+8), i.e. the a0..a3 registers; which bit of the word holds
+//                  which bit of the 8 codes is kernels/hopper_bits.h's layout (it differs between
+//                  bf16 and fp16 activations, so the repack is told the dtype).
 //   scales 1024 B  [gw 8][g 8][s 8][h 2]: the scale byte of row 16gw+g+8h, k group s.
 // N is padded to 128 and K to 128 with zero codes.
 //
-// Decode (no LUT). An E2M1 code s|e1 e0|m placed as bf16 bits s<<15 | (e1 e0 m)<<6 is exactly
-// value * 2^-126 (0.5 becomes a bf16 subnormal), as fp16 bits s<<15 | mag<<9 it is value * 2^-14.
+// Decode (no LUT). An E2M1 code s|e1 e0|m moved to bf16 bits s<<15 | (e1 e0 m)<<6 is exactly
+// value * 2^-126 (0.5 becomes a bf16 subnormal), to fp16 bits s<<15 | mag<<9 value * 2^-14.
 // The repack re-encodes each E4M3 scale as an unsigned byte u = Eb<<3 | M such that bf16 bits
 // (u<<4) + (232<<7) are sf * 2^119 and fp16 bits (u<<7) + (8<<10) are sf * 2^7 (E4M3 subnormals
 // become normal; Eb is 5..22, so neither the exponent nor the sign overflows). One HMUL2 then
@@ -31,6 +32,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "hopper_bits.h"
 #include "nvfp4_dev.cuh"
 
 namespace nvfp4moe_hopper {
@@ -67,8 +69,6 @@ __device__ __forceinline__ uint8_t scale_code(uint32_t mag) {
     return uint8_t((eb << 3) | m);
 }
 
-using nvfp4moe_dev::decode_pair;  // the E2M1 pair decode shared with MARLIN
-
 // Scale bytes B (row g) and B+1 (row g+8) of word w -> the two 16-bit floats [row g | row g+8]
 // (sf*2^119 bf16, sf*2^7 fp16): one PRMT and one IMAD for both rows. The HMUL2 that applies them
 // picks its half with an operand selector (.H0_H0 / .H1_H1), so no per-row broadcast is built.
@@ -103,15 +103,19 @@ __device__ __forceinline__ uint16_t to_half_bits(float x) {
     else return __half_as_ushort(__float2half_rn(x));
 }
 
-// One k16 step's A fragment: word q of codes, scale bytes SB (row g) and SB+1 (row g+8) of sw.
+// One k16 step's A fragment: word q of codes (bits placed by kernels/hopper_bits.h), scale bytes
+// SB (row g) and SB+1 (row g+8) of sw. 8 (bf16) / 9 (fp16) integer operations move the codes'
+// bits, PRMT + IMAD expand the two scales, 4 HMUL2 apply them.
 template <bool BF16, int SB>
 __device__ __forceinline__ void decode_step(uint32_t q, uint32_t sw, uint32_t (&a)[4]) {
     const uint32_t sc = expand_scales<BF16, SB>(sw);  // [row g | row g + 8]
-    const uint32_t q8 = q >> 8;
-    a[0] = hmul2_half<BF16, false>(decode_pair<BF16, 0>(q, q8), sc);
-    a[1] = hmul2_half<BF16, true>(decode_pair<BF16, 1>(q, q8), sc);
-    a[2] = hmul2_half<BF16, false>(decode_pair<BF16, 2>(q, q8), sc);
-    a[3] = hmul2_half<BF16, true>(decode_pair<BF16, 3>(q, q8), sc);
+    uint32_t d[4];
+    if constexpr (BF16) nvfp4moe_hbits_decode_bf16(q, d);
+    else nvfp4moe_hbits_decode_fp16(q, d);
+    a[0] = hmul2_half<BF16, false>(d[0], sc);
+    a[1] = hmul2_half<BF16, true>(d[1], sc);
+    a[2] = hmul2_half<BF16, false>(d[2], sc);
+    a[3] = hmul2_half<BF16, true>(d[3], sc);
 }
 
 }  // namespace nvfp4moe_hopper

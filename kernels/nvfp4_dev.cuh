@@ -68,7 +68,7 @@ __device__ __forceinline__ bool block16_of(int64_t idx, int64_t rows, int cols, 
     return true;
 }
 
-// ---- the GEMMs' E2M1 decode (MARLIN's and HOPPER_WGMMA's weight fragments) ----
+// ---- the E2M1 decode of MARLIN's weight fragments (HOPPER_WGMMA has its own: hopper_bits.h) ----
 
 // Pair J of word q (nibbles J and J+4) -> two 16-bit floats: value * 2^-126 (bf16) / 2^-14 (fp16);
 // the GEMM applies the scale, whose bias makes up the exponent. The sign (nibble bit 3) must land

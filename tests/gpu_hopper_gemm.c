@@ -104,7 +104,7 @@ static void run_case(const test_case *tc, int sm_count) {
     CUDA_OK(cudaMemset(d_c, 0xFF, sizeof(uint16_t) * (size_t)(P + guard) * N));  // NaN poison
     CUDA_OK(cudaMemset(d_b, 0xA5, packed));  // the repack must write every byte it owns
 
-    CUDA_OK(nvfp4moe_hopper_repack(d_w, d_sf, E, N, K, d_b, 0));
+    CUDA_OK(nvfp4moe_hopper_repack(d_w, d_sf, E, N, K, tc->bf16, d_b, 0));
     nvfp4moe_hopper_args args;
     memset(&args, 0, sizeof args);
     args.a = d_a;
@@ -365,7 +365,7 @@ static int bench(int sm_count, const char *only_m, int sets, const bench_model *
         for (int s = 0; s < sets; s++) {
             void **hb = gi ? &b2[s] : &b1[s], **mb = gi ? &m2[s] : &m1[s];
             CUDA_OK(cudaMalloc(hb, gi ? p2 : p1));
-            CUDA_OK(nvfp4moe_hopper_repack(w, sf, E, N, K, *hb, 0));
+            CUDA_OK(nvfp4moe_hopper_repack(w, sf, E, N, K, 1, *hb, 0));
             if (marlin) {
                 CUDA_OK(cudaMalloc(mb, gi ? q2 : q1));
                 CUDA_OK(nvfp4moe_marlin_repack(w, sf, E, N, K, *mb, 0));

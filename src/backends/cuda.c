@@ -45,8 +45,8 @@
 typedef struct w4a16_gemm {
     const char *backend;          /* "MARLIN" */
     size_t (*packed_bytes)(int32_t E, int32_t N, int32_t K);
-    cudaError_t (*repack)(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N, int32_t K, void *out,
-                          cudaStream_t stream);
+    cudaError_t (*repack)(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N, int32_t K,
+                          int32_t is_bf16, void *out, cudaStream_t stream);
     size_t (*workspace_bytes)(int32_t P, int32_t N, int32_t K, int32_t max_blocks, int32_t block_m,
                               int32_t sm_count);
     cudaError_t (*gemm)(const nvfp4moe_marlin_args *args, cudaStream_t stream);
@@ -54,8 +54,15 @@ typedef struct w4a16_gemm {
     bool has_decode;              /* a fused small-batch path (kernels/hopper_decode.h) on the same weights */
 } w4a16_gemm;
 
+/* MARLIN's layout is the same for both activation dtypes. */
+static cudaError_t marlin_repack(const uint8_t *w, const uint8_t *sf, int32_t E, int32_t N, int32_t K,
+                                 int32_t is_bf16, void *out, cudaStream_t stream) {
+    (void)is_bf16;
+    return nvfp4moe_marlin_repack(w, sf, E, N, K, out, stream);
+}
+
 static const w4a16_gemm k_marlin_gemm = {
-    "MARLIN", nvfp4moe_marlin_packed_bytes, nvfp4moe_marlin_repack,
+    "MARLIN", nvfp4moe_marlin_packed_bytes, marlin_repack,
     nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m, false};
 static const w4a16_gemm k_hopper_gemm = {
     "HOPPER_WGMMA", nvfp4moe_hopper_packed_bytes, nvfp4moe_hopper_repack,
@@ -265,7 +272,7 @@ static nvfp4moe_status w4a16_pack(cuda_state *st, const uint8_t *w, const uint8_
                                st->name, what, pb, cudaGetErrorString(e));
         goto done;
     }
-    e = st->gemm->repack(dw, dsf, st->E, N, K, *out, 0);
+    e = st->gemm->repack(dw, dsf, st->E, N, K, st->is_bf16, *out, 0);
     if (e == cudaSuccess) e = cudaStreamSynchronize(0);
     if (e != cudaSuccess) s = cuda_fail(st, e, "repacking the weights");
 done:
