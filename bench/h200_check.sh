@@ -9,8 +9,9 @@
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
 #                                         # others,bench,triton,gemm (default: all of them)
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
+#                                     # cpu: CPU_FAST on the host's cores (bench --cpu, not in the default)
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
-# TRITON_MS (default 1,16,64,256).
+# TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS (default: all CPUs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -109,6 +110,13 @@ if has others; then
         timeout 120 $B/$t >"$R/$t.txt" 2>&1
         log "$t rc=$?: $(tail -1 "$R/$t.txt")"
     done
+fi
+if has cpu; then
+    lscpu >"$R/lscpu.txt" 2>&1
+    timeout 400 $B/nvfp4moe bench --cpu --preset qwen3-30b-a3b,deepseek-v3 --m "${CPU_M:-1,16,256}" \
+        ${CPU_THREADS:+--threads "$CPU_THREADS"} --iters 10 --commit "$commit" --out "$R/bench-cpu" \
+        >"$R/bench-cpu.log" 2>&1
+    log "bench --cpu rc=$?: $(grep -m1 'Model name' "$R/lscpu.txt" | tr -s ' ')"
 fi
 presets=${BENCH_PRESETS:-deepseek-v3,qwen3-30b-a3b}
 ms=${BENCH_M:-1,4,16,64,256}

@@ -57,11 +57,11 @@ static void *dup_dev(const void *h, size_t n) {
 }
 
 /* Repacked copy of one projection [E, N, K] in the HOPPER_WGMMA layout (device). */
-static void *pack(const uint8_t *w, const uint8_t *sf, int E, int N, int K) {
+static void *pack(const uint8_t *w, const uint8_t *sf, int E, int N, int K, int bf16) {
     void *dw = dup_dev(w, (size_t)E * N * (K / 2)), *dsf = dup_dev(sf, (size_t)E * N * (K / 16));
     void *out = NULL;
     CUDA_OK(cudaMalloc(&out, nvfp4moe_hopper_packed_bytes(E, N, K)));
-    CUDA_OK(nvfp4moe_hopper_repack(dw, dsf, E, N, K, out, 0));
+    CUDA_OK(nvfp4moe_hopper_repack(dw, dsf, E, N, K, bf16, out, 0));
     CUDA_OK(cudaDeviceSynchronize());
     cudaFree(dw);
     cudaFree(dsf);
@@ -120,7 +120,7 @@ static int run_case(const test_case *tc, int sm_count) {
     float *rw = malloc(sizeof(float) * (size_t)P);
     for (int p = 0; p < P; p++) rw[p] = (float)(0.1 + rng_unif());
 
-    void *d_w13 = pack(w13, sf13, E, N1, H), *d_w2 = pack(w2, sf2, E, H, I);
+    void *d_w13 = pack(w13, sf13, E, N1, H, bf), *d_w2 = pack(w2, sf2, E, H, I, bf);
     void *d_s13 = dup_dev(s13, sizeof(float) * E), *d_s2 = dup_dev(s2, sizeof(float) * E);
     void *d_b13 = b13 ? dup_dev(b13, sizeof(float) * (size_t)E * N1) : NULL;
     void *d_b2 = b2 ? dup_dev(b2, sizeof(float) * (size_t)E * H) : NULL;
@@ -290,7 +290,7 @@ static int stream_bench(int sm_count) {
     uint8_t *w = malloc(wb), *sf = malloc(sb);
     for (size_t i = 0; i < wb; i++) w[i] = (uint8_t)rng_next();
     for (size_t i = 0; i < sb; i++) sf[i] = rand_scale(0);
-    void *d_w = pack(w, sf, E, N, K);
+    void *d_w = pack(w, sf, E, N, K, 1);
     free(w);
     free(sf);
     const size_t packed = nvfp4moe_hopper_packed_bytes(E, N, K);
@@ -347,6 +347,85 @@ static int stream_bench(int sm_count) {
     return 0;
 }
 
+/* Median of n floats (sorts them). */
+static float median_f(float *v, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (v[j] < v[i]) { float t = v[i]; v[i] = v[j]; v[j] = t; }
+    return v[n / 2];
+}
+
+/* One decode-regime layer at M = 1 (one token on E experts, block_m 8) timed kernel by kernel:
+ * GEMM1 + activation alone, GEMM2 + combine alone, and both back to back, each after a 512 MB
+ * memset that evicts L2; the weight bytes each kernel streams over its median time. */
+static void layer_bench(const char *name, int E, int H, int I, int sm_count) {
+    const int iters = 20, N1 = 2 * I, P = E, bm = 8;
+    uint8_t *w13 = malloc((size_t)E * N1 * (H / 2)), *sf13 = malloc((size_t)E * N1 * (H / 16));
+    uint8_t *w2 = malloc((size_t)E * H * (I / 2)), *sf2 = malloc((size_t)E * H * (I / 16));
+    for (size_t i = 0; i < (size_t)E * N1 * (H / 2); i++) w13[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < (size_t)E * N1 * (H / 16); i++) sf13[i] = rand_scale(0);
+    for (size_t i = 0; i < (size_t)E * H * (I / 2); i++) w2[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < (size_t)E * H * (I / 16); i++) sf2[i] = rand_scale(0);
+    void *d_w13 = pack(w13, sf13, E, N1, H, 1), *d_w2 = pack(w2, sf2, E, H, I, 1);
+    free(w13); free(sf13); free(w2); free(sf2);
+    const double b1 = (double)nvfp4moe_hopper_packed_bytes(E, N1, H), b2 = (double)nvfp4moe_hopper_packed_bytes(E, H, I);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)H);
+    for (int i = 0; i < H; i++) x[i] = f2bf((float)rng_normal());
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)E), *sorted = malloc(sizeof(int32_t) * (size_t)E * bm);
+    int32_t *bexp = malloc(sizeof(int32_t) * (size_t)E);
+    float *s2 = malloc(sizeof(float) * (size_t)E), *rw = malloc(sizeof(float) * (size_t)E);
+    for (int e = 0; e < E; e++) {
+        ids[e] = e;
+        bexp[e] = e;
+        s2[e] = 1e-3f;
+        rw[e] = 1.0f / E;
+        for (int r = 0; r < bm; r++) sorted[e * bm + r] = r == 0 ? e : P;
+    }
+    const int nb = E;
+    void *d_x = dup_dev(x, sizeof(uint16_t) * (size_t)H), *d_ids = dup_dev(ids, sizeof(int32_t) * (size_t)E);
+    void *d_sorted = dup_dev(sorted, sizeof(int32_t) * (size_t)E * bm), *d_bexp = dup_dev(bexp, sizeof(int32_t) * (size_t)E);
+    void *d_nb = dup_dev(&nb, 4), *d_s2 = dup_dev(s2, sizeof(float) * (size_t)E), *d_rw = dup_dev(rw, sizeof(float) * (size_t)E);
+    void *d_act, *d_part, *d_cnt, *d_out, *flush;
+    CUDA_OK(cudaMalloc(&d_act, sizeof(uint16_t) * (size_t)P * I));
+    CUDA_OK(cudaMalloc(&d_part, sizeof(float) * (size_t)P * H));
+    CUDA_OK(cudaMalloc(&d_cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(1, H)));
+    CUDA_OK(cudaMemset(d_cnt, 0, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(1, H)));
+    CUDA_OK(cudaMalloc(&d_out, 2 * (size_t)H));
+    const size_t fbytes = (size_t)512 << 20;
+    CUDA_OK(cudaMalloc(&flush, fbytes));
+    nvfp4moe_decode_combine cb = {.topk_ids = d_ids, .M = 1, .top_k = E, .H = H, .counters = d_cnt, .out = d_out,
+                                  .out_dtype = NVFP4MOE_DTYPE_BF16};
+    nvfp4moe_gpu_act_params ap = {.activation = NVFP4MOE_ACT_SILU};
+    nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = E, .w = d_w13, .scale_2 = d_s2, .sorted_ids = d_sorted,
+                               .block_expert = d_bexp, .num_blocks = d_nb, .P = P, .N = N1, .K = H, .E = E,
+                               .block_m = bm, .max_blocks = E, .is_bf16 = 1, .sm_count = sm_count};
+    nvfp4moe_decode_gemm g2 = g1;
+    g2.a = d_act; g2.a_row_div = 1; g2.w = d_w2; g2.N = H; g2.K = I;
+    cudaEvent_t a, b;
+    CUDA_OK(cudaEventCreate(&a));
+    CUDA_OK(cudaEventCreate(&b));
+    float t[3][64];
+    for (int i = 0; i < iters + 3; i++)
+        for (int what = 0; what < 3; what++) {
+            CUDA_OK(cudaMemsetAsync(flush, i & 0xFF, fbytes, 0));
+            if (what == 1) CUDA_OK(nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, 0));  // GEMM2's input
+            CUDA_OK(cudaEventRecord(a, 0));
+            if (what != 1) CUDA_OK(nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, 0));
+            if (what != 0) CUDA_OK(nvfp4moe_hopper_decode_gemm2(&g2, d_rw, d_part, &cb, 0));
+            CUDA_OK(cudaEventRecord(b, 0));
+            CUDA_OK(cudaEventSynchronize(b));
+            if (i >= 3) CUDA_OK(cudaEventElapsedTime(&t[what][i - 3], a, b));
+        }
+    const double m1 = median_f(t[0], iters) * 1e-3, m2 = median_f(t[1], iters) * 1e-3, m12 = median_f(t[2], iters) * 1e-3;
+    printf("layer %s M=1 (E=%d H=%d I=%d, %.1f + %.1f MB packed): GEMM1 %.1f us (%.2f TB/s), GEMM2 %.1f us "
+           "(%.2f TB/s), both %.1f us (%.2f TB/s)\n",
+           name, E, H, I, b1 / 1e6, b2 / 1e6, m1 * 1e6, b1 / m1 / 1e12, m2 * 1e6, b2 / m2 / 1e12, m12 * 1e6,
+           (b1 + b2) / m12 / 1e12);
+    void *dev[] = {d_w13, d_w2, d_x, d_ids, d_sorted, d_bexp, d_nb, d_s2, d_rw, d_act, d_part, d_cnt, d_out, flush};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    free(x); free(ids); free(sorted); free(bexp); free(s2); free(rw);
+}
+
 int main(int argc, char **argv) {
     int dev = 0, major = 0, sms = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
@@ -371,7 +450,12 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (stream) return stream_bench(sms);
+    if (stream) {
+        stream_bench(sms);
+        layer_bench("deepseek-v3", 8, 7168, 2048, sms);
+        layer_bench("qwen3-30b-a3b", 8, 2048, 768, sms);
+        return 0;
+    }
     for (int i = 0; i < N_CASES; i++) {
         if (only >= 0 && i != only) continue;
         t_record(run_case(&k_cases[i], sms) == 0);
