@@ -271,7 +271,8 @@ static void layer_case(nvfp4moe_config c, int64_t M, uint64_t seed) {
     nvfp4moe_io hio = {.num_tokens = M, .hidden = hidden, .topk_ids = ids, .topk_weights = wts, .output = host};
     CHECK_OK(nvfp4moe_emulation_forward_host(&c, &l->w, &hio));
     void *state = NULL;
-    nvfp4moe_status s = impl->create(&c, &l->w, false, &g_dev, &state);
+    const nvfp4moe_plan_options host_weights = {.weights_on_device = false};
+    nvfp4moe_status s = impl->create(&c, &l->w, &host_weights, &g_dev, &state);
     CHECK(s == NVFP4MOE_OK, "create: %s", nvfp4moe_last_error());
     if (s == NVFP4MOE_OK) {
         const size_t wsz = impl->workspace_size(state, M);

@@ -448,7 +448,8 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
             goto out;
         }
     } else {
-        s = impl->create(&cfg, &layer->w, false, &g_dev, &state);
+        const nvfp4moe_plan_options host_weights = {.weights_on_device = false};
+        s = impl->create(&cfg, &layer->w, &host_weights, &g_dev, &state);
     }
     /* vLLM's EMULATION (TritonExperts) has no gated relu2: the backend must refuse it */
     const bool must_refuse = !w4a16 && c->act == NVFP4MOE_ACT_RELU2;
