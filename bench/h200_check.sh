@@ -57,12 +57,14 @@ if has decode; then
     grep -E "^(FAIL|  )" "$R/gpu_hopper_decode.txt" | head -20 | tee -a "$out/summary.txt"
 fi
 if has sanitize; then
-    for c in 1 3 6; do
+    for c in 1 3 6 9 12; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c >"$R/memcheck$c.txt" 2>&1
         log "memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
     done
-    timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case 2 >"$R/racecheck2.txt" 2>&1
-    log "racecheck case 2 rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck2.txt" | tr '\n' ' ')"
+    for c in 2 10 11; do
+        timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case $c >"$R/racecheck$c.txt" 2>&1
+        log "racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck$c.txt" | tr '\n' ' ')"
+    done
 fi
 if has stream; then
     timeout 90 $B/gpu_hopper_decode --stream >"$R/stream.txt" 2>&1

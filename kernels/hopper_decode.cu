@@ -10,22 +10,25 @@
  *
  * Work split. A work item is one grouping block (<= 8*NT pairs of one expert) times one row tile
  * of 32 weight rows (two 16-row groups: for a gated GEMM1 the gate group and the matching up
- * group, so the activation can run in the epilogue), over all of K. A CTA is 4 warps; each warp
- * takes a quarter of the k tiles of the item, all warps meet in shared memory for the item's
- * epilogue. Items are dealt round-robin to a persistent grid of (multiprocessors x resident CTAs)
- * CTAs: with 1024-1800 items at DeepSeek-V3 M = 1 every multiprocessor gets within one item of
- * its share (the CTAs of one multiprocessor share its bandwidth, so only the per-multiprocessor
- * count quantizes).
+ * group, so the activation can run in the epilogue), over all of K. A CTA is 4 warps; an item is
+ * taken by kw = 1, 2 or 4 of them (an item slot), each over its share of the k tiles, and the
+ * slot's warps meet in shared memory for the item's epilogue (named barrier per slot; one warp
+ * needs none). kw is chosen on the device from the real item count: the fewest warps per item
+ * that still give every resident warp work, so long-K or many-item GEMMs run one warp per item
+ * and a handful of experts is still spread over every warp. Items are dealt round-robin to the
+ * item slots of a persistent grid of (multiprocessors x resident CTAs) CTAs.
  *
- * Inner loop (per warp, per k tile of 128): 6 LDG.128 of packed weights (two 16-row groups:
- * 2 x 16 B of codes and 16 B of scales each, L1 no-allocate), 16 LDG.32 per 8-token column of
- * activations (the mma.sync B fragment: token g, k 2t,2t+1 and 2t+8,2t+9), then per k16 step the
- * ~19-instruction decode of kernels/hopper_layout.cuh for each row group and one mma.sync
- * m16n8k16 per row group and token column. The loads of the next k tile (of this item or of the
- * next) are issued before the current one is computed (two register buffers), so each warp keeps
- * one k tile (2.3 KB of weights) in flight across item boundaries too.
+ * Inner loop (per warp, per k tile of 128). Each warp keeps a ring of kStages k tiles of its own
+ * in shared memory: lane 0 issues the tile kStages ahead as four bulk copies (1 KB of codes and
+ * 128 B of scales per row group, L2 evict-first) completing on that stage's mbarrier, across item
+ * boundaries too, so ~7 KB per warp (~110 KB per multiprocessor) are always in flight. The lanes
+ * wait on the stage's barrier, read their fragments with 6 LDS.128, and decode: per k16 step and
+ * row group 8 integer operations move the codes' bits (kernels/hopper_bits.h), PRMT + IMAD expand
+ * two rows' scales and 4 HMUL2 apply them (kernels/hopper_layout.cuh), then one mma.sync m16n8k16
+ * per row group and token column. The activations (the mma B fragment: token g, k 2t,2t+1 and
+ * 2t+8,2t+9, 16 LDG.32 per tile and column) are loaded one tile ahead into a second register set.
  *
- * Epilogues (fp32 sums of the 4 warps through shared memory, in a fixed order):
+ * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
  *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)
  *     in fp32, rounded once to the 16-bit dtype, stored as the pair's row of the intermediate.
  *   GEMM2: acc * 128 * scale_2[e] + bias, times the router weight, stored as the pair's fp32 row
@@ -75,6 +78,7 @@ struct Params {
     int P, N, K, E;
     int n_tiles, k_tiles;
     int items_per_block;
+    int force_kw;              // warps per item forced (0: chosen on the device)
     int rows;                  // Rows: which two 16-row groups make item r
     int I;                     // GEMM1: intermediate size (gate/up split, act_out row length)
     // GEMM1
@@ -95,13 +99,9 @@ struct Params {
 
 #if NVFP4MOE_DECODE_DEVICE
 
-__device__ __forceinline__ uint4 ldg_stream(const uint8_t *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
+constexpr int kStages = 4;                // k tiles each warp keeps in its shared-memory ring
+constexpr int kStageBytes = 2 * (kGroupCodeBytes + kGroupScaleBytes);  // two row groups' k tile: 2304
+
 __device__ __forceinline__ uint32_t ldg_act(const uint16_t *p) {
     uint32_t v;
     asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
@@ -151,68 +151,126 @@ __device__ __forceinline__ void item_rows(const Params &p, int r, int &r0, int &
     }
 }
 
+// PTX: the mbarrier and bulk-copy primitives of the per-warp ring.
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+// bytes (a multiple of 16) global -> shared through the copy engine, completing on bar; the
+// weights are read once, so they are marked first to leave L2 (the activations stay).
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
+                                         uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+        "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+        : "memory");
+}
+__device__ __forceinline__ uint64_t evict_first_policy() {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr));
+    return v;
+}
+// The KW warps of item slot `slot` (KW = 1: the warp itself).
+__device__ __forceinline__ void slot_sync(int slot, int kw) {
+    if (kw == 1) __syncwarp();
+    else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + slot), "r"(32 * kw) : "memory");
+}
+
 template <int NT, bool BF16, int MODE>
 struct Decode {
     static constexpr int BM = 8 * NT;
 
-    // The registers of one k tile: two row groups' codes and scales, NT token columns of B.
-    struct Frag {
+    // One k tile's weights in registers: two row groups' codes and scales.
+    struct WFrag {
         uint4 c[2][2];          // [group][q]: k16 steps 4q..4q+3
         uint4 s[2];             // [group]: 8 steps x rows (g, g+8)
+    };
+    // One k tile's activations: NT token columns of the mma B fragment.
+    struct BFrag {
         uint32_t b[NT][8][2];   // [column][step][b0, b1]
         int ntv;                // valid token columns
     };
 
-    // Where the loads are: the item, its k tile, and the lane's addresses in it.
-    struct Cursor {
-        int item, kk;
-        const uint8_t *w[2];    // lane's first code vector of group 0/1 at the slice's first k tile
-        const uint8_t *s[2];    // the quad's scale vector
-        const uint16_t *arow[NT];  // lane's activation row (offset 2t), or nullptr (sentinel)
-        int ntv;
+    // Where a warp's slice of an item is: its first k tile, and its tiles' count.
+    struct Work {
+        int item, kk;           // kk: tile of the slice
     };
 
-    static __device__ __forceinline__ void set_item(const Params &p, Cursor &c, int item, int kt0) {
-        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    // The weight chunks of item `item`, group h, at the slice's first k tile.
+    static __device__ __forceinline__ const uint8_t *group_chunk(const Params &p, int item, int h, int kt0, int &gw) {
         const int b = item / p.items_per_block, r = item % p.items_per_block;
         const int e = p.block_expert[b];
-        c.item = item;
-        c.kk = 0;
         int r0, r1;
         item_rows(p, r, r0, r1);
-        const int rows[2] = {r0, r1};
+        const int row = h ? r1 : r0;
+        gw = (row % kTN) / 16;
+        return p.w + group_offset(e, row, kt0, p.n_tiles, p.k_tiles);
+    }
+
+    // Lane 0: the copies of one k tile of the item's two row groups into ring stage `dst`.
+    static __device__ __forceinline__ void fetch(const Params &p, uint32_t dst, uint32_t bar, const uint8_t *const (&chunk)[2],
+                                                 const int (&gw)[2], int kk, uint64_t pol) {
+        mbar_arrive_expect_tx(bar, kStageBytes);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const uint8_t *chunk = p.w + group_offset(e, rows[h], kt0, p.n_tiles, p.k_tiles);
-            const int gw = (rows[h] % kTN) / 16;
-            c.w[h] = chunk + gw * kGroupCodeBytes + lane * 16;
-            c.s[h] = chunk + kCodeBytes + gw * kGroupScaleBytes + g * 16;
+            const uint8_t *c = chunk[h] + (size_t)kk * kWChunk;
+            bulk_g2s(dst + h * kGroupCodeBytes, c + gw[h] * kGroupCodeBytes, kGroupCodeBytes, bar, pol);
+            bulk_g2s(dst + 2 * kGroupCodeBytes + h * kGroupScaleBytes, c + kCodeBytes + gw[h] * kGroupScaleBytes,
+                     kGroupScaleBytes, bar, pol);
         }
-        int ntv = 0;
+    }
+
+    // The lane's token rows of item `item` (nullptr: sentinel) and the valid column count.
+    static __device__ __forceinline__ void token_rows(const Params &p, int item, const uint16_t *(&arow)[NT], int &ntv) {
+        const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+        const int b = item / p.items_per_block;
+        ntv = 0;
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const int pid = p.sorted_ids[(size_t)b * BM + 8 * j + g];
             const bool ok = pid >= 0 && pid < p.P;
-            c.arow[j] = ok ? p.a + (size_t)(pid / p.a_row_div) * p.K + 2 * t : nullptr;
+            arow[j] = ok ? p.a + (size_t)(pid / p.a_row_div) * p.K + 2 * t : nullptr;
             if (__any_sync(0xffffffffu, ok)) ntv = j + 1;
         }
-        c.ntv = ntv;
     }
 
-    static __device__ __forceinline__ void load(const Params &p, Frag &f, const Cursor &c, int kt0) {
-        const size_t off = (size_t)c.kk * kWChunk;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            f.c[h][0] = ldg_stream(c.w[h] + off);
-            f.c[h][1] = ldg_stream(c.w[h] + off + 512);
-            f.s[h] = ldg_stream(c.s[h] + off);
-        }
-        f.ntv = c.ntv;
-        const int k0 = (kt0 + c.kk) * kTK;
+    static __device__ __forceinline__ void load_b(const Params &p, BFrag &f, const uint16_t *const (&arow)[NT], int ntv,
+                                                  int kt) {
+        f.ntv = ntv;
+        const int k0 = kt * kTK;
         const int steps = (p.K - k0) / 16;  // k16 steps of this tile inside K (K % 16 == 0)
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const uint16_t *row = j < c.ntv && c.arow[j] ? c.arow[j] + k0 : nullptr;
+            const uint16_t *row = j < ntv && arow[j] ? arow[j] + k0 : nullptr;
             if (row && steps >= 8) {  // every tile but a K tail: no per-step bound
 #pragma unroll
                 for (int s = 0; s < 8; s++) {
@@ -230,14 +288,14 @@ struct Decode {
         }
     }
 
-    static __device__ __forceinline__ void compute(const Frag &f, float (&acc)[2][NT][4]) {
+    static __device__ __forceinline__ void compute(const WFrag &w, const BFrag &f, float (&acc)[2][NT][4]) {
 #pragma unroll
         for (int s = 0; s < 8; s++) {
             uint32_t a[2][4];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const uint32_t q = word(f.c[h][s / 4], s % 4);
-                const uint32_t sw = word(f.s[h], s / 2);
+                const uint32_t q = word(w.c[h][s / 4], s % 4);
+                const uint32_t sw = word(w.s[h], s / 2);
                 if (s % 2 == 0) decode_step<BF16, 0>(q, sw, a[h]);
                 else decode_step<BF16, 2>(q, sw, a[h]);
             }
@@ -250,20 +308,21 @@ struct Decode {
         }
     }
 
-    // Shared memory of the epilogue: every warp's accumulators, [warp][group][column][reg][lane].
     struct Smem {
-        float red[kWarps][2][NT][4][32];
-        int last[BM];
+        uint8_t ring[kWarps][kStages][kStageBytes];  // per warp: k tiles in flight
+        uint64_t bar[kWarps][kStages];
+        float red[kWarps][2][NT][4][32];  // the epilogues: every warp's accumulators [group][column][reg][lane]
+        int last[kWarps][BM];             // per item slot: the token each tile-completing arrival finished
     };
 
-    // The item's sum over the 4 warps for row (group h, row16 of the group) and token column tok.
-    static __device__ __forceinline__ float sum_of(const Smem &sm, int h, int row16, int tok) {
+    // The sum over the kw warps of item slot `slot` (warps slot*kw ..) for row (group h, row16 of
+    // the group) and token column tok.
+    static __device__ __forceinline__ float sum_of(const Smem &sm, int slot, int kw, int h, int row16, int tok) {
         const int j = tok / 8, n = tok % 8;
         const int reg = (row16 >= 8 ? 2 : 0) + (n & 1);
         const int ln = (row16 % 8) * 4 + n / 2;
         float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; w++) v += sm.red[w][h][j][reg][ln];
+        for (int w = slot * kw; w < slot * kw + kw; w++) v += sm.red[w][h][j][reg][ln];
         return v;
     }
 
@@ -271,8 +330,11 @@ struct Decode {
         return p.bias ? p.bias[(size_t)e * p.N + row] : 0.0f;
     }
 
-    static __device__ void epilogue(const Params &p, Smem &sm, int item, float (&acc)[2][NT][4]) {
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
+    // The item's epilogue, run by the kw warps of its slot (ks: this warp's k slice; tid: its
+    // thread among the slot's 32*kw).
+    static __device__ void epilogue(const Params &p, Smem &sm, int slot, int kw, int ks, int item,
+                                    float (&acc)[2][NT][4]) {
+        const int lane = threadIdx.x % 32, tid = ks * 32 + lane, nth = 32 * kw, warp = threadIdx.x / 32;
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -282,7 +344,7 @@ struct Decode {
                     sm.red[warp][h][j][r][lane] = acc[h][j][r];
                     acc[h][j][r] = 0.0f;
                 }
-        __syncthreads();
+        slot_sync(slot, kw);
         const int b = item / p.items_per_block, r = item % p.items_per_block;
         const int e = p.block_expert[b];
         const float s2 = p.scale_2[e] * kAccUnscale;
@@ -290,7 +352,7 @@ struct Decode {
         if constexpr (MODE == GEMM1) {
             if (p.rows == ROWS_GATE_UP || p.interleaved) {  // gated: gate and up rows in the item
                 // 16 intermediate columns x BM tokens
-                for (int o = tid; o < 16 * BM; o += kThreads) {
+                for (int o = tid; o < 16 * BM; o += nth) {
                     const int i = o % 16, tok = o / 16;
                     const int pid = ids[tok];
                     if (pid < 0 || pid >= p.P) continue;
@@ -299,13 +361,13 @@ struct Decode {
                     if (p.interleaved) {
                         rg = kRowsPerItem * r + 2 * i;
                         ru = rg + 1;
-                        gv = sum_of(sm, (2 * i) / 16, (2 * i) % 16, tok);
-                        uv = sum_of(sm, (2 * i + 1) / 16, (2 * i + 1) % 16, tok);
+                        gv = sum_of(sm, slot, kw, (2 * i) / 16, (2 * i) % 16, tok);
+                        uv = sum_of(sm, slot, kw, (2 * i + 1) / 16, (2 * i + 1) % 16, tok);
                     } else {
                         rg = 16 * r + i;
                         ru = p.I + 16 * r + i;
-                        gv = sum_of(sm, 0, i, tok);
-                        uv = sum_of(sm, 1, i, tok);
+                        gv = sum_of(sm, slot, kw, 0, i, tok);
+                        uv = sum_of(sm, slot, kw, 1, i, tok);
                     }
                     gv = gv * s2 + bias_of(p, e, rg);
                     uv = uv * s2 + bias_of(p, e, ru);
@@ -313,28 +375,28 @@ struct Decode {
                     p.act_out[(size_t)pid * p.I + 16 * r + i] = to_half_bits<BF16>(v);
                 }
             } else {
-                for (int o = tid; o < kRowsPerItem * BM; o += kThreads) {
+                for (int o = tid; o < kRowsPerItem * BM; o += nth) {
                     const int i = o % kRowsPerItem, tok = o / kRowsPerItem;
                     const int row = kRowsPerItem * r + i;
                     const int pid = ids[tok];
                     if (row >= p.N || pid < 0 || pid >= p.P) continue;
-                    const float x = sum_of(sm, i / 16, i % 16, tok) * s2 + bias_of(p, e, row);
+                    const float x = sum_of(sm, slot, kw, i / 16, i % 16, tok) * s2 + bias_of(p, e, row);
                     p.act_out[(size_t)pid * p.I + row] = to_half_bits<BF16>(nvfp4moe_dev::act_plain(p.act.activation, x));
                 }
             }
-            __syncthreads();  // red is rewritten by the next item
+            slot_sync(slot, kw);  // red is rewritten by the next item
         } else {
-            for (int o = tid; o < kHTile * BM; o += kThreads) {
+            for (int o = tid; o < kHTile * BM; o += nth) {
                 const int i = o % kHTile, tok = o / kHTile;
                 const int hcol = kHTile * r + i;
                 const int pid = ids[tok];
                 if (hcol >= p.N || pid < 0 || pid >= p.P) continue;
-                float v = sum_of(sm, i / 16, i % 16, tok) * s2 + bias_of(p, e, hcol);
+                float v = sum_of(sm, slot, kw, i / 16, i % 16, tok) * s2 + bias_of(p, e, hcol);
                 if (p.row_scale) v *= p.row_scale[pid];
                 p.partial[(size_t)pid * p.N + hcol] = v;
             }
             __threadfence();  // the partial rows are visible before this item's arrivals count
-            __syncthreads();
+            slot_sync(slot, kw);
             if (tid < BM) {
                 const int pid = ids[tid];
                 int done = -1;
@@ -347,12 +409,12 @@ struct Decode {
                         *cnt = 0;  // every slot has arrived: ready for the next forward
                     }
                 }
-                sm.last[tid] = done;
+                sm.last[slot][tid] = done;
                 __threadfence();  // acquire side: the other slots' partial rows are read after this
             }
-            __syncthreads();
-            for (int tok = warp; tok < BM; tok += kWarps) {
-                const int t = sm.last[tok];
+            slot_sync(slot, kw);
+            for (int tok = ks; tok < BM; tok += kw) {
+                const int t = sm.last[slot][tok];
                 const int hcol = kHTile * r + lane;
                 if (t < 0 || hcol >= p.N) continue;
                 float v = 0.0f;
@@ -363,7 +425,7 @@ struct Decode {
                 }
                 store_out(p, (size_t)t * p.N + hcol, v);
             }
-            __syncthreads();  // red and last are rewritten by the next item
+            slot_sync(slot, kw);  // red and last are rewritten by the next item
         }
     }
 
@@ -379,14 +441,57 @@ struct Decode {
                 for (int h = 0; h < p.H; h++) store_out(p, t * p.H + h, 0.0f);
     }
 
+    // Warps per item: the fewest (1, 2, 4) that still give every resident warp an item's slice,
+    // so short-K items run on one warp (no reduction, no CTA barrier) and few items are still
+    // spread over all warps; never more warps than k tiles.
+    static __device__ __forceinline__ int warps_per_item(const Params &p, int items) {
+        const long long warps = (long long)gridDim.x * kWarps;
+        int kw = 1;
+        if (p.force_kw > 0) kw = p.force_kw;
+        else
+            while (kw < kWarps && (long long)items * kw * 4 < warps * 3) kw *= 2;
+        while (kw > 1 && kw > p.k_tiles) kw /= 2;
+        return kw;
+    }
+
     static __device__ void run(const Params &p) {
-        __shared__ Smem sm;
+        __shared__ __align__(128) Smem sm;
         if constexpr (MODE == GEMM1) prepare_combine(p);
-        const int warp = threadIdx.x / 32;
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
         const int items = *p.num_blocks * p.items_per_block;
-        if ((int)blockIdx.x >= items) return;
-        const int kt0 = warp * p.k_tiles / kWarps, kt1 = (warp + 1) * p.k_tiles / kWarps;
-        const int nkt = kt1 - kt0;
+        const int kw = warps_per_item(p, items), slots = kWarps / kw;
+        const int slot = warp / kw, ks = warp % kw;
+        const int first = blockIdx.x * slots + slot, stride = gridDim.x * slots;
+        if (first >= items) return;  // the slot's warps all leave together
+        const int kt0 = ks * p.k_tiles / kw, nkt = (ks + 1) * p.k_tiles / kw - kt0;  // >= 1
+        const uint32_t ring = smem_u32(&sm.ring[warp][0][0]), bars = smem_u32(&sm.bar[warp][0]);
+        const uint64_t pol = evict_first_policy();
+        if (lane == 0)
+            for (int i = 0; i < kStages; i++) mbar_init(bars + 8 * i, 1);
+        fence_proxy_async();  // the barriers' initialization is visible to the copy engine
+        __syncwarp();
+
+        // The fetch cursor runs kStages tiles ahead of the compute cursor (lane 0 issues).
+        Work fw = {first, 0};
+        const uint8_t *chunk[2];
+        int gw[2];
+        chunk[0] = group_chunk(p, first, 0, kt0, gw[0]);
+        chunk[1] = group_chunk(p, first, 1, kt0, gw[1]);
+        auto advance_fetch = [&]() {
+            if (++fw.kk == nkt) {
+                fw.kk = 0;
+                fw.item += stride;
+                if (fw.item < items) {
+                    chunk[0] = group_chunk(p, fw.item, 0, kt0, gw[0]);
+                    chunk[1] = group_chunk(p, fw.item, 1, kt0, gw[1]);
+                }
+            }
+        };
+        for (int i = 0; i < kStages && fw.item < items; i++) {
+            if (lane == 0) fetch(p, ring + i * kStageBytes, bars + 8 * i, chunk, gw, fw.kk, pol);
+            advance_fetch();
+        }
+
         float acc[2][NT][4];
 #pragma unroll
         for (int h = 0; h < 2; h++)
@@ -394,28 +499,48 @@ struct Decode {
             for (int j = 0; j < NT; j++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) acc[h][j][r] = 0.0f;
-        if (nkt == 0) {  // fewer k tiles than warps: this warp only joins the epilogues
-            for (int item = blockIdx.x; item < items; item += gridDim.x) epilogue(p, sm, item, acc);
-            return;
-        }
-        Cursor cur;
-        set_item(p, cur, blockIdx.x, kt0);
-        Frag fa, fb;
-        load(p, fa, cur, kt0);
-        int item = blockIdx.x, kk = 0;  // the tile being computed
-        // Two register buffers, alternately "being computed" and "being loaded".
-        auto step = [&](Frag &now, Frag &next) -> bool {
-            if (++cur.kk == nkt) {
-                cur.item += gridDim.x;
-                if (cur.item < items) set_item(p, cur, cur.item, kt0);
+
+        // The activations run one tile ahead in registers (two buffers).
+        Work bw = {first, 0};
+        const uint16_t *arow[NT];
+        int ntv;
+        token_rows(p, first, arow, ntv);
+        BFrag fa, fb;
+        load_b(p, fa, arow, ntv, kt0);
+        int item = first, kk = 0;  // the tile being computed
+        uint32_t it = 0;           // tiles computed by this warp: ring stage it % kStages
+        auto step = [&](BFrag &now, BFrag &next) -> bool {
+            if (++bw.kk == nkt) {
+                bw.kk = 0;
+                bw.item += stride;
+                if (bw.item < items) token_rows(p, bw.item, arow, ntv);
             }
-            const bool more = cur.item < items;
-            if (more) load(p, next, cur, kt0);
-            compute(now, acc);
+            const bool more = bw.item < items;
+            if (more) load_b(p, next, arow, ntv, kt0 + bw.kk);
+            const uint32_t st = it % kStages, stage = ring + st * kStageBytes;
+            mbar_wait(bars + 8 * st, (it / kStages) & 1);
+            WFrag w;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                w.c[h][0] = lds128(stage + h * kGroupCodeBytes + lane * 16);
+                w.c[h][1] = lds128(stage + h * kGroupCodeBytes + 512 + lane * 16);
+                w.s[h] = lds128(stage + 2 * kGroupCodeBytes + h * kGroupScaleBytes + (lane / 4) * 16);
+            }
+            compute(w, now, acc);
+            // The stage's values are in registers and used: refill it with the tile kStages on.
+            __syncwarp();
+            if (fw.item < items) {
+                if (lane == 0) {
+                    fence_proxy_async();
+                    fetch(p, stage, bars + 8 * st, chunk, gw, fw.kk, pol);
+                }
+                advance_fetch();
+            }
+            it++;
             if (++kk == nkt) {
-                epilogue(p, sm, item, acc);
+                epilogue(p, sm, slot, kw, ks, item, acc);
                 kk = 0;
-                item += gridDim.x;
+                item += stride;
             }
             return more;
         };
@@ -480,7 +605,8 @@ cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, i
 bool gemm_ok(const nvfp4moe_decode_gemm *g) {
     return g && g->a && g->w && g->scale_2 && g->sorted_ids && g->block_expert && g->num_blocks &&
            g->N > 0 && g->K > 0 && g->N % 16 == 0 && g->K % 16 == 0 && g->E > 0 && g->a_row_div >= 1 &&
-           g->P >= 0 && g->max_blocks >= 0 && (g->block_m == 8 || g->block_m == 16);
+           g->P >= 0 && g->max_blocks >= 0 && (g->block_m == 8 || g->block_m == 16) &&
+           (g->warps_per_item == 0 || g->warps_per_item == 1 || g->warps_per_item == 2 || g->warps_per_item == 4);
 }
 
 bool combine_ok(const nvfp4moe_decode_combine *c) {
@@ -505,6 +631,7 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
     p.E = g->E;
     p.n_tiles = n_tiles_of(g->N);
     p.k_tiles = k_tiles_of(g->K);
+    p.force_kw = g->warps_per_item;
     p.topk_ids = c->topk_ids;
     p.M = c->M;
     p.top_k = c->top_k;

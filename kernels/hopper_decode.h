@@ -37,6 +37,8 @@ typedef struct nvfp4moe_decode_gemm {
     int32_t max_blocks;         /* grid bound: cap / block_m */
     int32_t is_bf16;
     int32_t sm_count;
+    int32_t warps_per_item;     /* 0: chosen on the device from the item count (the default); 1, 2 or 4
+                                   forces it (tests), never above the k tiles of K */
 } nvfp4moe_decode_gemm;
 
 /* The layer's output and the top-k combine state shared by the two launches. */

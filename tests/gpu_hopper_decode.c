@@ -8,7 +8,8 @@
  *   gpu_hopper_decode --case I     case I alone (for compute-sanitizer)
  *   gpu_hopper_decode --stream     one expert's packed weights (N x K = 65536 x 7168, 264 MB)
  *                                  streamed at M = 1: median time, TB/s, and the device-to-device
- *                                  copy bandwidth measured in the same run
+ *                                  copy bandwidth measured in the same run; then a DeepSeek-V3
+ *                                  and a Qwen3-30B-A3B layer at M = 1 timed kernel by kernel
  *
  * Each case: random top-k routing (distinct experts per token, some experts empty, optionally a
  * slot per token sent to expert -1 as expert parallelism does), the grouping built on the host,
@@ -22,6 +23,7 @@
  *          kernel's own act rows (so GEMM2 is judged on its exact input), relative error <= 1e-2,
  *          tokens without a valid slot exactly 0, the whole output written (poisoned before);
  *   determinism: a second run gives the same bits.
+ * The kernels choose how many warps share an item on the device; the kw cases force each choice.
  */
 #include <math.h>
 #include <stdint.h>
@@ -45,6 +47,7 @@ typedef struct {
     int act;       /* nvfp4moe_activation */
     int limit;     /* clamp on (silu / swigluoai) */
     int bias, bf16, row_scale, ep_holes, out_dtype;
+    int kw;  /* warps per item forced on both kernels (0: the kernels' choice) */
 } test_case;
 
 static float to_f(int bf16, uint16_t h) { return bf16 ? bf2f(h) : h2f(h); }
@@ -153,7 +156,7 @@ static int run_case(const test_case *tc, int sm_count) {
     nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = k, .w = d_w13, .scale_2 = d_s13, .bias = d_b13,
                                .sorted_ids = d_sorted, .block_expert = d_bexp, .num_blocks = d_nb,
                                .P = P, .N = N1, .K = H, .E = E, .block_m = bm, .max_blocks = g.max_blocks,
-                               .is_bf16 = bf, .sm_count = sm_count};
+                               .is_bf16 = bf, .sm_count = sm_count, .warps_per_item = tc->kw};
     nvfp4moe_decode_gemm g2 = g1;
     g2.a = d_act;
     g2.a_row_div = 1;
@@ -260,7 +263,8 @@ static int run_case(const test_case *tc, int sm_count) {
         fails++;
     }
 done:
-    printf("%s %s (E=%d H=%d I=%d M=%d top-%d block_m=%d)\n", fails ? "FAIL" : "ok  ", tc->name, E, H, I, M, k, bm);
+    printf("%s %s (E=%d H=%d I=%d M=%d top-%d block_m=%d warps/item %s)\n", fails ? "FAIL" : "ok  ", tc->name, E, H, I,
+           M, k, bm, tc->kw == 1 ? "1" : tc->kw == 2 ? "2" : tc->kw == 4 ? "4" : "auto");
     void *dev[] = {d_w13, d_w2, d_s13, d_s2, d_b13, d_b2, d_x, d_ids, d_rw, d_sorted, d_bexp, d_nb, d_act, d_part, d_cnt, d_out};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
@@ -271,16 +275,23 @@ done:
 }
 
 static const test_case k_cases[] = {
-    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out */
-    {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
-    {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
-    {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
-    {"m40-fp16",       16, 512,  256,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16},
-    {"swigluoai",      8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
-    {"no-mul-odd",     8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32},
-    {"relu2-k128",     8,  256,  128,  17, 3,  6,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
-    {"ep-holes",       16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16},
-    {"one-expert",     8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16},
+    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw */
+    {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
+    {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
+    {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
+    {"m40-fp16",       16, 512,  256,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 0},
+    {"swigluoai",      8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
+    {"no-mul-odd",     8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 0},
+    {"relu2-k128",     8,  256,  128,  17, 3,  6,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
+    {"ep-holes",       16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0},
+    {"one-expert",     8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
+    /* every warps-per-item split forced: one warp over all of K, two, four */
+    {"kw1-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1},
+    {"kw2-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2},
+    {"kw4-fp16",       16, 1024, 512,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 4},
+    {"kw1-swigluoai",  8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1},
+    {"kw1-bm16-holes", 16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 1},
+    {"kw2-no-mul-odd", 8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 2},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
