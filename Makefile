@@ -142,6 +142,11 @@ $(BUILD)/tests/%: tests/%.c $(LIB_A) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
+# The GPU tests also link the bench tool's helper kernels (random weights, the copy, read probes).
+$(BUILD)/tests/gpu_%: tests/gpu_%.c $(LIB_A) $(TOOL_CU:%.cu=$(BUILD)/obj/%.o) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(TOOL_CU:%.cu=$(BUILD)/obj/%.o) $(LIB_A) $(LDLIBS)
+
 run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(CLI)
 	./$(CLI) run

@@ -42,6 +42,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "activation.cuh"
 #include "hopper_decode.h"
@@ -102,6 +103,13 @@ struct Params {
 constexpr int kStages = 4;                // k tiles each warp keeps in its shared-memory ring
 constexpr int kStageBytes = 2 * (kGroupCodeBytes + kGroupScaleBytes);  // two row groups' k tile: 2304
 
+__device__ __forceinline__ uint4 ldg_stream(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
 __device__ __forceinline__ uint32_t ldg_act(const uint16_t *p) {
     uint32_t v;
     asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
@@ -205,7 +213,7 @@ __device__ __forceinline__ void slot_sync(int slot, int kw) {
     else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + slot), "r"(32 * kw) : "memory");
 }
 
-template <int NT, bool BF16, int MODE>
+template <int NT, bool BF16, int MODE, bool RING>
 struct Decode {
     static constexpr int BM = 8 * NT;
 
@@ -288,6 +296,29 @@ struct Decode {
         }
     }
 
+    // Without the ring: the lane's code and scale vectors of both groups, straight from memory.
+    static __device__ __forceinline__ void lane_ptrs(const Params &p, int item, int kt0, const uint8_t *(&wp)[2],
+                                                     const uint8_t *(&sp)[2]) {
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int gw;
+            const uint8_t *chunk = group_chunk(p, item, h, kt0, gw);
+            wp[h] = chunk + gw * kGroupCodeBytes + lane * 16;
+            sp[h] = chunk + kCodeBytes + gw * kGroupScaleBytes + (lane / 4) * 16;
+        }
+    }
+    static __device__ __forceinline__ void load_w(WFrag &w, const uint8_t *const (&wp)[2], const uint8_t *const (&sp)[2],
+                                                  int kk) {
+        const size_t off = (size_t)kk * kWChunk;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            w.c[h][0] = ldg_stream(wp[h] + off);
+            w.c[h][1] = ldg_stream(wp[h] + off + 512);
+            w.s[h] = ldg_stream(sp[h] + off);
+        }
+    }
+
     static __device__ __forceinline__ void compute(const WFrag &w, const BFrag &f, float (&acc)[2][NT][4]) {
 #pragma unroll
         for (int s = 0; s < 8; s++) {
@@ -308,9 +339,10 @@ struct Decode {
         }
     }
 
+    static constexpr int kRingStages = RING ? kStages : 1;
     struct Smem {
-        uint8_t ring[kWarps][kStages][kStageBytes];  // per warp: k tiles in flight
-        uint64_t bar[kWarps][kStages];
+        uint8_t ring[kWarps][kRingStages][RING ? kStageBytes : 16];  // per warp: k tiles in flight
+        uint64_t bar[kWarps][kRingStages];
         float red[kWarps][2][NT][4][32];  // the epilogues: every warp's accumulators [group][column][reg][lane]
         int last[kWarps][BM];             // per item slot: the token each tile-completing arrival finished
     };
@@ -465,19 +497,24 @@ struct Decode {
         if (first >= items) return;  // the slot's warps all leave together
         const int kt0 = ks * p.k_tiles / kw, nkt = (ks + 1) * p.k_tiles / kw - kt0;  // >= 1
         const uint32_t ring = smem_u32(&sm.ring[warp][0][0]), bars = smem_u32(&sm.bar[warp][0]);
-        const uint64_t pol = evict_first_policy();
-        if (lane == 0)
-            for (int i = 0; i < kStages; i++) mbar_init(bars + 8 * i, 1);
-        fence_proxy_async();  // the barriers' initialization is visible to the copy engine
-        __syncwarp();
+        const uint64_t pol = RING ? evict_first_policy() : 0;
+        if (RING) {
+            if (lane == 0)
+                for (int i = 0; i < kStages; i++) mbar_init(bars + 8 * i, 1);
+            fence_proxy_async();  // the barriers' initialization is visible to the copy engine
+            __syncwarp();
+        }
 
         // The fetch cursor runs kStages tiles ahead of the compute cursor (lane 0 issues).
         Work fw = {first, 0};
-        const uint8_t *chunk[2];
-        int gw[2];
-        chunk[0] = group_chunk(p, first, 0, kt0, gw[0]);
-        chunk[1] = group_chunk(p, first, 1, kt0, gw[1]);
+        const uint8_t *chunk[2] = {nullptr, nullptr};
+        int gw[2] = {0, 0};
+        if (RING) {
+            chunk[0] = group_chunk(p, first, 0, kt0, gw[0]);
+            chunk[1] = group_chunk(p, first, 1, kt0, gw[1]);
+        }
         auto advance_fetch = [&]() {
+            if (!RING) return;
             if (++fw.kk == nkt) {
                 fw.kk = 0;
                 fw.item += stride;
@@ -487,10 +524,11 @@ struct Decode {
                 }
             }
         };
-        for (int i = 0; i < kStages && fw.item < items; i++) {
-            if (lane == 0) fetch(p, ring + i * kStageBytes, bars + 8 * i, chunk, gw, fw.kk, pol);
-            advance_fetch();
-        }
+        if (RING)
+            for (int i = 0; i < kStages && fw.item < items; i++) {
+                if (lane == 0) fetch(p, ring + i * kStageBytes, bars + 8 * i, chunk, gw, fw.kk, pol);
+                advance_fetch();
+            }
 
         float acc[2][NT][4];
 #pragma unroll
@@ -505,36 +543,54 @@ struct Decode {
         const uint16_t *arow[NT];
         int ntv;
         token_rows(p, first, arow, ntv);
-        BFrag fa, fb;
-        load_b(p, fa, arow, ntv, kt0);
+        // Without the ring the weights run one tile ahead in registers too.
+        struct Frag {
+            BFrag b;
+            WFrag w;
+        };
+        const uint8_t *wp[2], *sp[2];
+        if (!RING) lane_ptrs(p, first, kt0, wp, sp);
+        Frag fa, fb;
+        load_b(p, fa.b, arow, ntv, kt0);
+        if (!RING) load_w(fa.w, wp, sp, 0);
         int item = first, kk = 0;  // the tile being computed
         uint32_t it = 0;           // tiles computed by this warp: ring stage it % kStages
-        auto step = [&](BFrag &now, BFrag &next) -> bool {
+        auto step = [&](Frag &now, Frag &next) -> bool {
             if (++bw.kk == nkt) {
                 bw.kk = 0;
                 bw.item += stride;
-                if (bw.item < items) token_rows(p, bw.item, arow, ntv);
+                if (bw.item < items) {
+                    token_rows(p, bw.item, arow, ntv);
+                    if (!RING) lane_ptrs(p, bw.item, kt0, wp, sp);
+                }
             }
             const bool more = bw.item < items;
-            if (more) load_b(p, next, arow, ntv, kt0 + bw.kk);
-            const uint32_t st = it % kStages, stage = ring + st * kStageBytes;
-            mbar_wait(bars + 8 * st, (it / kStages) & 1);
-            WFrag w;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                w.c[h][0] = lds128(stage + h * kGroupCodeBytes + lane * 16);
-                w.c[h][1] = lds128(stage + h * kGroupCodeBytes + 512 + lane * 16);
-                w.s[h] = lds128(stage + 2 * kGroupCodeBytes + h * kGroupScaleBytes + (lane / 4) * 16);
+            if (more) {
+                if (!RING) load_w(next.w, wp, sp, bw.kk);
+                load_b(p, next.b, arow, ntv, kt0 + bw.kk);
             }
-            compute(w, now, acc);
-            // The stage's values are in registers and used: refill it with the tile kStages on.
-            __syncwarp();
-            if (fw.item < items) {
-                if (lane == 0) {
-                    fence_proxy_async();
-                    fetch(p, stage, bars + 8 * st, chunk, gw, fw.kk, pol);
+            const uint32_t st = it % kStages, stage = ring + st * kStageBytes;
+            if constexpr (RING) {
+                mbar_wait(bars + 8 * st, (it / kStages) & 1);
+                WFrag w;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    w.c[h][0] = lds128(stage + h * kGroupCodeBytes + lane * 16);
+                    w.c[h][1] = lds128(stage + h * kGroupCodeBytes + 512 + lane * 16);
+                    w.s[h] = lds128(stage + 2 * kGroupCodeBytes + h * kGroupScaleBytes + (lane / 4) * 16);
                 }
-                advance_fetch();
+                compute(w, now.b, acc);
+                // The stage's values are in registers and used: refill it with the tile kStages on.
+                __syncwarp();
+                if (fw.item < items) {
+                    if (lane == 0) {
+                        fence_proxy_async();
+                        fetch(p, stage, bars + 8 * st, chunk, gw, fw.kk, pol);
+                    }
+                    advance_fetch();
+                }
+            } else {
+                compute(now.w, now.b, acc);
             }
             it++;
             if (++kk == nkt) {
@@ -553,18 +609,18 @@ struct Decode {
 
 // Registers: one column (NT = 1) fits 4 CTAs (16 warps) per multiprocessor in 128 registers,
 // two columns need 3 (12 warps, 168 registers): their B fragments are twice as many.
-template <int NT, bool BF16, int MODE>
+template <int NT, bool BF16, int MODE, bool RING>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_DECODE_DEVICE
-    Decode<NT, BF16, MODE>::run(p);
+    Decode<NT, BF16, MODE, RING>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
 }
 
-template <int NT, bool BF16, int MODE>
+template <int NT, bool BF16, int MODE, bool RING>
 cudaError_t launch(const Params &p, int max_items, int sm_count, cudaStream_t stream) {
-    auto *fn = decode_kernel<NT, BF16, MODE>;
+    auto *fn = decode_kernel<NT, BF16, MODE, RING>;
     static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
     if (resident < 0) return cudaErrorNoKernelImageForDevice;
     if (resident == 0) {
@@ -587,18 +643,34 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, cudaStream_t st
     long long grid = (long long)(sm_count > 0 ? sm_count : 1) * resident;
     if (grid > max_items) grid = max_items;
     if (grid < 1) grid = 1;
-    decode_kernel<NT, BF16, MODE><<<(unsigned)grid, kThreads, 0, stream>>>(p);
+    fn<<<(unsigned)grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
+}
+
+// Where the weights go on their way to the registers: through each warp's shared-memory ring of
+// bulk copies (NVFP4MOE_DECODE_RING=1) or straight from memory one tile ahead (the default).
+bool use_ring() {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("NVFP4MOE_DECODE_RING");
+        v = e && e[0] == '1';
+    }
+    return v == 1;
+}
+
+template <int MODE, int NT>
+cudaError_t launch_nt(const Params &p, bool bf16, int max_items, int sm_count, cudaStream_t s) {
+    if (use_ring())
+        return bf16 ? launch<NT, true, MODE, true>(p, max_items, sm_count, s)
+                    : launch<NT, false, MODE, true>(p, max_items, sm_count, s);
+    return bf16 ? launch<NT, true, MODE, false>(p, max_items, sm_count, s)
+                : launch<NT, false, MODE, false>(p, max_items, sm_count, s);
 }
 
 template <int MODE>
 cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, cudaStream_t s) {
-    if (block_m == 8)
-        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, s)
-                    : launch<1, false, MODE>(p, max_items, sm_count, s);
-    if (block_m == 16)
-        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, s)
-                    : launch<2, false, MODE>(p, max_items, sm_count, s);
+    if (block_m == 8) return launch_nt<MODE, 1>(p, bf16, max_items, sm_count, s);
+    if (block_m == 16) return launch_nt<MODE, 2>(p, bf16, max_items, sm_count, s);
     return cudaErrorInvalidValue;
 }
 

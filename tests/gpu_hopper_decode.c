@@ -36,6 +36,7 @@
 #include "../kernels/hopper_decode.h"
 #include "../kernels/hopper_gemm.h"
 #include "../kernels/moe_gemm.h"
+#include "../tools/bench_kernels.h"
 #include "nvfp4moe.h"
 #include "reference/reference.h"
 
@@ -295,6 +296,14 @@ static const test_case k_cases[] = {
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
+/* Median of n floats (sorts them). */
+static float median_f(float *v, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (v[j] < v[i]) { float t = v[i]; v[i] = v[j]; v[j] = t; }
+    return v[n / 2];
+}
+
 static int stream_bench(int sm_count) {
     const int E = 1, N = 65536, K = 7168, iters = 20;
     const size_t wb = (size_t)N * (K / 2), sb = (size_t)N * (K / 16);
@@ -353,17 +362,29 @@ static int stream_bench(int sm_count) {
     printf("stream: one expert N=%d K=%d, %.1f MB packed, M=1: median %.1f us = %.2f TB/s; "
            "device copy %.2f TB/s (read+write); %.1f %% of the copy bandwidth\n",
            N, K, packed / 1e6, kt * 1e6, ktb, ctb, 100.0 * ktb / ctb);
+    /* what the memory system gives the same bytes read without any decode: linearly, in the
+     * kernels' pattern over the chunked layout, and with each row group's k tiles contiguous */
+    uint32_t *sink;
+    CUDA_OK(cudaMalloc((void **)&sink, 4));
+    const char *pat[3] = {"linear", "chunked (the kernels' pattern)", "group-contiguous"};
+    for (int mode = 0; mode < 3; mode++) {
+        float tp[64];
+        for (int i = 0; i < iters + 3; i++) {
+            CUDA_OK(cudaMemcpyAsync(c1, c0, cbytes, cudaMemcpyDeviceToDevice, 0));  // evicts L2
+            CUDA_OK(cudaEventRecord(a, 0));
+            CUDA_OK(nvfp4moe_gpu_read_probe(d_w, packed, mode, K / 128, sink, sm_count, 0));
+            CUDA_OK(cudaEventRecord(b, 0));
+            CUDA_OK(cudaEventSynchronize(b));
+            if (i >= 3) CUDA_OK(cudaEventElapsedTime(&tp[i - 3], a, b));
+        }
+        const double pt = median_f(tp, iters) * 1e-3;
+        printf("read probe %-32s %.1f us = %.2f TB/s (%.1f %% of the copy bandwidth)\n", pat[mode], pt * 1e6,
+               packed / pt / 1e12, 100.0 * packed / pt / 1e12 / ctb);
+    }
+    cudaFree(sink);
     void *dev[] = {d_w, d_x, d_ids, d_sorted, d_bexp, d_nb, d_s2, d_rw, d_part, d_cnt, d_out, c0, c1};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     return 0;
-}
-
-/* Median of n floats (sorts them). */
-static float median_f(float *v, int n) {
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (v[j] < v[i]) { float t = v[i]; v[i] = v[j]; v[j] = t; }
-    return v[n / 2];
 }
 
 /* One decode-regime layer at M = 1 (one token on E experts, block_m 8) timed kernel by kernel:

@@ -174,3 +174,74 @@ extern "C" cudaError_t nvfp4moe_gpu_weighted_combine(const void *y, const int32_
                                                                     (__half *)out);
     return cudaGetLastError();
 }
+
+// ---- read probes: what the memory system gives the decode kernels' access patterns ----
+
+namespace {
+
+__device__ __forceinline__ uint4 probe_ld(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t probe_fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+
+// One warp's six 16-byte loads of tile kt of group pair `pair` (pattern 1: the chunked layout,
+// groups 2*pair and 2*pair+1 of n tile pair/4; pattern 2: each group's tiles contiguous).
+__device__ __forceinline__ uint32_t probe_tile(const uint8_t *buf, int mode, int pair, int kt, int k_tiles, int lane) {
+    uint32_t x = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *codes, *scales;
+        if (mode == 1) {
+            const uint8_t *chunk = buf + ((size_t)(pair / 4) * k_tiles + kt) * 9216;
+            const int gw = (pair % 4) * 2 + h;
+            codes = chunk + gw * 1024;
+            scales = chunk + 8192 + gw * 128;
+        } else {
+            codes = buf + ((size_t)(2 * pair + h) * k_tiles + kt) * 1152;
+            scales = codes + 1024;
+        }
+        x ^= probe_fold(probe_ld(codes + lane * 16)) ^ probe_fold(probe_ld(codes + 512 + lane * 16)) ^
+             probe_fold(probe_ld(scales + (lane / 4) * 16));
+    }
+    return x;
+}
+
+__global__ void __launch_bounds__(128) read_probe_kernel(const uint8_t *buf, size_t bytes, int mode, int k_tiles,
+                                                         uint32_t *sink) {
+    const int lane = threadIdx.x % 32;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const long long warps = (long long)gridDim.x * blockDim.x / 32;
+    uint32_t x = 0;
+    if (mode == 0) {  // linear, 4 x 512 B per warp in flight
+        const size_t n = bytes / 16;
+        const uint4 *v = reinterpret_cast<const uint4 *>(buf);
+        for (size_t i = (size_t)warp * 128 + lane; i < n; i += (size_t)warps * 128) {
+            uint4 a = probe_ld(reinterpret_cast<const uint8_t *>(v + i));
+            uint4 b = i + 32 < n ? probe_ld(reinterpret_cast<const uint8_t *>(v + i + 32)) : make_uint4(0, 0, 0, 0);
+            uint4 c = i + 64 < n ? probe_ld(reinterpret_cast<const uint8_t *>(v + i + 64)) : make_uint4(0, 0, 0, 0);
+            uint4 d = i + 96 < n ? probe_ld(reinterpret_cast<const uint8_t *>(v + i + 96)) : make_uint4(0, 0, 0, 0);
+            x ^= probe_fold(a) ^ probe_fold(b) ^ probe_fold(c) ^ probe_fold(d);
+        }
+    } else {  // the decode kernels' pattern: a warp per group pair over all k tiles, 2 tiles in flight
+        const int pairs = (int)(bytes / ((size_t)k_tiles * 2304));
+        for (int pair = (int)warp; pair < pairs; pair += (int)warps)
+            for (int kt = 0; kt < k_tiles; kt += 2) {
+                x ^= probe_tile(buf, mode, pair, kt, k_tiles, lane);
+                if (kt + 1 < k_tiles) x ^= probe_tile(buf, mode, pair, kt + 1, k_tiles, lane);
+            }
+    }
+    if (x == 0x9E3779B9u) sink[0] = x;  // keeps the loads; practically never stores
+}
+
+}  // namespace
+
+extern "C" cudaError_t nvfp4moe_gpu_read_probe(const void *buf, size_t bytes, int32_t mode, int32_t k_tiles,
+                                               uint32_t *sink, int32_t sm_count, cudaStream_t stream) {
+    if (mode < 0 || mode > 2 || (mode && k_tiles <= 0)) return cudaErrorInvalidValue;
+    read_probe_kernel<<<(unsigned)(sm_count > 0 ? sm_count : 1) * 4, 128, 0, stream>>>((const uint8_t *)buf, bytes,
+                                                                                       mode, k_tiles, sink);
+    return cudaGetLastError();
+}

@@ -39,6 +39,14 @@ cudaError_t nvfp4moe_gpu_weighted_combine(const void *y, const int32_t *pos, con
                                           int64_t M, int32_t top_k, int32_t H, int32_t is_bf16,
                                           void *out, cudaStream_t stream);
 
+/* Reads `bytes` of buf (16-byte aligned) with (sm_count x 4) CTAs of 4 warps and discards them:
+ * mode 0 linearly; mode 1 in the decode kernels' pattern over HOPPER_WGMMA's packed chunks (a
+ * warp per pair of 16-row groups, over k_tiles 9216-byte chunks: 2 x 1 KB of codes and 2 x 128 B
+ * of scales each); mode 2 the same bytes per warp with each group's k tiles contiguous. A probe
+ * of what the memory system gives each access pattern (gpu_hopper_decode --stream). */
+cudaError_t nvfp4moe_gpu_read_probe(const void *buf, size_t bytes, int32_t mode, int32_t k_tiles, uint32_t *sink,
+                                    int32_t sm_count, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
