@@ -7,7 +7,8 @@
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
-#                                         # others,bench,triton,gemm (default: all of them)
+#                                         # others,bench,triton,gemm (default: all of them), and
+#                                         # regimes (both regimes forced on every preset)
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
 #                                     # cpu: CPU_FAST on the host's cores (bench --cpu, not in the default)
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
@@ -132,6 +133,15 @@ if has gemm; then
         --no-baseline --iters 20 --commit "$commit (HOPPER_WGMMA forced to its wgmma GEMM)" --out "$R/bench-gemm" \
         >"$R/bench-gemm.log" 2>&1
     log "bench (HOPPER_WGMMA gemm regime) rc=$?"
+fi
+if has regimes; then
+    # HOPPER_WGMMA forced into each regime on every preset where the choice is close
+    for rg in decode gemm; do
+        NVFP4MOE_HOPPER_REGIME=$rg timeout 300 $B/nvfp4moe bench --m "${REGIME_M:-4,16,64,256}" --backend HOPPER_WGMMA \
+            --no-baseline --iters 20 --commit "$commit (HOPPER_WGMMA forced to its $rg regime)" --out "$R/bench-$rg" \
+            >"$R/bench-$rg.log" 2>&1
+        log "bench (HOPPER_WGMMA forced to $rg, every preset) rc=$?"
+    done
 fi
 if has triton; then
     PYTHONUNBUFFERED=1 timeout 400 python3 .anchors/triton_moe/bench_triton_moe.py --ms "${TRITON_MS:-1,16,64,256,1024,4096}" \

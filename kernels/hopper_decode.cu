@@ -18,15 +18,16 @@
  * and a handful of experts is still spread over every warp. Items are dealt round-robin to the
  * item slots of a persistent grid of (multiprocessors x resident CTAs) CTAs.
  *
- * Inner loop (per warp, per k tile of 128). Each warp keeps a ring of kStages k tiles of its own
- * in shared memory: lane 0 issues the tile kStages ahead as four bulk copies (1 KB of codes and
- * 128 B of scales per row group, L2 evict-first) completing on that stage's mbarrier, across item
- * boundaries too, so ~7 KB per warp (~110 KB per multiprocessor) are always in flight. The lanes
- * wait on the stage's barrier, read their fragments with 6 LDS.128, and decode: per k16 step and
- * row group 8 integer operations move the codes' bits (kernels/hopper_bits.h), PRMT + IMAD expand
- * two rows' scales and 4 HMUL2 apply them (kernels/hopper_layout.cuh), then one mma.sync m16n8k16
- * per row group and token column. The activations (the mma B fragment: token g, k 2t,2t+1 and
- * 2t+8,2t+9, 16 LDG.32 per tile and column) are loaded one tile ahead into a second register set.
+ * Inner loop (per warp, per k tile of 128): 6 LDG.128 of packed weights (two 16-row groups:
+ * 2 x 16 B of codes and 16 B of scales each, L1 no-allocate), 16 LDG.32 per 8-token column of
+ * activations (the mma.sync B fragment: token g, k 2t,2t+1 and 2t+8,2t+9), then per k16 step and
+ * row group 8 integer operations that move the codes' bits (kernels/hopper_bits.h), PRMT + LEA
+ * expanding two rows' scales and 4 HMUL2 applying them (kernels/hopper_layout.cuh), and one
+ * mma.sync m16n8k16 per row group and token column. The loads of the next k tile (of this item
+ * or of the next) are issued before the current one is computed (two register sets). A
+ * shared-memory ring of four tiles per warp fed by bulk copies was measured slower on the H200
+ * (2.38 against 2.85 TB/s streaming one expert): bytes in flight are not what limits; the same
+ * bytes read in this pattern with no decode at all reach 3.14 TB/s (gpu_hopper_decode --stream).
  *
  * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
  *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)
@@ -42,7 +43,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #include "activation.cuh"
 #include "hopper_decode.h"
@@ -100,9 +100,6 @@ struct Params {
 
 #if NVFP4MOE_DECODE_DEVICE
 
-constexpr int kStages = 4;                // k tiles each warp keeps in its shared-memory ring
-constexpr int kStageBytes = 2 * (kGroupCodeBytes + kGroupScaleBytes);  // two row groups' k tile: 2304
-
 __device__ __forceinline__ uint4 ldg_stream(const uint8_t *p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -159,61 +156,13 @@ __device__ __forceinline__ void item_rows(const Params &p, int r, int &r0, int &
     }
 }
 
-// PTX: the mbarrier and bulk-copy primitives of the per-warp ring.
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n"
-            "}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-// bytes (a multiple of 16) global -> shared through the copy engine, completing on bar; the
-// weights are read once, so they are marked first to leave L2 (the activations stay).
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
-                                         uint64_t policy) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-        : "memory");
-}
-__device__ __forceinline__ uint64_t evict_first_policy() {
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    return pol;
-}
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(addr));
-    return v;
-}
 // The KW warps of item slot `slot` (KW = 1: the warp itself).
 __device__ __forceinline__ void slot_sync(int slot, int kw) {
     if (kw == 1) __syncwarp();
     else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + slot), "r"(32 * kw) : "memory");
 }
 
-template <int NT, bool BF16, int MODE, bool RING>
+template <int NT, bool BF16, int MODE>
 struct Decode {
     static constexpr int BM = 8 * NT;
 
@@ -242,19 +191,6 @@ struct Decode {
         const int row = h ? r1 : r0;
         gw = (row % kTN) / 16;
         return p.w + group_offset(e, row, kt0, p.n_tiles, p.k_tiles);
-    }
-
-    // Lane 0: the copies of one k tile of the item's two row groups into ring stage `dst`.
-    static __device__ __forceinline__ void fetch(const Params &p, uint32_t dst, uint32_t bar, const uint8_t *const (&chunk)[2],
-                                                 const int (&gw)[2], int kk, uint64_t pol) {
-        mbar_arrive_expect_tx(bar, kStageBytes);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *c = chunk[h] + (size_t)kk * kWChunk;
-            bulk_g2s(dst + h * kGroupCodeBytes, c + gw[h] * kGroupCodeBytes, kGroupCodeBytes, bar, pol);
-            bulk_g2s(dst + 2 * kGroupCodeBytes + h * kGroupScaleBytes, c + kCodeBytes + gw[h] * kGroupScaleBytes,
-                     kGroupScaleBytes, bar, pol);
-        }
     }
 
     // The lane's token rows of item `item` (nullptr: sentinel) and the valid column count.
@@ -296,7 +232,7 @@ struct Decode {
         }
     }
 
-    // Without the ring: the lane's code and scale vectors of both groups, straight from memory.
+    // The lane's code and scale vectors of both groups at the slice's first k tile.
     static __device__ __forceinline__ void lane_ptrs(const Params &p, int item, int kt0, const uint8_t *(&wp)[2],
                                                      const uint8_t *(&sp)[2]) {
         const int lane = threadIdx.x % 32;
@@ -339,10 +275,7 @@ struct Decode {
         }
     }
 
-    static constexpr int kRingStages = RING ? kStages : 1;
     struct Smem {
-        uint8_t ring[kWarps][kRingStages][RING ? kStageBytes : 16];  // per warp: k tiles in flight
-        uint64_t bar[kWarps][kRingStages];
         float red[kWarps][2][NT][4][32];  // the epilogues: every warp's accumulators [group][column][reg][lane]
         int last[kWarps][BM];             // per item slot: the token each tile-completing arrival finished
     };
@@ -489,47 +422,13 @@ struct Decode {
     static __device__ void run(const Params &p) {
         __shared__ __align__(128) Smem sm;
         if constexpr (MODE == GEMM1) prepare_combine(p);
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        const int warp = threadIdx.x / 32;
         const int items = *p.num_blocks * p.items_per_block;
         const int kw = warps_per_item(p, items), slots = kWarps / kw;
         const int slot = warp / kw, ks = warp % kw;
         const int first = blockIdx.x * slots + slot, stride = gridDim.x * slots;
         if (first >= items) return;  // the slot's warps all leave together
         const int kt0 = ks * p.k_tiles / kw, nkt = (ks + 1) * p.k_tiles / kw - kt0;  // >= 1
-        const uint32_t ring = smem_u32(&sm.ring[warp][0][0]), bars = smem_u32(&sm.bar[warp][0]);
-        const uint64_t pol = RING ? evict_first_policy() : 0;
-        if (RING) {
-            if (lane == 0)
-                for (int i = 0; i < kStages; i++) mbar_init(bars + 8 * i, 1);
-            fence_proxy_async();  // the barriers' initialization is visible to the copy engine
-            __syncwarp();
-        }
-
-        // The fetch cursor runs kStages tiles ahead of the compute cursor (lane 0 issues).
-        Work fw = {first, 0};
-        const uint8_t *chunk[2] = {nullptr, nullptr};
-        int gw[2] = {0, 0};
-        if (RING) {
-            chunk[0] = group_chunk(p, first, 0, kt0, gw[0]);
-            chunk[1] = group_chunk(p, first, 1, kt0, gw[1]);
-        }
-        auto advance_fetch = [&]() {
-            if (!RING) return;
-            if (++fw.kk == nkt) {
-                fw.kk = 0;
-                fw.item += stride;
-                if (fw.item < items) {
-                    chunk[0] = group_chunk(p, fw.item, 0, kt0, gw[0]);
-                    chunk[1] = group_chunk(p, fw.item, 1, kt0, gw[1]);
-                }
-            }
-        };
-        if (RING)
-            for (int i = 0; i < kStages && fw.item < items; i++) {
-                if (lane == 0) fetch(p, ring + i * kStageBytes, bars + 8 * i, chunk, gw, fw.kk, pol);
-                advance_fetch();
-            }
-
         float acc[2][NT][4];
 #pragma unroll
         for (int h = 0; h < 2; h++)
@@ -538,61 +437,36 @@ struct Decode {
 #pragma unroll
                 for (int r = 0; r < 4; r++) acc[h][j][r] = 0.0f;
 
-        // The activations run one tile ahead in registers (two buffers).
+        // The loads run one tile ahead of the compute, into a second register set (the cursor bw).
         Work bw = {first, 0};
         const uint16_t *arow[NT];
         int ntv;
         token_rows(p, first, arow, ntv);
-        // Without the ring the weights run one tile ahead in registers too.
         struct Frag {
             BFrag b;
             WFrag w;
         };
         const uint8_t *wp[2], *sp[2];
-        if (!RING) lane_ptrs(p, first, kt0, wp, sp);
+        lane_ptrs(p, first, kt0, wp, sp);
         Frag fa, fb;
         load_b(p, fa.b, arow, ntv, kt0);
-        if (!RING) load_w(fa.w, wp, sp, 0);
+        load_w(fa.w, wp, sp, 0);
         int item = first, kk = 0;  // the tile being computed
-        uint32_t it = 0;           // tiles computed by this warp: ring stage it % kStages
         auto step = [&](Frag &now, Frag &next) -> bool {
             if (++bw.kk == nkt) {
                 bw.kk = 0;
                 bw.item += stride;
                 if (bw.item < items) {
                     token_rows(p, bw.item, arow, ntv);
-                    if (!RING) lane_ptrs(p, bw.item, kt0, wp, sp);
+                    lane_ptrs(p, bw.item, kt0, wp, sp);
                 }
             }
             const bool more = bw.item < items;
             if (more) {
-                if (!RING) load_w(next.w, wp, sp, bw.kk);
+                load_w(next.w, wp, sp, bw.kk);
                 load_b(p, next.b, arow, ntv, kt0 + bw.kk);
             }
-            const uint32_t st = it % kStages, stage = ring + st * kStageBytes;
-            if constexpr (RING) {
-                mbar_wait(bars + 8 * st, (it / kStages) & 1);
-                WFrag w;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    w.c[h][0] = lds128(stage + h * kGroupCodeBytes + lane * 16);
-                    w.c[h][1] = lds128(stage + h * kGroupCodeBytes + 512 + lane * 16);
-                    w.s[h] = lds128(stage + 2 * kGroupCodeBytes + h * kGroupScaleBytes + (lane / 4) * 16);
-                }
-                compute(w, now.b, acc);
-                // The stage's values are in registers and used: refill it with the tile kStages on.
-                __syncwarp();
-                if (fw.item < items) {
-                    if (lane == 0) {
-                        fence_proxy_async();
-                        fetch(p, stage, bars + 8 * st, chunk, gw, fw.kk, pol);
-                    }
-                    advance_fetch();
-                }
-            } else {
-                compute(now.w, now.b, acc);
-            }
-            it++;
+            compute(now.w, now.b, acc);
             if (++kk == nkt) {
                 epilogue(p, sm, slot, kw, ks, item, acc);
                 kk = 0;
@@ -609,18 +483,18 @@ struct Decode {
 
 // Registers: one column (NT = 1) fits 4 CTAs (16 warps) per multiprocessor in 128 registers,
 // two columns need 3 (12 warps, 168 registers): their B fragments are twice as many.
-template <int NT, bool BF16, int MODE, bool RING>
+template <int NT, bool BF16, int MODE>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_DECODE_DEVICE
-    Decode<NT, BF16, MODE, RING>::run(p);
+    Decode<NT, BF16, MODE>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
 }
 
-template <int NT, bool BF16, int MODE, bool RING>
+template <int NT, bool BF16, int MODE>
 cudaError_t launch(const Params &p, int max_items, int sm_count, cudaStream_t stream) {
-    auto *fn = decode_kernel<NT, BF16, MODE, RING>;
+    auto *fn = decode_kernel<NT, BF16, MODE>;
     static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
     if (resident < 0) return cudaErrorNoKernelImageForDevice;
     if (resident == 0) {
@@ -647,30 +521,14 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, cudaStream_t st
     return cudaGetLastError();
 }
 
-// Where the weights go on their way to the registers: through each warp's shared-memory ring of
-// bulk copies (NVFP4MOE_DECODE_RING=1) or straight from memory one tile ahead (the default).
-bool use_ring() {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("NVFP4MOE_DECODE_RING");
-        v = e && e[0] == '1';
-    }
-    return v == 1;
-}
-
-template <int MODE, int NT>
-cudaError_t launch_nt(const Params &p, bool bf16, int max_items, int sm_count, cudaStream_t s) {
-    if (use_ring())
-        return bf16 ? launch<NT, true, MODE, true>(p, max_items, sm_count, s)
-                    : launch<NT, false, MODE, true>(p, max_items, sm_count, s);
-    return bf16 ? launch<NT, true, MODE, false>(p, max_items, sm_count, s)
-                : launch<NT, false, MODE, false>(p, max_items, sm_count, s);
-}
-
 template <int MODE>
 cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, cudaStream_t s) {
-    if (block_m == 8) return launch_nt<MODE, 1>(p, bf16, max_items, sm_count, s);
-    if (block_m == 16) return launch_nt<MODE, 2>(p, bf16, max_items, sm_count, s);
+    if (block_m == 8)
+        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, s)
+                    : launch<1, false, MODE>(p, max_items, sm_count, s);
+    if (block_m == 16)
+        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, s)
+                    : launch<2, false, MODE>(p, max_items, sm_count, s);
     return cudaErrorInvalidValue;
 }
 
