@@ -7,10 +7,10 @@
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
-#                                         # others,bench,triton,gemm (default: all of them), and
-#                                         # regimes (both regimes forced on every preset)
+#                                         # others,bench,triton,gemm (default: all of them); not in the
+#                                         # default: regimes (both regimes forced on every preset), cpu
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
-#                                     # cpu: CPU_FAST on the host's cores (bench --cpu, not in the default)
+# cpu: CPU_FAST on the host's cores (bench --cpu).
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
 # TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS (default: all CPUs).
 set -uo pipefail

@@ -577,10 +577,13 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
 
 extern "C" int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E) {
     if (P <= 0 || E <= 0) return 8;
-    // Measured on the H200 (bench/results/2026-12-03-h200-decode.md): one 8-token column beats
-    // the wgmma GEMM up to ~3 pairs per expert (DeepSeek-V3 M = 64, 2.2 per expert: 1957 vs
-    // 2082 us); with two columns (block_m 16) it loses (Qwen3-30B-A3B M = 64: 291 vs 240 us).
-    return (double)P / E <= 3.0 ? 8 : 0;
+    // Measured on the H200 with both regimes forced on every preset at M = 4..256
+    // (bench/results/2026-12-04-h200-decode.md): the decode kernels win up to 4 pairs per expert
+    // everywhere (Qwen3-30B-A3B M = 64: 202 against 232 us; DeepSeek-V3 M = 64: 1603 against 1953),
+    // and lose on the hidden-7168 layers from 5 (Kimi-K2 M = 256, DeepSeek-V3 M = 256: 2941 against
+    // 2501). One 8-token column holds up to 3 pairs per expert on average, two columns beyond.
+    const double per_expert = (double)P / E;
+    return per_expert <= 3.0 ? 8 : per_expert <= 4.0 ? 16 : 0;
 }
 
 extern "C" size_t nvfp4moe_hopper_decode_counters(int64_t M, int32_t H) {

@@ -50,9 +50,9 @@ typedef struct nvfp4moe_decode_combine {
     int32_t out_dtype;
 } nvfp4moe_decode_combine;
 
-/* block_m of the decode regime for P pairs over E experts (few enough tokens per expert that one
- * 8-token MMA column holds an expert's tokens), or 0 when the wgmma GEMM should run. The kernels
- * also take block_m 16 (two columns), which a caller may force. */
+/* block_m of the decode regime for P pairs over E experts: 8 (one 8-token MMA column) up to 3
+ * pairs per expert, 16 (two columns) up to 4, else 0: the wgmma GEMM should run. A caller may
+ * force either block_m at any size. */
 int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E);
 
 /* Ints of the combine's arrival counters for M tokens of hidden size H. */
