@@ -378,7 +378,10 @@ class MoELayer:
             if isinstance(weights, Mapping):
                 items = list(weights.items())
             else:
-                items = [(k, getattr(weights, k)) for k in _TENSOR_NAMES if getattr(weights, k, None) is not None]
+                # an object (a vLLM MoE layer): its weights and expert biases; a routing correction
+                # bias only when passed by name (its routing is the caller's)
+                items = [(k, getattr(weights, k)) for k in _TENSOR_NAMES
+                         if _TENSOR_NAMES[k] != "correction_bias" and getattr(weights, k, None) is not None]
             for k, v in items:
                 if k not in _TENSOR_NAMES:
                     raise _bad(f"weights: unknown tensor '{k}' (accepted: {', '.join(_TENSOR_NAMES)})")
