@@ -282,13 +282,7 @@ class MoELayer:
                 raise _bad(f"name '{name}': another live MoELayer has it")
             self.name = name
             _LAYERS[name] = self
-        torch = torch_module()
-        self._torch_in = self._torch_out = self._torch_logits = None
-        if torch is not None:
-            self._torch_in = _tensors.torch_dtype(self._cfg["in_dtype"])
-            self._torch_out = _tensors.torch_dtype(self._cfg["out_dtype"])
-            self._torch_logits = _tensors.torch_dtype(self._cfg["router_logits_dtype"])
-            _torch_op.maybe_register()
+        _torch_op.maybe_register()
 
     # ---- construction ----
 
@@ -506,6 +500,14 @@ class MoELayer:
 
         torch tensors run through torch.ops.nvfp4moe.moe on torch's current CUDA stream (or on the
         CPU) and give a torch tensor; numpy arrays (host layers) give a numpy array."""
+        # The path torch.compile traces: plain isinstance checks and the op, nothing dynamo must
+        # step around (the op is registered by the first eager call, or when nvfp4moe sees torch).
+        op, torch = _torch_op._op, _torch_op._torch
+        if op is not None and isinstance(hidden, torch.Tensor) \
+                and (router_logits is None or isinstance(router_logits, torch.Tensor)) \
+                and (topk_ids is None or isinstance(topk_ids, torch.Tensor)) \
+                and (topk_weights is None or isinstance(topk_weights, torch.Tensor)):
+            return op(hidden, router_logits, topk_ids, topk_weights, self.name)
         if is_numpy(hidden) and not self.device_memory:
             return self._forward_numpy(hidden, router_logits, topk_ids, topk_weights)
         torch_hidden = _tensors.as_torch(hidden, "hidden") if not is_numpy(hidden) else None
@@ -513,15 +515,16 @@ class MoELayer:
             raise _bad(f"hidden: a numpy array, but this layer runs on {self.device}: pass torch CUDA tensors")
         conv = [None if a is None else (self._torch_from_numpy(a) if is_numpy(a) else _tensors.as_torch(a, n))
                 for a, n in ((router_logits, "router_logits"), (topk_ids, "topk_ids"), (topk_weights, "topk_weights"))]
-        if self._torch_in is None:  # made before torch was imported
-            self._torch_in = _tensors.torch_dtype(self._cfg["in_dtype"])
-            self._torch_out = _tensors.torch_dtype(self._cfg["out_dtype"])
-            self._torch_logits = _tensors.torch_dtype(self._cfg["router_logits_dtype"])
         try:
             op = _torch_op.register()
         except _torch_op.TorchTooOld:   # no custom ops in this torch: the same forward, without the op
             return self._forward_torch(torch_hidden, conv[0], conv[1], conv[2])
         return op(torch_hidden, conv[0], conv[1], conv[2], self.name)
+
+    # the torch dtypes of the layer's dtypes (torch is imported by then)
+    _torch_in = property(lambda self: _tensors.torch_dtype(self._cfg["in_dtype"]))
+    _torch_out = property(lambda self: _tensors.torch_dtype(self._cfg["out_dtype"]))
+    _torch_logits = property(lambda self: _tensors.torch_dtype(self._cfg["router_logits_dtype"]))
 
     @staticmethod
     def _torch_from_numpy(a):

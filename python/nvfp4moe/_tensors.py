@@ -64,10 +64,15 @@ def numpy_dtype_name(dtype) -> str:
     return _NUMPY_NAMES.get(str(dtype), str(dtype))
 
 
+_TORCH_DTYPES = {}
+
+
 def torch_dtype(name: str):
     """The torch dtype of a layer dtype name ("bf16", "fp16", "f32")."""
-    import torch
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "f32": torch.float32}[name]
+    if not _TORCH_DTYPES:
+        import torch
+        _TORCH_DTYPES.update(bf16=torch.bfloat16, fp16=torch.float16, f32=torch.float32)
+    return _TORCH_DTYPES[name]
 
 
 def numpy_dtypes(name: str):

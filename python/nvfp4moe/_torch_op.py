@@ -10,7 +10,8 @@ import sys
 import threading
 
 _lock = threading.Lock()
-_op = None
+_op = None      # torch.ops.nvfp4moe.moe once registered
+_torch = None   # the torch module then
 
 
 class TorchTooOld(ImportError):
@@ -21,7 +22,7 @@ SCHEMA = "(Tensor hidden, Tensor? router_logits, Tensor? topk_ids, Tensor? topk_
 
 def register():
     """Registers torch.ops.nvfp4moe.moe (once per process) and returns it."""
-    global _op
+    global _op, _torch
     if _op is not None:
         return _op
     with _lock:
@@ -43,6 +44,7 @@ def register():
 
         op = torch.library.custom_op("nvfp4moe::moe", moe, mutates_args=(), schema=SCHEMA)
         op.register_fake(moe_fake)
+        _torch = torch
         _op = torch.ops.nvfp4moe.moe
         return _op
 
