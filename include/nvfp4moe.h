@@ -877,17 +877,21 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const 
 //   "config"       an object of deployment keys read leniently, as a vLLM config dict is: unknown
 //                  keys are ignored (an engine-arguments dict may be passed whole);
 //   "deployment"   an object of deployment keys read strictly: an unknown key is an error.
-// Deployment keys are vLLM's names or this library's (nvfp4moe_config's field names):
-//   num_experts (n_routed_experts, num_local_experts), top_k (num_experts_per_tok),
-//   hidden_size, intermediate_size (moe_intermediate_size: the expert's), dtype (in and out;
-//   "auto" keeps it), in_dtype, out_dtype, activation (hidden_act), swiglu_limit (null: none),
-//   swiglu_alpha, swiglu_beta, situ_beta, situ_linear_beta, routing, n_group, topk_group,
-//   routed_scaling_factor, has_correction_bias, router_logits_dtype,
-//   apply_router_weight_on_input, scheme, has_bias, lora (enable_lora; lora_config: an object
-//   turns it on, null off), batch_invariant (VLLM_BATCH_INVARIANT), requantization_source,
-//   force_a16 (VLLM_B12X_MOE_FP4_FORCE_A16), moe_backend, seed;
-//   tensor_parallel_size (tp_size), data_parallel_size (dp_size), enable_expert_parallel,
-//   ep_size, ep_rank, all2all_backend (all2all), enable_eplb (eplb).
+// Deployment keys are this library's (nvfp4moe_config's field names) or vLLM's (engine
+// arguments, FusedMoEConfig fields, environment variables) and Hugging Face's, in brackets:
+//   num_experts (n_routed_experts, num_local_experts), top_k (num_experts_per_tok,
+//   experts_per_token), hidden_size (hidden_dim), intermediate_size (the expert's:
+//   moe_intermediate_size, intermediate_size_per_partition), dtype (in and out; "auto" keeps
+//   them), in_dtype (the output's too unless out_dtype is given), out_dtype, activation
+//   (hidden_act), swiglu_limit (null: none),
+//   swiglu_alpha, swiglu_beta, situ_beta (activation_situ_beta), situ_linear_beta
+//   (activation_situ_linear_beta), routing, n_group, topk_group, routed_scaling_factor,
+//   has_correction_bias, router_logits_dtype, apply_router_weight_on_input, scheme, has_bias,
+//   lora (enable_lora, is_lora_enabled; lora_config: an object turns it on, null off),
+//   batch_invariant (VLLM_BATCH_INVARIANT), requantization_source, force_a16
+//   (VLLM_B12X_MOE_FP4_FORCE_A16), moe_backend, seed; tp_size (tensor_parallel_size), dp_size
+//   (data_parallel_size), enable_expert_parallel, ep_size, ep_rank, all2all (all2all_backend),
+//   eplb (enable_eplb).
 // Dtype names as nvfp4moe_dtype_parse reads them, also "torch.bfloat16". The objects
 // "parallel_config", "kernel_config" and "model_config" (vLLM's config sections) hold the same keys.
 // As vLLM does, enable_expert_parallel makes ep_size = tensor_parallel_size * data_parallel_size

@@ -235,6 +235,25 @@ static void test_bad_requests(void) {
     CHECK(!strcmp(json_string_value(json_object_get(c, "all2all")), ""), "vLLM's default all2all without EP is none");
     json_decref(j);
     nvfp4moe_json_free(resp);
+    /* in_dtype is the output's dtype too, unless out_dtype is given (in either order) */
+    static const struct {
+        const char *dep, *in, *out;
+    } dt[] = {{"{\"in_dtype\": \"fp16\"}", "fp16", "fp16"},
+              {"{\"out_dtype\": \"bf16\", \"in_dtype\": \"fp16\"}", "fp16", "bf16"},
+              {"{\"in_dtype\": \"torch.float32\", \"out_dtype\": \"bf16\"}", "f32", "bf16"},
+              {"{\"dtype\": \"float16\"}", "fp16", "fp16"}};
+    for (size_t i = 0; i < sizeof dt / sizeof dt[0]; i++) {
+        resp = NULL;
+        CHECK_OK(nvfp4moe_select_json(req("{\"device\": \"cpu\", \"deployment\": %s}", dt[i].dep), &resp));
+        j = parse(resp);
+        c = json_object_get(j, "config");
+        CHECK(j && !strcmp(json_string_value(json_object_get(c, "in_dtype")), dt[i].in) &&
+                  !strcmp(json_string_value(json_object_get(c, "out_dtype")), dt[i].out),
+              "%s: in %s out %s", dt[i].dep, json_string_value(json_object_get(c, "in_dtype")),
+              json_string_value(json_object_get(c, "out_dtype")));
+        json_decref(j);
+        nvfp4moe_json_free(resp);
+    }
     /* the model config from a JSON object is config.json's */
     resp = NULL;
     CHECK_OK(nvfp4moe_select_json("{\"device\": \"h200\", \"hf_config\": {\"model_type\": \"qwen3_moe\", \"hidden_size\":"

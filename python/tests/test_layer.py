@@ -167,6 +167,42 @@ class TestFromTensors(unittest.TestCase):
             nvfp4moe.MoELayer.from_tensors(bad, device="cpu", top_k=2)
         self.assertIn("gate and up global scales differ", str(ctx.exception))
 
+    def test_vllm_fused_moe_config(self):
+        import dataclasses
+        import enum
+
+        class MoEActivation(enum.Enum):
+            SILU = "silu"
+
+        @dataclasses.dataclass
+        class FusedMoEConfig:   # vLLM's field names, in vLLM's order, for a TP=2 shard with EP off
+            num_experts: int = 4
+            experts_per_token: int = 2
+            hidden_dim: int = 64
+            intermediate_size: int = 64
+            num_local_experts: int = 4
+            num_logical_experts: int = 4
+            activation: MoEActivation = MoEActivation.SILU
+            device: str = "cpu"
+            in_dtype: str = "float32"
+            router_logits_dtype: str = "float32"
+            moe_backend: str = "auto"
+            has_bias: bool = False
+            is_lora_enabled: bool = False
+            swiglu_limit: object = None
+            intermediate_size_per_partition: int = 32
+
+        rng = np.random.default_rng(7)
+        w = random_weights(np, rng, experts=4, hidden=64, inter=32)
+        a = nvfp4moe.MoELayer.from_tensors(w, config=FusedMoEConfig(), device="cpu", backend="cpu_reference",
+                                           scheme="w4a16")
+        self.assertEqual((a.top_k, a.intermediate_size, a.in_dtype), (2, 32, "f32"))
+        b = nvfp4moe.MoELayer.from_tensors(w, device="cpu", backend="cpu_reference", scheme="w4a16", top_k=2,
+                                           dtype="f32")
+        x = rng.standard_normal((3, 64)).astype(np.float32)
+        logits = rng.standard_normal((3, 4)).astype(np.float32)
+        np.testing.assert_array_equal(a(x, logits), b(x, logits))
+
     def test_w4a4_matches_the_checkpoint_layer(self):
         ck = nvfp4moe.CheckpointLayer(checkpoint())
         a = nvfp4moe.MoELayer.from_checkpoint(ck, device="cpu", backend="cpu_fast")

@@ -76,6 +76,13 @@ static const key_def k_keys[] = {
     {"num_local_experts", K_I32, F(num_experts), DEPLOY_GIVEN_EXPERTS},
     {"num_experts_per_tok", K_I32, F(top_k), DEPLOY_GIVEN_TOP_K},
     {"moe_intermediate_size", K_I32, F(intermediate_size), DEPLOY_GIVEN_INTER},
+    /* vLLM's FusedMoEConfig fields */
+    {"experts_per_token", K_I32, F(top_k), DEPLOY_GIVEN_TOP_K},
+    {"hidden_dim", K_I32, F(hidden_size), DEPLOY_GIVEN_HIDDEN},
+    {"intermediate_size_per_partition", K_I32, F(intermediate_size), DEPLOY_GIVEN_INTER},
+    {"activation_situ_beta", K_F32, F(situ_beta), 0},
+    {"activation_situ_linear_beta", K_F32, F(situ_linear_beta), 0},
+    {"is_lora_enabled", K_BOOL, F(lora), 0},
     {"dtype", K_DTYPE_BOTH, 0, 0},
     {"hidden_act", K_ACTIVATION, F(activation), 0},
     {"tensor_parallel_size", K_TP, 0, 0},
@@ -252,10 +259,18 @@ static nvfp4moe_status apply_key(json_deploy *d, const key_def *k, json_t *v, co
         if (!strcmp(s, "auto")) break;   /* vLLM: the model's dtype */
         nvfp4moe_dtype dt;
         NVFP4MOE_TRY(bad_name(nvfp4moe_dtype_parse(s, &dt), where, key));
-        if (k->kind == K_DTYPE) {
-            *(nvfp4moe_dtype *)(void *)(base + k->offset) = dt;
-        } else {
+        if (k->kind == K_DTYPE_BOTH) {
             c->in_dtype = c->out_dtype = dt;
+        } else if (k->offset == offsetof(nvfp4moe_config, out_dtype)) {
+            c->out_dtype = dt;
+            d->out_dtype_given = true;
+        } else if (k->offset == offsetof(nvfp4moe_config, in_dtype)) {
+            /* vLLM has one activation dtype (FusedMoEConfig.in_dtype): the output's too, unless
+             * out_dtype is given, before or after */
+            c->in_dtype = dt;
+            if (!d->out_dtype_given) c->out_dtype = dt;
+        } else {
+            *(nvfp4moe_dtype *)(void *)(base + k->offset) = dt;
         }
         break;
     }

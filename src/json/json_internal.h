@@ -28,6 +28,7 @@ typedef struct json_deploy {
     int32_t ep;
     int enable_ep;      /* enable_expert_parallel: -1 not given, 0 false, 1 true */
     bool ep_and_enable; /* the last source to set either set both: they must agree */
+    bool out_dtype_given; /* out_dtype was given: in_dtype no longer sets it */
 } json_deploy;
 
 /* The defaults (nvfp4moe_config_init), nothing given. */
