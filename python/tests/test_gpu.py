@@ -120,6 +120,7 @@ class TestSameAsTheCApi(GpuCase):
             with self.subTest(backend=backend):
                 hidden, _, logits = self.inputs(16, seed=5)
                 side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     out = layer(hidden, logits)
                 side.synchronize()
