@@ -24,7 +24,7 @@ if [ "${1:-}" = pack ]; then
        build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback \
        build-dev/tests/gpu_emulation .devbin/b/
     strip .devbin/b/*
-    cp build-dev/libnvfp4moe.so.0.1.0 .devbin/b/libnvfp4moe.so && strip --strip-unneeded .devbin/b/libnvfp4moe.so
+    cp -L build-dev/libnvfp4moe.so .devbin/b/libnvfp4moe.so && strip --strip-unneeded .devbin/b/libnvfp4moe.so
     cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
     cp "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" .devbin/b/
     tar -C .devbin/b -czf .devbin/bins.tgz . && rm -rf .devbin/b
