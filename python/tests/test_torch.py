@@ -75,6 +75,22 @@ class TestTorchCpu(unittest.TestCase):
         out = layer(self.hidden(), torch.from_numpy(self.logits))
         np.testing.assert_array_equal(out.view(torch.int16).numpy().view(np.uint16), self.want)
 
+    def test_dlpack_objects(self):
+        class Array:   # another framework's array: only the DLPack protocol
+            def __init__(self, t):
+                self._t = t
+
+            def __dlpack__(self, stream=None):
+                return self._t.__dlpack__()
+
+            def __dlpack_device__(self):
+                return self._t.__dlpack_device__()
+
+        h = self.hidden()
+        out = self.layer(Array(h), Array(torch.from_numpy(self.logits)))
+        self.assertIsInstance(out, torch.Tensor)
+        np.testing.assert_array_equal(out.view(torch.int16).numpy().view(np.uint16), self.want)
+
     def test_router_logits_in_torch(self):
         got = self.layer.router_logits(self.hidden())
         self.assertEqual(got.dtype, torch.float32)
