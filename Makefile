@@ -2,7 +2,8 @@
 #
 #   make            library (static + shared) and the CLI, CUDA parts too when nvcc is found
 #   make run        the main job: `nvfp4moe run` on the built-in default layer
-#   make test       builds everything and runs the CPU test suite
+#   make test       builds everything and runs the CPU test suite, the Python package's tests too
+#                   when $(PYTHON) exists (default /usr/bin/python3, Debian's, with python3-numpy)
 #   make gpu-test   (CUDA builds, on a GPU machine) the GPU correctness test
 #   make install PREFIX=/usr/local    (runs ldconfig when PREFIX is /usr or /usr/local, as root)
 #   make uninstall PREFIX=/usr/local  removes what install put there
@@ -33,8 +34,11 @@ ifeq ($(CUDA),auto)
 endif
 
 # python3-numpy: tests/test_emulation.c checks the codec and EMULATION against a numpy
-# transcription of vLLM's code, run with /usr/bin/python3.
+# transcription of vLLM's code, run with /usr/bin/python3; the Python package's tests use it too.
 DEB_PKGS := libjansson-dev pkg-config python3-numpy
+# The Python that runs the Python package's tests (python/tests/, through tests/python.sh).
+PYTHON   ?= $(or $(NVFP4MOE_PYTHON),/usr/bin/python3)
+PY_TESTS := $(if $(wildcard $(PYTHON)),tests/python.sh)
 # Parallel sub-builds: the CUDA files take most of a build's time and compile independently.
 JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 
@@ -151,10 +155,12 @@ run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) $(CLI)
 	./$(CLI) run
 
-# Runs every CPU test; each prints "N passed, N failed"; the last line sums them.
+# Runs every CPU test; each prints "N passed, N failed"; the last line sums them. The Python tests
+# load this build's shared library.
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) build-all
-	@NVFP4MOE_CLI=$(CLI) tests/run_all.sh $(TESTS)
+	@NVFP4MOE_CLI=$(CLI) NVFP4MOE_LIBRARY=$(abspath $(LIB_SO)) NVFP4MOE_PYTHON=$(PYTHON) \
+	    tests/run_all.sh $(TESTS) $(PY_TESTS)
 
 gpu-test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) build-all

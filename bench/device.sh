@@ -6,8 +6,10 @@
 #     bench/device.sh fetch
 # Then, as the device command (name .deb in carry):
 #     bench/device.sh test            # build, then every GPU test; logs under $OUT
+#     bench/device.sh python          # build, then the Python package's tests with torch on the GPU
+#                                     # (python/tests/run.py --gpu: the machine's python3 with torch)
 #     bench/device.sh bench [ARGS]    # build, then nvfp4moe bench ARGS (default: all presets)
-#     bench/device.sh all [ARGS]      # both
+#     bench/device.sh all [ARGS]      # all three
 # Everything printed also lands in $OUT/device.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +22,9 @@ fetch)
     ls -l .deb
     exit 0
     ;;
-test | bench | all) ;;
+test | python | bench | all) ;;
 *)
-    sed -n '2,13p' "$0"
+    sed -n '2,15p' "$0"
     exit 1
     ;;
 esac
@@ -58,6 +60,14 @@ if [ "$what" = test ] || [ "$what" = all ]; then
     NVFP4MOE_CLI=build-device/nvfp4moe tests/run_all.sh build-device/tests/test_* | tail -n 1
     build-device/nvfp4moe run | tee "$out/run.txt"
     [ "$rc" = 0 ] || echo "a GPU test failed: see $out"
+fi
+if [ "$what" = python ] || [ "$what" = all ]; then
+    # torch.ops.nvfp4moe.moe on the GPU backends: the C API's bits, stream order, CUDA graphs,
+    # torch.compile (python/tests/test_gpu.py), and the package's CPU tests
+    echo "== python $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -n 1)"
+    NVFP4MOE_LIBRARY="$PWD/build-device/libnvfp4moe.so" NVFP4MOE_CLI="$PWD/build-device/nvfp4moe" \
+        python3 python/tests/run.py --gpu -v >"$out/python.txt" 2>&1 || echo "a Python test failed: see $out/python.txt"
+    tail -n 1 "$out/python.txt"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     build-device/nvfp4moe bench --commit "$commit" --out "$out/bench" "$@"

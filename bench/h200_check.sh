@@ -7,8 +7,11 @@
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
-#                                         # others,bench,triton,gemm (default: all of them); not in the
-#                                         # default: regimes (both regimes forced on every preset), cpu
+#                                         # others,python,bench,triton,gemm (default: all of them);
+#                                         # not in the default: regimes (both regimes forced on every
+#                                         # preset), cpu
+# The python step runs the Python package's tests with the machine's torch (python/tests/run.py
+# --gpu: torch.ops.nvfp4moe.moe against the C API, stream order, CUDA graphs, torch.compile).
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
 # cpu: CPU_FAST on the host's cores (bench --cpu).
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
@@ -24,6 +27,7 @@ if [ "${1:-}" = pack ]; then
        build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback \
        build-dev/tests/gpu_emulation .devbin/b/
     strip .devbin/b/*
+    cp -L build-dev/libnvfp4moe.so .devbin/b/libnvfp4moe.so && strip --strip-unneeded .devbin/b/libnvfp4moe.so
     cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
     cp "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" .devbin/b/
     tar -C .devbin/b -czf .devbin/bins.tgz . && rm -rf .devbin/b
@@ -35,7 +39,7 @@ if [ "${1:-}" = pack ]; then
     exit 0
 fi
 [ "${1:-}" = run ] || { sed -n '2,13p' "$0"; exit 1; }
-steps=",${2:-decode,sanitize,stream,ncu,stalls,sass,gputest,others,bench,triton,gemm},"
+steps=",${2:-decode,sanitize,stream,ncu,stalls,sass,gputest,others,python,bench,triton,gemm},"
 has() { [[ $steps == *",$1,"* ]]; }
 
 out=${OUT:-/tmp/h200-out}
@@ -120,6 +124,13 @@ if has cpu; then
         ${CPU_THREADS:+--threads "$CPU_THREADS"} --iters 10 --commit "$commit" --out "$R/bench-cpu" \
         >"$R/bench-cpu.log" 2>&1
     log "bench --cpu rc=$?: $(grep -m1 'Model name' "$R/lscpu.txt" | tr -s ' ')"
+fi
+if has python; then
+    NVFP4MOE_LIBRARY=$B/libnvfp4moe.so NVFP4MOE_CLI=$B/nvfp4moe timeout 500 python3 python/tests/run.py --gpu -v \
+        >"$R/python.txt" 2>&1
+    rc=$?
+    log "python ($(python3 -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -n 1)) rc=$rc: $(tail -1 "$R/python.txt")"
+    grep -E "^(FAIL|ERROR):" "$R/python.txt" | head -20 | tee -a "$out/summary.txt"
 fi
 presets=${BENCH_PRESETS:-deepseek-v3,qwen3-30b-a3b}
 ms=${BENCH_M:-1,4,16,64,256}

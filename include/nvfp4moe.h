@@ -556,6 +556,12 @@ NVFP4MOE_API size_t nvfp4moe_plan_workspace_size(const nvfp4moe_plan *plan, int6
 /* Runs the layer. stream: a cudaStream_t for device plans (NULL = default stream), ignored
  * otherwise. Device plans do not allocate, synchronize or branch on data on the host. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_plan_forward(nvfp4moe_plan *plan, const nvfp4moe_io *io, void *stream);
+/* nvfp4moe_plan_forward with the fields of nvfp4moe_io as arguments, for callers that cannot build
+ * a C struct (language bindings): the same checks, the same result. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_plan_run(nvfp4moe_plan *plan, int64_t num_tokens, const void *hidden,
+                                               const void *router_logits, const int32_t *topk_ids,
+                                               const float *topk_weights, void *output, void *workspace,
+                                               size_t workspace_size, void *stream);
 NVFP4MOE_API void nvfp4moe_plan_destroy(nvfp4moe_plan *plan);
 
 // ---- checkpoints ----
@@ -853,6 +859,100 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const 
                                                          nvfp4moe_ckpt_format fmt,
                                                          const char *base_config_json,
                                                          const char *router_name);
+
+// ---- the JSON interface: what language bindings call ----
+//
+// Requests are JSON objects, answers JSON texts, so that a caller that cannot read or build this
+// header's structs (the Python package, other bindings) needs nothing but strings, pointers and
+// integers. A response is allocated by the library: free it with nvfp4moe_json_free. Unknown keys
+// in a request are INVALID_ARGUMENT naming the key (except inside "config", below); a value of the
+// wrong type is INVALID_ARGUMENT naming its path ("deployment.top_k: expected an integer").
+// On failure *response is NULL unless a function says otherwise. Keys may be added to responses
+// within a major version; existing keys keep their meaning.
+//
+// A deployment is described by up to four sources, applied in this order (later ones win):
+//   "model"        a model directory: its config.json (+ hf_quant_config.json), as
+//                  nvfp4moe_model_info_read reads it (must have MoE layers);
+//   "hf_config"    or: the config.json object itself, "hf_quant_config" beside it (optional);
+//   "config"       an object of deployment keys read leniently, as a vLLM config dict is: unknown
+//                  keys are ignored (an engine-arguments dict may be passed whole);
+//   "deployment"   an object of deployment keys read strictly: an unknown key is an error.
+// Deployment keys are this library's (nvfp4moe_config's field names) or vLLM's (engine
+// arguments, FusedMoEConfig fields, environment variables) and Hugging Face's, in brackets:
+//   num_experts (n_routed_experts, num_local_experts), top_k (num_experts_per_tok,
+//   experts_per_token), hidden_size (hidden_dim), intermediate_size (the expert's:
+//   moe_intermediate_size, intermediate_size_per_partition), dtype (in and out; "auto" keeps
+//   them), in_dtype (the output's too unless out_dtype is given), out_dtype, activation
+//   (hidden_act), swiglu_limit (null: none),
+//   swiglu_alpha, swiglu_beta, situ_beta (activation_situ_beta), situ_linear_beta
+//   (activation_situ_linear_beta), routing, n_group, topk_group, routed_scaling_factor,
+//   has_correction_bias, router_logits_dtype, apply_router_weight_on_input, scheme, has_bias,
+//   lora (enable_lora, is_lora_enabled; lora_config: an object turns it on, null off),
+//   batch_invariant (VLLM_BATCH_INVARIANT), requantization_source, force_a16
+//   (VLLM_B12X_MOE_FP4_FORCE_A16), moe_backend, seed; tp_size (tensor_parallel_size), dp_size
+//   (data_parallel_size), enable_expert_parallel, ep_size, ep_rank, all2all (all2all_backend),
+//   eplb (enable_eplb).
+// Dtype names as nvfp4moe_dtype_parse reads them, also "torch.bfloat16". The objects
+// "parallel_config", "kernel_config" and "model_config" (vLLM's config sections) hold the same keys.
+// As vLLM does, enable_expert_parallel makes ep_size = tensor_parallel_size * data_parallel_size
+// (1 when that is 1); an ep_size in the same object must agree with it; all2all_backend
+// "allgather_reducescatter" (vLLM's default) without expert parallelism means none. JSON null for
+// a key leaves it as it is (swiglu_limit and lora_config: unset it). The config is then checked by
+// nvfp4moe_config_validate.
+
+/* Frees a response of the JSON interface (NULL is fine). */
+NVFP4MOE_API void nvfp4moe_json_free(char *s);
+
+/* The report as the one JSON object `nvfp4moe select --json` prints (docs/select.md): backend,
+ * kernel, log, device, detail, vllm_revision, candidates [{backend, kernel, supported, verdict,
+ * reason, detail}], error (null or {kind, message}). Indented by 2. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_report_json(const nvfp4moe_report *report, char **out);
+
+/* nvfp4moe_select from a JSON request: the sources above, and
+ *   "device"     a what-if device as nvfp4moe_device_parse reads it ("h200", "sm_100", "cpu"), or
+ *                "cuda" / "cuda:N" for a GPU of this machine; absent or null: detect;
+ *   "installed"  "all", "none", a comma list or an array of library names
+ *                (nvfp4moe_oracle_libs_parse); absent: this build's libraries;
+ *   "vllm_only"  true: vLLM's backends only.
+ * *response: {"report": <nvfp4moe_report_json's object>, "status", "status_name" (what this
+ * call returns), "text": <nvfp4moe_report_render's text>, "config": <the deployment, canonical keys>, "device": {name, str, is_cuda, sm, ordinal,
+ * detected}, "warnings": [<the model config's warnings>]}. Returns what nvfp4moe_select returns:
+ * OK; NOT_FOUND or UNSUPPORTED when the oracle raises (the report's error says ValueError or
+ * NotImplementedError; *response is filled then too); other statuses for a bad request, a bad
+ * config or an unreadable model (*response NULL). */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_select_json(const char *request, char **response);
+
+/* Loads a checkpoint layer (nvfp4moe_ckpt_layer_load) from {"path": DIR, "layer": N} ("layer"
+ * absent or null: the model's first MoE layer). *response: {"index", "format", "config":
+ * <canonical keys>, "tensors": {<name>: <tensor>} (the weights below that the layer has, in host
+ * memory owned by *out), "router": <tensor> or null, "router_bias": <tensor> or null,
+ * "router_name", "warnings": [...]}. Free *out with nvfp4moe_ckpt_layer_free. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_layer_load_json(const char *request, nvfp4moe_ckpt_layer **out,
+                                                           char **response);
+
+/* nvfp4moe_plan_create from a JSON request: the sources above, "installed" and "vllm_only" as for
+ * nvfp4moe_select_json, and
+ *   "base"         instead of "model" / "hf_config": a complete config with the canonical keys (the
+ *                  "config" of a response, e.g. nvfp4moe_ckpt_layer_load_json's), read strictly;
+ *   "device"       "cpu", "cuda" (the first GPU) or "cuda:N": where the plan runs (absent or
+ *                  null: detect);
+ *   "num_threads"  host backends' threads (nvfp4moe_plan_options.num_threads);
+ *   "weights"      {<name>: <tensor>} with the names of nvfp4moe_weights: w13, w13_scale,
+ *                  w13_scale_2, w13_input_scale (W4A4 schemes), w2, w2_scale, w2_scale_2,
+ *                  w2_input_scale (W4A4 schemes), w13_bias and w2_bias (expert biases),
+ *                  correction_bias (has_correction_bias; ignored when that is set false).
+ * A <tensor> is {"data": <address>, "shape": [...], "dtype": "u8" | "f8_e4m3" | "f32" | ...,
+ * "device": "cpu" | "cuda:N"}, C-contiguous; every weight in the same memory; CUDA weights only
+ * for a plan on that GPU. Packed weights are u8 (w13 [E, N1, H/2], w2 [E, H, I/2]), block scales
+ * f8_e4m3 or u8 ([E, N1, H/16], [E, H, I/16]), the rest f32 ([E], biases [E, N1] and [E, H]).
+ * num_experts, hidden_size and intermediate_size that no source gives are taken from w13 and w2;
+ * has_bias and has_correction_bias from the tensors present; top_k must be given. A shape or
+ * dtype that does not fit is INVALID_ARGUMENT naming the tensor.
+ * *response: {"backend", "kernel", "device_memory", "effective_scheme", "config", "device",
+ * "report"}. When the oracle raises, the status is nvfp4moe_select's and *response is
+ * {"report": ...} with the error; on other failures NULL. Destroy *out with
+ * nvfp4moe_plan_destroy; run it with nvfp4moe_plan_run or nvfp4moe_plan_forward. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_plan_create_json(const char *request, nvfp4moe_plan **out, char **response);
 
 #ifdef __cplusplus
 }

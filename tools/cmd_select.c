@@ -6,7 +6,6 @@
 #include "cli.h"
 #include "cli_model.h"
 
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,46 +31,6 @@ static void select_usage(FILE *f) {
             "exit status: 0 a backend was chosen, 2 ValueError (unknown or unsupported explicit\n"
             "moe_backend), 3 NotImplementedError (no backend supports it), 1 usage error\n\n");
     cli_config_flags_help(f);
-}
-
-/* The report as one JSON object (docs/select.md lists the keys). Returns NULL without memory. */
-static char *report_json(const nvfp4moe_report *r) {
-    json_t *root = json_object();
-    json_t *cands = json_array();
-    if (!root || !cands) {
-        json_decref(root);
-        json_decref(cands);
-        return NULL;
-    }
-    json_object_set_new(root, "backend", r->backend[0] ? json_string(r->backend) : json_null());
-    json_object_set_new(root, "kernel", r->kernel[0] ? json_string(r->kernel) : json_null());
-    json_object_set_new(root, "log", json_string(r->log));
-    json_object_set_new(root, "device", json_string(r->device));
-    json_object_set_new(root, "detail", json_string(r->detail));
-    json_object_set_new(root, "vllm_revision", json_string(nvfp4moe_vllm_revision()));
-    for (int i = 0; i < r->n_candidates; i++) {
-        const nvfp4moe_candidate *c = &r->candidates[i];
-        json_t *o = json_object();
-        json_object_set_new(o, "backend", json_string(c->backend));
-        json_object_set_new(o, "kernel", json_string(c->kernel));
-        json_object_set_new(o, "supported", json_boolean(c->supported));
-        json_object_set_new(o, "verdict", json_string(nvfp4moe_verdict_name(c->verdict)));
-        json_object_set_new(o, "reason", json_string(c->reason));
-        json_object_set_new(o, "detail", json_string(c->detail));
-        json_array_append_new(cands, o);
-    }
-    json_object_set_new(root, "candidates", cands);
-    if (r->error_kind[0]) {
-        json_t *e = json_object();
-        json_object_set_new(e, "kind", json_string(r->error_kind));
-        json_object_set_new(e, "message", json_string(r->error));
-        json_object_set_new(root, "error", e);
-    } else {
-        json_object_set_new(root, "error", json_null());
-    }
-    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    return s;
 }
 
 int cmd_select(int argc, char **argv) {
@@ -137,13 +96,14 @@ int cmd_select(int argc, char **argv) {
     }
 
     if (json) {
-        char *s = report_json(&report);
-        if (!s) {
-            fprintf(stderr, "nvfp4moe select: out of memory\n");
+        /* the library's JSON form of the report: the Python package's select() returns the same */
+        char *s = NULL;
+        if (nvfp4moe_report_json(&report, &s) != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe select: %s\n", nvfp4moe_last_error());
             return CLI_EXIT_FAILURE;
         }
         printf("%s\n", s);
-        free(s);
+        nvfp4moe_json_free(s);
     } else {
         if (dev.detected && dev.is_cuda) printf("detected: %s\n", dev.name);
         size_t need = nvfp4moe_report_render(&report, NULL, 0);

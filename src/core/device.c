@@ -49,6 +49,43 @@ nvfp4moe_status nvfp4moe_device_detect(nvfp4moe_device *dev) {
     return NVFP4MOE_OK;
 }
 
+nvfp4moe_status nvfp4moe_device_detect_cuda(int32_t ordinal, nvfp4moe_device *dev) {
+    NVFP4MOE_RETURN_IF(!dev, NVFP4MOE_ERR_INVALID_ARGUMENT, "device_detect_cuda: dev is NULL");
+    char what[24] = "cuda";
+    if (ordinal >= 0) snprintf(what, sizeof what, "cuda:%d", (int)ordinal);
+#ifdef NVFP4MOE_HAVE_CUDA
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+        (void)cudaGetLastError();
+        return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED, "device %s: no CUDA GPU is visible to this process", what);
+    }
+    if (ordinal < 0 && cudaGetDevice(&ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ordinal = 0;
+    }
+    NVFP4MOE_RETURN_IF(ordinal >= count, NVFP4MOE_ERR_NOT_FOUND, "device cuda:%d: this process sees %d CUDA device%s",
+                       (int)ordinal, count, count == 1 ? "" : "s");
+    struct cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, ordinal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nvfp4moe_set_error(NVFP4MOE_ERR_CUDA, "device cuda:%d: cudaGetDeviceProperties: %s", (int)ordinal,
+                                  cudaGetErrorString(e));
+    }
+    memset(dev, 0, sizeof *dev);
+    dev->is_cuda = true;
+    dev->sm = prop.major * 10 + prop.minor;
+    dev->sm_count = prop.multiProcessorCount;
+    dev->ordinal = ordinal;
+    dev->detected = true;
+    nvfp4moe_strlcpy(dev->name, prop.name, sizeof dev->name);
+    return NVFP4MOE_OK;
+#else
+    return nvfp4moe_set_error(NVFP4MOE_ERR_UNSUPPORTED, "device %s: this build of nvfp4moe has no CUDA backends "
+                              "(built without nvcc)", what);
+#endif
+}
+
 // ---- names ----
 
 /* Product names vLLM users deploy NVFP4 MoE on, with their compute capability (0 = the CPU).

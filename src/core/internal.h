@@ -59,6 +59,13 @@ double nvfp4moe_rand_uniform(uint64_t *state);
 /* Standard normal (Box-Muller). */
 double nvfp4moe_rand_normal(uint64_t *state);
 
+// ---- devices (src/core/device.c) ----
+
+/* CUDA GPU `ordinal` of this process (-1: the calling thread's current device), as
+ * nvfp4moe_device_detect describes the first one. UNSUPPORTED when there is none or this is a
+ * CPU-only build, NOT_FOUND for an ordinal past the last GPU. */
+nvfp4moe_status nvfp4moe_device_detect_cuda(int32_t ordinal, nvfp4moe_device *dev);
+
 // ---- files (src/core/files.c) ----
 
 /* Opens path read-only if it is a regular file, without blocking on anything else (a FIFO would

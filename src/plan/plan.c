@@ -100,6 +100,15 @@ nvfp4moe_status nvfp4moe_plan_forward(nvfp4moe_plan *plan, const nvfp4moe_io *io
     return plan->impl->forward(plan->state, io, stream);
 }
 
+nvfp4moe_status nvfp4moe_plan_run(nvfp4moe_plan *plan, int64_t num_tokens, const void *hidden,
+                                  const void *router_logits, const int32_t *topk_ids, const float *topk_weights,
+                                  void *output, void *workspace, size_t workspace_size, void *stream) {
+    const nvfp4moe_io io = {.num_tokens = num_tokens, .hidden = hidden, .router_logits = router_logits,
+                            .topk_ids = topk_ids, .topk_weights = topk_weights, .output = output,
+                            .workspace = workspace, .workspace_size = workspace_size};
+    return nvfp4moe_plan_forward(plan, &io, stream);
+}
+
 void nvfp4moe_plan_destroy(nvfp4moe_plan *plan) {
     if (!nvfp4moe_handle_remove(plan, NVFP4MOE_HANDLE_PLAN)) return;   // NULL, destroyed already, or not a plan
     if (plan->impl && plan->state) plan->impl->destroy(plan->state);
