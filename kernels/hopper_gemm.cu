@@ -23,10 +23,10 @@
  * filled with padding, and the weights are never written back to shared memory.
  *
  * Weight layout and decode: kernels/hopper_layout.cuh (shared with the decode kernel). Per k16
- * step and lane (4 A registers, 8 weights): one SHF (q >> 8), 4 x (LOP3 isolate, IMAD making both
- * shifted copies, LOP3 mask) as in kernels/marlin_gemm.cu, one PRMT + one IMAD expanding the two
- * rows' scales into one register [row g | row g+8], and 4 HMUL2 that pick their half with an
- * operand selector: ~19 instructions. A chunk's codes are [warpgroup 2][warp 4][q 2][lane 32][16 B]
+ * step and lane (4 A registers, 8 weights): 8 integer operations (bf16; 9 for fp16) that move the
+ * codes' bits, placed for them by the repack (kernels/hopper_bits.h), one PRMT + one LEA expanding
+ * the two rows' scales into one register [row g | row g+8], and 4 HMUL2 that pick their half with
+ * an operand selector: 14 instructions. A chunk's codes are [warpgroup 2][warp 4][q 2][lane 32][16 B]
  * here (16-row group gw = 4*warpgroup + warp), one LDS.128 per lane per 4 k16 steps, 512
  * contiguous bytes per warp: no conflicts; its scales [warpgroup 2][warp 4][g 8][s 8][h 2]: the 4
  * lanes of a g read the same 16 bytes (broadcast), one conflict-free LDS.128 per lane per k tile.
