@@ -91,5 +91,17 @@ int main(void) {
     CHECK(nvfp4moe_dtype_parse("fp32", &d) == NVFP4MOE_OK && d == NVFP4MOE_DTYPE_F32, "fp32 alias");
     CHECK_ERR(nvfp4moe_activation_parse("swish", &a), NVFP4MOE_ERR_NOT_FOUND, "unknown activation 'swish'");
     CHECK_ERR(nvfp4moe_dtype_parse("int8", &d), NVFP4MOE_ERR_NOT_FOUND, "expected one of: bf16, fp16, f32");
+    CHECK(!strstr(nvfp4moe_last_error(), "did you mean"), "int8 got a suggestion: %s", nvfp4moe_last_error());
+    /* a typo of a name (or of an alias) names it */
+    nvfp4moe_routing rt;
+    nvfp4moe_scheme sc;
+    CHECK_ERR(nvfp4moe_dtype_parse("bf61", &d), NVFP4MOE_ERR_NOT_FOUND, "f32); did you mean 'bf16'?");
+    CHECK_ERR(nvfp4moe_activation_parse("swigluoia", &a), NVFP4MOE_ERR_NOT_FOUND, "did you mean 'swigluoai'?");
+    CHECK_ERR(nvfp4moe_routing_parse("deepseek", &rt), NVFP4MOE_ERR_NOT_FOUND, "did you mean 'deepseek_v3'?");
+    CHECK_ERR(nvfp4moe_routing_parse("renormalise", &rt), NVFP4MOE_ERR_NOT_FOUND, "did you mean 'renormalize'?");
+    CHECK_ERR(nvfp4moe_scheme_parse("w4a61", &sc), NVFP4MOE_ERR_NOT_FOUND, "did you mean 'w4a16'?");
+    CHECK_ERR(nvfp4moe_activation_parse("gelu-pytorch-tanhh", &a), NVFP4MOE_ERR_NOT_FOUND,
+              "did you mean 'gelu_tanh'?");   /* an alias's typo names the canonical name */
+    CHECK_ERR(nvfp4moe_dtype_parse("bfloat61", &d), NVFP4MOE_ERR_NOT_FOUND, "did you mean 'bf16'?");
     return t_finish("test_config");
 }

@@ -583,6 +583,11 @@ static void test_devices(void) {
     for (size_t i = 0; i < sizeof no_gpu / sizeof no_gpu[0]; i++)
         CHECK_ERR(nvfp4moe_device_parse(no_gpu[i], &d), NVFP4MOE_ERR_NOT_FOUND, "sm_90, sm_100, sm_101, sm_103");
     CHECK_ERR(nvfp4moe_device_parse(NULL, &d), NVFP4MOE_ERR_INVALID_ARGUMENT, "NULL");
+    /* a typo names the nearest device; a word near none names none */
+    CHECK_ERR(nvfp4moe_device_parse("h2000", &d), NVFP4MOE_ERR_NOT_FOUND, "); did you mean 'h200'?");
+    CHECK_ERR(nvfp4moe_device_parse("rtx-pro-600", &d), NVFP4MOE_ERR_NOT_FOUND, "did you mean 'rtx-pro-6000'?");
+    CHECK_ERR(nvfp4moe_device_parse("gpu", &d), NVFP4MOE_ERR_NOT_FOUND, "cpu)");
+    CHECK(!strstr(nvfp4moe_last_error(), "did you mean"), "'gpu' got a suggestion: %s", nvfp4moe_last_error());
 
     T_CASE("device_str");
     char buf[16];
@@ -615,6 +620,31 @@ static void test_libs_parse(void) {
     CHECK_ERR(nvfp4moe_oracle_libs_parse("flashinfer,deepgemm", &m), NVFP4MOE_ERR_NOT_FOUND, "'deepgemm'");
     CHECK(m == 77, "mask written on failure");
     CHECK_ERR(nvfp4moe_oracle_libs_parse("flashinfer,", &m), NVFP4MOE_ERR_NOT_FOUND, "unknown library ''");
+    CHECK_ERR(nvfp4moe_oracle_libs_parse("flashinfer,humimng", &m), NVFP4MOE_ERR_NOT_FOUND,
+              "unknown library 'humimng' (expected one of: all, none, flashinfer, b12x, humming, cutlass, or a "
+              "comma-separated list); did you mean 'humming'?");
+
+    T_CASE("an unknown moe_backend: vLLM's ValueError, the nearest name in our note");
+    static nvfp4moe_report r;
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    nvfp4moe_device dev;
+    nvfp4moe_device_parse("h200", &dev);
+    nvfp4moe_oracle_options vo = {.vllm_only = true};
+    static const struct { const char *typed, *note; bool vllm_only; } typos[] = {
+        {"marlinn", "did you mean moe_backend='marlin'?", false},
+        {"flashinfer-trtlm", "did you mean moe_backend='flashinfer_trtllm'?", false},
+        {"hopper_wgmm", "did you mean moe_backend='hopper_wgmma'?", false},
+        {"hopper_wgmm", "", true},   /* --vllm-only: ours are not names */
+        {"deepgemm", "", false},
+    };
+    for (size_t i = 0; i < sizeof typos / sizeof typos[0]; i++) {
+        snprintf(cfg.moe_backend, sizeof cfg.moe_backend, "%s", typos[i].typed);
+        nvfp4moe_status st = nvfp4moe_select(&cfg, &dev, typos[i].vllm_only ? &vo : NULL, &r);
+        CHECK(st == NVFP4MOE_ERR_NOT_FOUND && !strcmp(r.error_kind, "ValueError") && !strcmp(r.detail, typos[i].note) &&
+                  !strstr(r.error, "did you mean"),
+              "%s: %s detail '%s' error '%s'", typos[i].typed, nvfp4moe_status_str(st), r.detail, r.error);
+    }
 }
 
 static void test_invalid_and_render(void) {

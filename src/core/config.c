@@ -85,9 +85,16 @@ static nvfp4moe_status parse_name(const char *what, const name_entry *t, int n, 
     }
     char list[512] = "";
     size_t used = 0;
+    nvfp4moe_suggest sg;
+    nvfp4moe_suggest_init(&sg, s);
+    for (int i = 0; i < n; i++) nvfp4moe_suggest_add(&sg, t[i].name);
     for (int i = 0; i < canonical && used < sizeof list; i++)
         used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", t[i].name);
-    return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND, "unknown %s '%s' (expected one of: %s)", what, s, list);
+    const char *best = nvfp4moe_suggest_best(&sg);
+    for (int i = 0; best && i < n; i++)   /* the nearest may be an alias: name what it stands for */
+        if (t[i].name == best) best = lookup_name(t, canonical, t[i].value);
+    return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND, "unknown %s '%s' (expected one of: %s)%s%s%s", what, s, list,
+                              best ? "; did you mean '" : "", best ? best : "", best ? "'?" : "");
 }
 
 const char *nvfp4moe_dtype_name(nvfp4moe_dtype d) { return lookup_name(k_dtype_names, k_dtype_canonical, d); }

@@ -210,11 +210,18 @@ nvfp4moe_status nvfp4moe_device_parse(const char *s, nvfp4moe_device *dev) {
     if (!canonical) {
         char list[400] = "";
         size_t used = 0;
-        for (size_t i = 0; i < sizeof k_device_names / sizeof k_device_names[0] && used < sizeof list; i++)
-            used += (size_t)snprintf(list + used, sizeof list - used, ", %s", k_device_names[i].name);
+        nvfp4moe_suggest sg;
+        nvfp4moe_suggest_init(&sg, s);
+        for (size_t i = 0; i < sizeof k_device_names / sizeof k_device_names[0]; i++) {
+            nvfp4moe_suggest_add(&sg, k_device_names[i].name);
+            if (used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, ", %s", k_device_names[i].name);
+        }
+        const char *best = nvfp4moe_suggest_best(&sg);
         return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND,
                                   "unknown device '%s' (expected sm_XY such as sm_90 or sm_100, a "
-                                  "capability such as 9.0, or one of: %s)", s, list + 2);
+                                  "capability such as 9.0, or one of: %s)%s%s%s", s, list + 2,
+                                  best ? "; did you mean '" : "", best ? best : "", best ? "'?" : "");
     }
     memset(dev, 0, sizeof *dev);
     dev->is_cuda = sm != 0;

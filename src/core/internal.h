@@ -48,6 +48,25 @@ bool nvfp4moe_name_eq(const char *a, const char *b);
 /* snprintf into a fixed buffer, never overflowing, always terminated. */
 void nvfp4moe_strlcpy(char *dst, const char *src, size_t len);
 
+/* "Did you mean": the known name closest to what was typed. Feed every candidate to
+ * nvfp4moe_suggest_add; nvfp4moe_suggest_best then gives the nearest one, or NULL when none is
+ * near enough to be a likely typo. Names are compared as nvfp4moe_name_eq does (case-insensitive,
+ * '-' and '_' equivalent); the distance is the edit distance with adjacent transpositions
+ * ("marlni" -> "marlin" is 1), at most 1 for words of 4 or 5 characters, 2 up to 8, 3 beyond, and
+ * 0 for shorter words (too many names are one letter from them); a word of 3 or more characters
+ * that is the start of exactly one candidate ("hidden" for "hidden-size") is suggested too.
+ * Deterministic: ties go to the first candidate added. */
+typedef struct nvfp4moe_suggest {
+    const char *typed;
+    const char *best;      /* nearest so far */
+    int dist;              /* its distance */
+    const char *prefix_of; /* the one candidate typed begins, NULL if none or several */
+    int prefixes;
+} nvfp4moe_suggest;
+void nvfp4moe_suggest_init(nvfp4moe_suggest *s, const char *typed);
+void nvfp4moe_suggest_add(nvfp4moe_suggest *s, const char *candidate);
+const char *nvfp4moe_suggest_best(const nvfp4moe_suggest *s);
+
 
 /* Rounds x through dtype (bf16/fp16/f32) and back. */
 float nvfp4moe_round_to_dtype(nvfp4moe_dtype dt, float x);

@@ -92,6 +92,69 @@ void nvfp4moe_strlcpy(char *dst, const char *src, size_t len) {
     dst[n] = '\0';
 }
 
+// ---- "did you mean" ----
+
+static char fold(char c) {
+    c = (char)tolower((unsigned char)c);
+    return c == '-' ? '_' : c;
+}
+
+/* Edit distance with adjacent transpositions (optimal string alignment) between a and b, or
+ * limit + 1 as soon as it must exceed limit. Words longer than 63 characters are never near. */
+static int edit_distance(const char *a, const char *b, int limit) {
+    const int n = (int)strlen(a), m = (int)strlen(b);
+    if (n > 63 || m > 63) return limit + 1;
+    if (n - m > limit || m - n > limit) return limit + 1;
+    int d[64][64];
+    for (int i = 0; i <= n; i++) d[i][0] = i;
+    for (int j = 0; j <= m; j++) d[0][j] = j;
+    for (int i = 1; i <= n; i++) {
+        int row_min = limit + 1;
+        for (int j = 1; j <= m; j++) {
+            const int cost = fold(a[i - 1]) != fold(b[j - 1]);
+            int v = d[i - 1][j - 1] + cost;
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && fold(a[i - 1]) == fold(b[j - 2]) && fold(a[i - 2]) == fold(b[j - 1]) &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+            if (v < row_min) row_min = v;
+        }
+        if (row_min > limit) return limit + 1;
+    }
+    return d[n][m];
+}
+
+void nvfp4moe_suggest_init(nvfp4moe_suggest *s, const char *typed) {
+    memset(s, 0, sizeof *s);
+    s->typed = typed ? typed : "";
+}
+
+void nvfp4moe_suggest_add(nvfp4moe_suggest *s, const char *candidate) {
+    if (!s || !candidate || !candidate[0] || !s->typed[0]) return;
+    const size_t n = strlen(s->typed);
+    const int limit = n <= 3 ? 0 : n <= 5 ? 1 : n <= 8 ? 2 : 3;
+    const int d = edit_distance(s->typed, candidate, limit);
+    if (d <= limit && (!s->best || d < s->dist)) {
+        s->best = candidate;
+        s->dist = d;
+    }
+    size_t k = 0;
+    while (k < n && candidate[k] && fold(candidate[k]) == fold(s->typed[k])) k++;
+    if (n >= 3 && k == n && candidate[n]) {   /* typed is the start of candidate */
+        if (!s->prefixes || s->prefix_of != candidate) s->prefixes++;
+        s->prefix_of = candidate;
+    }
+}
+
+const char *nvfp4moe_suggest_best(const nvfp4moe_suggest *s) {
+    if (!s) return NULL;
+    if (s->best && s->dist == 0) return NULL;   /* typed is a known name: nothing to suggest */
+    if (s->best) return s->best;
+    return s->prefixes == 1 ? s->prefix_of : NULL;
+}
+
 // ---- bf16 / fp16 ----
 
 static uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }

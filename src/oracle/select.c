@@ -52,9 +52,19 @@ nvfp4moe_status nvfp4moe_oracle_libs_parse(const char *s, uint32_t *mask) {
                 found = true;
             }
         }
-        if (!found)
+        if (!found) {
+            char typed[64];
+            snprintf(typed, sizeof typed, "%.*s", (int)NVFP4MOE_MIN(n, sizeof typed - 1), p);
+            nvfp4moe_suggest sg;
+            nvfp4moe_suggest_init(&sg, typed);
+            nvfp4moe_suggest_add(&sg, "all");
+            nvfp4moe_suggest_add(&sg, "none");
+            for (int i = 0; i < N_LIBS; i++) nvfp4moe_suggest_add(&sg, nvfp4moe_oracle_libs[i].cli);
+            const char *best = nvfp4moe_suggest_best(&sg);
             return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND, "unknown library '%.*s' (expected "
-                                      "one of: %s, or a comma-separated list)", (int)n, p, accepted);
+                                      "one of: %s, or a comma-separated list)%s%s%s", (int)n, p, accepted,
+                                      best ? "; did you mean '" : "", best ? best : "", best ? "'?" : "");
+        }
         if (!p[n]) break;
         p += n + 1;
     }
@@ -435,6 +445,14 @@ nvfp4moe_status nvfp4moe_select(const nvfp4moe_config *cfg, const nvfp4moe_devic
             nvfp4moe_sb_printf(&kb, "]");
             snprintf(msg, sizeof msg, "moe_backend='%s' is not supported for NvFP4 MoE. Expected one of %s.",
                      name, keys);
+            /* Ours, never in vLLM's words: the nearest known name, as a note. */
+            nvfp4moe_suggest sg;
+            nvfp4moe_suggest_init(&sg, name);
+            for (int i = 0; i < N_BACKENDS; i++)
+                if (nvfp4moe_backend_rows[i].moe_backend && visible(&nvfp4moe_backend_rows[i], &opt))
+                    nvfp4moe_suggest_add(&sg, nvfp4moe_backend_rows[i].moe_backend);
+            if (nvfp4moe_suggest_best(&sg))
+                snprintf(r->detail, sizeof r->detail, "did you mean moe_backend='%s'?", nvfp4moe_suggest_best(&sg));
             char why[96];
             snprintf(why, sizeof why, "not considered: moe_backend='%.40s' is unknown", name);
             add_rest(r, &c, &opt, list, n, filtered, nf, false, why);
