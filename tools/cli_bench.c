@@ -1,10 +1,12 @@
 /*
  * cli_bench.c - what the benchmarks (tools/cmd_bench*.c) share: a preset's layer config, random
- * NVFP4 bytes, and the commit and date their results are stamped with.
+ * NVFP4 bytes, the commit and date their results are stamped with, where their files go, and
+ * their presets by name.
  */
 #include "cli_ep.h"
 #include "core/internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -57,4 +59,39 @@ void cli_bench_command(int argc, char **argv, char *buf, size_t len) {
         size_t l = strlen(buf);
         snprintf(buf + l, len - l, " %s", argv[i]);
     }
+}
+
+void cli_bench_default_prefix(const char *day, const char *what, char *buf, size_t len) {
+    snprintf(buf, len, "%s/%s-%s", CLI_BENCH_DEFAULT_DIR, day, what);
+}
+
+int cli_parse_presets(const char *flag, const char *list, const cli_layer_preset *presets, int n,
+                      const cli_layer_preset **out, int cap) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    int count = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const cli_layer_preset *found = NULL;
+        nvfp4moe_suggest sg;
+        nvfp4moe_suggest_init(&sg, tok);
+        for (int p = 0; p < n; p++) {
+            if (!strcmp(tok, presets[p].name)) found = &presets[p];
+            nvfp4moe_suggest_add(&sg, presets[p].name);
+        }
+        if (!found) {
+            const char *best = nvfp4moe_suggest_best(&sg);
+            fprintf(stderr, "%s: %s: unknown preset '%s'%s%s%s (the presets:", cli_cmd_name(), flag, tok,
+                    best ? "; did you mean '" : "", best ? best : "", best ? "'?" : "");
+            for (int p = 0; p < n; p++) fprintf(stderr, " %s", presets[p].name);
+            fprintf(stderr, ")\n");
+            return -1;
+        }
+        if (count == cap) {
+            fprintf(stderr, "%s: %s: at most %d presets\n", cli_cmd_name(), flag, cap);
+            return -1;
+        }
+        out[count++] = found;
+    }
+    if (!count) fprintf(stderr, "%s: %s: no preset in '%s'\n", cli_cmd_name(), flag, list);
+    return count ? count : -1;
 }

@@ -44,6 +44,16 @@ void cli_bench_stamp(const char *commit, char *commit_out, size_t commit_len, ch
 /* The command line as a results file records it: "nvfp4moe bench ..." (argv[0] is "bench"). */
 void cli_bench_command(int argc, char **argv, char *buf, size_t len);
 
+/* Parses a comma-separated list of preset names (flag: for messages) into out (at most cap);
+ * returns the count, or -1 after a message naming the unknown one and the nearest preset. */
+int cli_parse_presets(const char *flag, const char *list, const cli_layer_preset *presets, int n,
+                      const cli_layer_preset **out, int cap);
+
+/* The benchmarks' default output prefix: "nvfp4moe-bench/<day>-<what>", in the current directory. */
+#define CLI_BENCH_DEFAULT_DIR "nvfp4moe-bench"
+void cli_bench_default_prefix(const char *day, const char *what, char *buf, size_t len);
+
+
 /* `nvfp4moe bench --ep N ...` (argv[0] is "bench"): the EP time split and all-to-all bandwidth on
  * the given presets, over NCCL (one process per GPU) or the loopback; see its --help. Returns a
  * CLI_EXIT_* code. Builds without CUDA run it too (loopback on the CPU). */

@@ -16,17 +16,7 @@ void cli_print_warnings(const char *cmd, const nvfp4moe_warnings *w) {
     if (w->dropped) fprintf(stderr, "nvfp4moe %s: warning: ... and %d more\n", cmd, w->dropped);
 }
 
-/* Applies every config flag of argv to cfg (the subcommand's own flags and their values are
- * skipped: cli_config_flag only consumes the ones it knows). */
-static int reapply_flags(int argc, char **argv, nvfp4moe_config *cfg) {
-    for (int i = 1; i < argc; i++) {
-        int r = cli_config_flag(argc, argv, &i, cfg);
-        if (r < 0) return -1;
-    }
-    return 0;
-}
-
-int cli_model_config(const char *cmd, const char *dir, int argc, char **argv, nvfp4moe_config *cfg) {
+int cli_model_config(const char *cmd, const char *dir, const cli_args *a, nvfp4moe_config *cfg) {
     nvfp4moe_model_info *info = NULL;
     if (nvfp4moe_model_info_read(dir, &info) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe %s: --model: %s\n", cmd, nvfp4moe_last_error());
@@ -40,12 +30,18 @@ int cli_model_config(const char *cmd, const char *dir, int argc, char **argv, nv
     }
     cli_print_warnings(cmd, &info->warnings);
     *cfg = info->cfg;
+    const bool quantized = info->quantized;
     nvfp4moe_model_info_free(info);
-    return reapply_flags(argc, argv, cfg);
+    if (cli_config_apply(a, cfg) != 0) return -1;
+    if (!quantized)
+        fprintf(stderr, "nvfp4moe %s: warning: %s is not quantized (no NVFP4 quantization config): planning %s, "
+                "as for an NVFP4 checkpoint made from it by nvfp4moe quantize --in %s --out DIR%s\n", cmd, dir,
+                nvfp4moe_scheme_name(cfg->scheme), dir,
+                cli_config_given(a, "--scheme") ? "" : " (--scheme w4a16 plans weight-only NVFP4)");
+    return 0;
 }
 
-int cli_model_layer(const char *cmd, const char *dir, int layer, int argc, char **argv,
-                    nvfp4moe_ckpt_layer **out) {
+int cli_model_layer(const char *cmd, const char *dir, int layer, const cli_args *a, nvfp4moe_ckpt_layer **out) {
     if (layer < 0) {
         nvfp4moe_model_info *info = NULL;
         if (nvfp4moe_model_info_read(dir, &info) != NVFP4MOE_OK) {
@@ -66,7 +62,7 @@ int cli_model_layer(const char *cmd, const char *dir, int layer, int argc, char 
     }
     cli_print_warnings(cmd, &l->warnings);
     nvfp4moe_config cfg = l->layer.cfg;
-    if (reapply_flags(argc, argv, &cfg) != 0) {
+    if (cli_config_apply(a, &cfg) != 0) {
         nvfp4moe_ckpt_layer_free(l);
         return -1;
     }

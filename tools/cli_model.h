@@ -11,17 +11,18 @@
 /* Prints each warning to stderr as "nvfp4moe <cmd>: warning: ...". */
 void cli_print_warnings(const char *cmd, const nvfp4moe_warnings *w);
 
-/* select --model: cfg = the MoE config of dir/config.json, then every config flag of argv applied
- * again on top (so flags override the model). Prints the error and returns -1 on failure. */
-int cli_model_config(const char *cmd, const char *dir, int argc, char **argv, nvfp4moe_config *cfg);
+/* select --model: cfg = the MoE config of dir/config.json, then the config flags of a applied
+ * again on top (so flags override the model). An unquantized model gets a warning that the plan is
+ * for the scheme the config ends with (W4A4 unless --scheme says otherwise). Prints the error and
+ * returns -1 on failure. */
+int cli_model_config(const char *cmd, const char *dir, const cli_args *a, nvfp4moe_config *cfg);
 
 /* run --model: loads MoE layer `layer` (-1: the model's first MoE layer) of dir, prints its
- * warnings, and applies argv's config flags on top of its config (flags that would change the
+ * warnings, and applies a's config flags on top of its config (flags that would change the
  * weights' shape, activation or bias layout are refused). *out is freed by the caller with
  * nvfp4moe_ckpt_layer_free; (*out)->layer.cfg holds the final config. Returns -1 after printing
  * the error. */
-int cli_model_layer(const char *cmd, const char *dir, int layer, int argc, char **argv,
-                    nvfp4moe_ckpt_layer **out);
+int cli_model_layer(const char *cmd, const char *dir, int layer, const cli_args *a, nvfp4moe_ckpt_layer **out);
 
 /* Hidden states [M, H] as float from path: a .safetensors file (the tensor "hidden_states", or
  * its only 2-D tensor) or raw little-endian float32 (M = size / (4 H)). *x is malloc'd. Returns -1

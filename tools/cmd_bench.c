@@ -24,6 +24,7 @@
  */
 #include "cli.h"
 #include "cli_ep.h"
+#include "core/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,19 +44,124 @@ static const preset k_presets[] = {
 };
 #define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
 
-/* --ep N anywhere: expert parallelism (tools/cmd_run_ep.c, tools/cmd_bench_ep.c), in every build (the loopback runs on
- * the CPU); --cpu anywhere: CPU_FAST (tools/cmd_bench_cpu.c). */
-static bool wants(const char *flag, int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], flag)) return true;
-    return false;
+#define MAX_BACKENDS 4
+
+enum { O_PRESET, O_M, O_BACKEND, O_ITERS, O_NO_BASELINE, O_OUT, O_COMMIT, O_EP, O_CPU, O_COUNT };
+static const cli_opt k_opts[O_COUNT] = {
+    [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default: all)"},
+    [O_M] = {"--m", "LIST", "token counts (default 1,4,16,64,256,1024,4096)"},
+    [O_BACKEND] = {"--backend", "LIST", "comma-separated GPU backends (default: MARLIN, and HOPPER_WGMMA on\n"
+                                        "sm_90)"},
+    [O_ITERS] = {"--iters", "N", "timed runs per point (default 25, at least 20 recommended)"},
+    [O_NO_BASELINE] = {"--no-baseline", NULL, "skip the cuBLAS baseline"},
+    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv and .md (default\n"
+                                  CLI_BENCH_DEFAULT_DIR "/<date>-<gpu>-bench in the current directory);\n"
+                                  "missing folders are created, existing files replaced"},
+    [O_COMMIT] = {"--commit", "SHA", "recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)"},
+    [O_EP] = {"--ep", "N", "expert parallelism over N ranks instead (its own flags:\n"
+                           "nvfp4moe bench --ep 2 --help)"},
+    [O_CPU] = {"--cpu", NULL, "the CPU backend instead (its own flags: nvfp4moe bench --cpu --help)"},
+};
+
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: nvfp4moe bench [flags]\n\n"
+               "Times our GPU backends (routing from logits through the combined output, one CUDA graph) and\n"
+               "a cuBLAS BF16 grouped-GEMM baseline on real models' MoE layers, cold L2, median of runs,\n"
+               "against the floor max(weight bytes / copy bandwidth, FLOPs / bf16 rate) measured in the same run.\n"
+               "Needs a CUDA build and a GPU. Writes PREFIX.csv and PREFIX.md. Presets:");
+    for (int i = 0; i < N_PRESETS; i++) fprintf(f, " %s", k_presets[i].name);
+    fprintf(f, "\n\n");
+    cli_opts_help(f, k_opts, O_COUNT);
+    fprintf(f, "  -h, --help                this text\n");
+}
+
+/* What the command line asks of the GPU benchmark. */
+typedef struct {
+    int Ms[32], nM;
+    bool sel[N_PRESETS];
+    int iters;
+    bool baseline;
+    char be_list[256];
+    const char *out, *commit;
+} bench_opts;
+
+/* Parses the GPU benchmark's flags: 0 to go on, else the exit status to return at once. */
+static int parse_bench(int argc, char **argv, bench_opts *o, bool *done) {
+    *done = false;
+    const int defM[] = {1, 4, 16, 64, 256, 1024, 4096};
+    memset(o, 0, sizeof *o);
+    for (o->nM = 0; o->nM < 7; o->nM++) o->Ms[o->nM] = defM[o->nM];
+    for (int i = 0; i < N_PRESETS; i++) o->sel[i] = true;
+    o->iters = 25;
+    o->baseline = true;
+    o->commit = getenv("NVFP4MOE_COMMIT");
+    const char *v = NULL;
+    cli_args args;
+    cli_args_init(&args, "bench", k_opts, O_COUNT, false, 0, argc, argv);
+    for (int f; (f = cli_args_next(&args, &v)) != CLI_ARGS_END;) {
+        long long n;
+        switch (f) {
+        case CLI_ARGS_HELP:
+            bench_usage(stdout);
+            *done = true;
+            return CLI_EXIT_OK;
+        case CLI_ARGS_ERROR: *done = true; return CLI_EXIT_FAILURE;
+        case O_PRESET: {
+            const cli_layer_preset *chosen[N_PRESETS * 4];
+            const int k = cli_parse_presets("--preset", v, k_presets, N_PRESETS, chosen, N_PRESETS * 4);
+            if (k < 0) {
+                *done = true;
+                return CLI_EXIT_FAILURE;
+            }
+            for (int p = 0; p < N_PRESETS; p++) o->sel[p] = false;
+            for (int c = 0; c < k; c++) o->sel[chosen[c] - k_presets] = true;
+            break;
+        }
+        case O_M: {
+            char buf[512];
+            nvfp4moe_strlcpy(buf, v, sizeof buf);
+            o->nM = 0;
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && o->nM < 32;
+                 tok = strtok_r(NULL, ",", &save)) {
+                if (cli_parse_int("--m", tok, 1, &n)) {
+                    *done = true;
+                    return CLI_EXIT_FAILURE;
+                }
+                o->Ms[o->nM++] = (int)n;
+            }
+            if (!o->nM) {
+                fprintf(stderr, "nvfp4moe bench: --m: no value in '%s'\n", v);
+                *done = true;
+                return CLI_EXIT_FAILURE;
+            }
+            break;
+        }
+        case O_ITERS:
+            if (cli_parse_int("--iters", v, 1, &n)) {
+                *done = true;
+                return CLI_EXIT_FAILURE;
+            }
+            o->iters = (int)n;
+            break;
+        case O_BACKEND: nvfp4moe_strlcpy(o->be_list, v, sizeof o->be_list); break;
+        case O_NO_BASELINE: o->baseline = false; break;
+        case O_OUT: o->out = v; break;
+        case O_COMMIT: o->commit = v; break;
+        case O_EP: case O_CPU: break;   /* not reached: cmd_bench hands those to their own commands */
+        }
+    }
+    return 0;
 }
 
 #ifndef NVFP4MOE_HAVE_CUDA
 
 int cmd_bench(int argc, char **argv) {
-    if (wants("--ep", argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
-    if (wants("--cpu", argc, argv)) return cli_bench_cpu(argc, argv, k_presets, N_PRESETS);
+    if (cli_has_flag(argc, argv, "--ep")) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
+    if (cli_has_flag(argc, argv, "--cpu")) return cli_bench_cpu(argc, argv, k_presets, N_PRESETS);
+    bench_opts o;
+    bool done;
+    int rc = parse_bench(argc, argv, &o, &done);
+    if (done) return rc;
     fprintf(stderr, "nvfp4moe bench: not available: this build has no CUDA backends (build with nvcc present); "
                     "nvfp4moe bench --cpu times the CPU backend\n");
     return CLI_EXIT_FAILURE;
@@ -101,24 +207,6 @@ static int cublas_load(cublas_fns *f) {
     f->gemm_ex = (__typeof__(f->gemm_ex))dlsym(f->lib, "cublasGemmEx");
     f->gemm_grouped = (__typeof__(f->gemm_grouped))dlsym(f->lib, "cublasGemmGroupedBatchedEx");
     return f->create && f->destroy && f->set_stream && f->gemm_ex ? 0 : -1;
-}
-
-static void bench_usage(FILE *f) {
-    fprintf(f, "usage: nvfp4moe bench [flags]\n\n"
-               "Times our GPU backends (routing from logits through the combined output, one CUDA graph) and\n"
-               "a cuBLAS BF16 grouped-GEMM baseline on real models' MoE layers, cold L2, median of runs,\n"
-               "against the floor max(weight bytes / copy bandwidth, FLOPs / bf16 rate) measured in the same run.\n"
-               "Writes PREFIX.csv and PREFIX.md.\n\n"
-               "  --preset LIST   comma-separated presets (default: all):");
-    for (int i = 0; i < N_PRESETS; i++) fprintf(f, " %s", k_presets[i].name);
-    fprintf(f, "\n  --m LIST        token counts (default 1,4,16,64,256,1024,4096)\n"
-               "  --backend LIST  comma-separated GPU backends (default: MARLIN, and HOPPER_WGMMA on sm_90)\n"
-               "  --iters N       timed runs per point (default 25, at least 20 recommended)\n"
-               "  --no-baseline   skip the cuBLAS baseline\n"
-               "  --out PREFIX    output files (default bench/results/<date>-<gpu>-bench)\n"
-               "  --commit SHA    recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n"
-               "  --ep N          expert parallelism over N ranks instead (its own flags: nvfp4moe bench --ep 2 --help)\n"
-               "  --cpu           the CPU backend instead (its own flags: nvfp4moe bench --cpu --help)\n");
 }
 
 // ---- timing ----
@@ -191,8 +279,6 @@ static int enqueue_gemm(void *ctx, cudaStream_t s) {
 }
 
 // ---- our backends' forward ----
-
-#define MAX_BACKENDS 4
 
 typedef struct fwd_ctx {
     nvfp4moe_plan *plan;
@@ -720,68 +806,19 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (wants("--ep", argc, argv)) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
-    if (wants("--cpu", argc, argv)) return cli_bench_cpu(argc, argv, k_presets, N_PRESETS);
-    int Ms[32] = {1, 4, 16, 64, 256, 1024, 4096}, nM = 7;
-    bool sel[N_PRESETS];
-    for (int i = 0; i < N_PRESETS; i++) sel[i] = true;
-    int iters = 25;
-    bool baseline = true;
-    char be_list[256] = "";
-    const char *out = NULL, *commit = getenv("NVFP4MOE_COMMIT");
-    char command[1024] = "nvfp4moe";
-    for (int i = 0; i < argc; i++) {  /* argv[0] is "bench" */
-        size_t l = strlen(command);
-        snprintf(command + l, sizeof command - l, " %s", argv[i]);
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            bench_usage(stdout);
-            return CLI_EXIT_OK;
-        } else if (!strcmp(a, "--preset")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-            for (int p = 0; p < N_PRESETS; p++) sel[p] = false;
-            char buf[512];
-            nvfp4moe_strlcpy(buf, v, sizeof buf);
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int found = -1;
-                for (int p = 0; p < N_PRESETS; p++)
-                    if (!strcmp(tok, k_presets[p].name)) found = p;
-                if (found < 0) {
-                    fprintf(stderr, "nvfp4moe bench: --preset: unknown preset '%s' (try --help)\n", tok);
-                    return CLI_EXIT_FAILURE;
-                }
-                sel[found] = true;
-            }
-        } else if (!strcmp(a, "--m")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-            char buf[512];
-            nvfp4moe_strlcpy(buf, v, sizeof buf);
-            nM = 0;
-            for (char *tok = strtok(buf, ","); tok && nM < 32; tok = strtok(NULL, ",")) {
-                long long m;
-                if (cli_parse_int("--m", tok, 1, &m)) return CLI_EXIT_FAILURE;
-                Ms[nM++] = (int)m;
-            }
-        } else if (!strcmp(a, "--iters")) {
-            long long n;
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int("--iters", v, 1, &n)) return CLI_EXIT_FAILURE;
-            iters = (int)n;
-        } else if (!strcmp(a, "--backend")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-            nvfp4moe_strlcpy(be_list, v, sizeof be_list);
-        } else if (!strcmp(a, "--no-baseline")) {
-            baseline = false;
-        } else if (!strcmp(a, "--out")) {
-            if (!(out = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--commit")) {
-            if (!(commit = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else {
-            fprintf(stderr, "nvfp4moe bench: unknown flag '%s' (try --help)\n", a);
-            return CLI_EXIT_FAILURE;
-        }
-    }
+    if (cli_has_flag(argc, argv, "--ep")) return cli_bench_ep(argc, argv, k_presets, N_PRESETS);
+    if (cli_has_flag(argc, argv, "--cpu")) return cli_bench_cpu(argc, argv, k_presets, N_PRESETS);
+    bench_opts opts;
+    bool parsed_done;
+    int prc = parse_bench(argc, argv, &opts, &parsed_done);
+    if (parsed_done) return prc;
+    int *Ms = opts.Ms, nM = opts.nM, iters = opts.iters;
+    const bool *sel = opts.sel;
+    bool baseline = opts.baseline;
+    char *be_list = opts.be_list;
+    const char *out = opts.out, *commit = opts.commit;
+    char command[1024];
+    cli_bench_command(argc, argv, command, sizeof command);
 
     nvfp4moe_device dev;
     if (nvfp4moe_device_detect(&dev) != NVFP4MOE_OK || !dev.is_cuda) {
@@ -791,13 +828,21 @@ int cmd_bench(int argc, char **argv) {
     /* the backends: named ones must be GPU backends of this build; the default is every fast one */
     static char be_names[MAX_BACKENDS][32];
     g_nbe = 0;
-    if (!be_list[0]) snprintf(be_list, sizeof be_list, "MARLIN%s", dev.sm == 90 ? ",HOPPER_WGMMA" : "");
+    if (!be_list[0]) snprintf(be_list, sizeof opts.be_list, "MARLIN%s", dev.sm == 90 ? ",HOPPER_WGMMA" : "");
     for (char *save = NULL, *tok = strtok_r(be_list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const nvfp4moe_backend_impl *im = NULL;
         for (char *c = tok; *c; c++) *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c == '-' ? '_' : *c);
         if (!(im = nvfp4moe_backend_impl_find(tok)) || !im->device_memory) {
-            fprintf(stderr, "nvfp4moe bench: --backend: '%s' is not a GPU backend of this build (try MARLIN, "
-                            "HOPPER_WGMMA, EMULATION)\n", tok);
+            nvfp4moe_suggest sg;
+            nvfp4moe_suggest_init(&sg, tok);
+            for (int r = 0; r < nvfp4moe_backend_count(); r++) {
+                const nvfp4moe_backend_impl *ri = nvfp4moe_backend_impl_find(nvfp4moe_backend_name(r));
+                if (ri && ri->device_memory) nvfp4moe_suggest_add(&sg, nvfp4moe_backend_name(r));
+            }
+            const char *best = nvfp4moe_suggest_best(&sg);
+            fprintf(stderr, "nvfp4moe bench: --backend: '%s' is not a GPU backend of this build%s%s%s (try MARLIN, "
+                            "HOPPER_WGMMA, EMULATION)\n", tok, best ? "; did you mean '" : "", best ? best : "",
+                    best ? "'?" : "");
             return CLI_EXIT_FAILURE;
         }
         if (g_nbe == MAX_BACKENDS) {
@@ -819,9 +864,12 @@ int cmd_bench(int argc, char **argv) {
     cli_bench_stamp(commit, commit_buf, sizeof commit_buf, date, sizeof date, d, sizeof d);
     commit = commit_buf;
     if (!out) {
-        snprintf(prefix, sizeof prefix, "bench/results/%s-%s-bench", d, gpu_short(dev.name, gshort, sizeof gshort));
+        char what[96];
+        snprintf(what, sizeof what, "%s-bench", gpu_short(dev.name, gshort, sizeof gshort));
+        cli_bench_default_prefix(d, what, prefix, sizeof prefix);
         out = prefix;
     }
+    if (cli_make_parent_dirs("--out", out) != 0) return CLI_EXIT_FAILURE;
 
     timer t = {.iters = iters, .flush_bytes = (size_t)512 << 20};
     cublasHandle_t h = NULL;

@@ -305,19 +305,29 @@ static int write_outputs(const bench_cpu *b) {
 
 // ---- the command ----
 
+enum { O_CPU, O_PRESET, O_M, O_THREADS, O_SCHEME, O_ITERS, O_OUT, O_COMMIT, O_COUNT };
+static const cli_opt k_opts[O_COUNT] = {
+    [O_CPU] = {"--cpu", NULL, "this mode: the CPU backend"},
+    [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default qwen3-30b-a3b,deepseek-v3)"},
+    [O_M] = {"--m", "LIST", "tokens (default 1,16,64,256)"},
+    [O_THREADS] = {"--threads", "LIST", "thread counts (default: every CPU this process may use)"},
+    [O_SCHEME] = {"--scheme", "S", "w4a4 (default, the integer kernels) or w4a16 (the float kernels)"},
+    [O_ITERS] = {"--iters", "N", "timed forwards per point (default 10)"},
+    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv and .md (default\n"
+                                  CLI_BENCH_DEFAULT_DIR "/<date>-cpu-<threads>t in the current directory);\n"
+                                  "missing folders are created, existing files replaced"},
+    [O_COMMIT] = {"--commit", "SHA", "recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)"},
+};
+
 static void usage(FILE *f, const cli_layer_preset *presets, int n) {
     fprintf(f, "usage: nvfp4moe bench --cpu [flags]\n\n"
                "Times CPU_FAST's whole forward on real models' MoE layers and reports each point's share of this\n"
-               "machine's read bandwidth, measured just before each timed forward with the same threads. Writes PREFIX.csv and\n"
-               "PREFIX.md.\n\n"
-               "  --preset LIST    comma-separated (default qwen3-30b-a3b,deepseek-v3):");
+               "machine's read bandwidth, measured just before each timed forward with the same threads. Writes\n"
+               "PREFIX.csv and PREFIX.md. Presets:");
     for (int i = 0; i < n; i++) fprintf(f, " %s", presets[i].name);
-    fprintf(f, "\n  --m LIST         tokens (default 1,16,64,256)\n"
-               "  --threads LIST   thread counts (default: every CPU this process may use)\n"
-               "  --scheme S       w4a4 (default, the integer kernels) or w4a16 (the float kernels)\n"
-               "  --iters N        timed forwards per point (default 10)\n"
-               "  --out PREFIX     output files (default bench/results/<date>-cpu-<threads>t)\n"
-               "  --commit SHA     recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n"
+    fprintf(f, "\n\n");
+    cli_opts_help(f, k_opts, O_COUNT);
+    fprintf(f, "  -h, --help                this text\n\n"
                "Environment: NVFP4MOE_CPU_ISA=portable|avx2|avx512 forces the kernels.\n");
 }
 
@@ -357,58 +367,45 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
     b->iters = 10;
     b->scheme = NVFP4MOE_SCHEME_W4A4;
     cli_bench_command(argc, argv, b->command, sizeof b->command);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
+    const char *v = NULL;
+    cli_args args;
+    cli_args_init(&args, "bench --cpu", k_opts, O_COUNT, false, 0, argc, argv);
+    for (int o; (o = cli_args_next(&args, &v)) != CLI_ARGS_END;) {
         long long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        switch (o) {
+        case CLI_ARGS_HELP:
             usage(stdout, presets, npresets);
             rc = CLI_EXIT_OK;
             goto done;
-        } else if (!strcmp(a, "--cpu")) {
-        } else if (!strcmp(a, "--preset")) {
-            if (!(preset_list = cli_flag_value(argc, argv, &i))) goto done;
-        } else if (!strcmp(a, "--m")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || (b->nM = parse_list("--m", v, 1, 65536, b->Ms, 16)) < 0) goto done;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || (b->nthreads = parse_list("--threads", v, 1, 1024, b->threads, 16)) < 0)
-                goto done;
-        } else if (!strcmp(a, "--scheme")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) goto done;
+        case CLI_ARGS_ERROR: goto done;
+        case O_CPU: break;
+        case O_PRESET: preset_list = v; break;
+        case O_M:
+            if ((b->nM = parse_list("--m", v, 1, 65536, b->Ms, 16)) < 0) goto done;
+            break;
+        case O_THREADS:
+            if ((b->nthreads = parse_list("--threads", v, 1, 1024, b->threads, 16)) < 0) goto done;
+            break;
+        case O_SCHEME:
             if (nvfp4moe_scheme_parse(v, &b->scheme) != NVFP4MOE_OK ||
                 (b->scheme != NVFP4MOE_SCHEME_W4A4 && b->scheme != NVFP4MOE_SCHEME_W4A16)) {
-                fprintf(stderr, "nvfp4moe bench: --scheme '%s': w4a4 or w4a16\n", v);
+                fprintf(stderr, "nvfp4moe bench --cpu: --scheme '%s': w4a4 or w4a16\n", v);
                 goto done;
             }
-        } else if (!strcmp(a, "--iters")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int("--iters", v, 1, &n)) goto done;
+            break;
+        case O_ITERS:
+            if (cli_parse_int("--iters", v, 1, &n)) goto done;
             if (n > 1000) {
-                fprintf(stderr, "nvfp4moe bench: --iters %lld: at most 1000\n", n);
+                fprintf(stderr, "nvfp4moe bench --cpu: --iters %lld: at most 1000\n", n);
                 goto done;
             }
             b->iters = (int)n;
-        } else if (!strcmp(a, "--out")) {
-            if (!(out = cli_flag_value(argc, argv, &i))) goto done;
-        } else if (!strcmp(a, "--commit")) {
-            if (!(commit = cli_flag_value(argc, argv, &i))) goto done;
-        } else {
-            fprintf(stderr, "nvfp4moe bench --cpu: unknown flag '%s' (try nvfp4moe bench --cpu --help)\n", a);
-            goto done;
+            break;
+        case O_OUT: out = v; break;
+        case O_COMMIT: commit = v; break;
         }
     }
-    {
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", preset_list);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            const cli_layer_preset *found = NULL;
-            for (int p = 0; p < npresets; p++)
-                if (!strcmp(tok, presets[p].name)) found = &presets[p];
-            if (!found || b->npresets == 16) {
-                fprintf(stderr, "nvfp4moe bench: --preset: %s '%s' (try --help)\n", found ? "too many, at" : "unknown preset", tok);
-                goto done;
-            }
-            b->presets[b->npresets++] = found;
-        }
-    }
+    if ((b->npresets = cli_parse_presets("--preset", preset_list, presets, npresets, b->presets, 16)) < 0) goto done;
     if (b->nthreads == 0) {
         int n;
         if (nvfp4moe_cpu_default_threads(&n) != NVFP4MOE_OK) {
@@ -421,8 +418,11 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
     {
         char d[16];
         cli_bench_stamp(commit, b->commit, sizeof b->commit, b->date, sizeof b->date, d, sizeof d);
+        char what[32];
+        snprintf(what, sizeof what, "cpu-%lldt", (long long)b->threads[b->nthreads - 1]);
         if (out) snprintf(b->out, sizeof b->out, "%s", out);
-        else snprintf(b->out, sizeof b->out, "bench/results/%s-cpu-%lldt", d, (long long)b->threads[b->nthreads - 1]);
+        else cli_bench_default_prefix(d, what, b->out, sizeof b->out);
+        if (cli_make_parent_dirs("--out", b->out) != 0) goto done;
         snprintf(b->cpu, sizeof b->cpu, "this CPU");
         FILE *ci = fopen("/proc/cpuinfo", "r");
         char line[256];

@@ -464,6 +464,21 @@ static int write_ep_outputs(const bench_ep *b, bool quiet) {
     return 0;
 }
 
+enum { O_EP, O_PRESET, O_M, O_ITERS, O_TRANSPORT, O_MOE_BACKEND, O_OUT, O_COMMIT, O_COUNT };
+static const cli_opt k_opts[O_COUNT] = {
+    [O_EP] = {"--ep", "N", "ranks (>= 2, dividing every chosen preset's experts, at most 64)"},
+    [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default deepseek-v3,kimi-k2)"},
+    [O_M] = {"--m", "LIST", "tokens per rank (default 1,16,128,1024,8192)"},
+    [O_ITERS] = {"--iters", "N", "timed forwards per point after 1 warm-up (default 5)"},
+    [O_TRANSPORT] = {"--transport", "T", "auto (default), nccl or loopback"},
+    [O_MOE_BACKEND] = {"--moe-backend", "B", "the local experts' backend (default: the oracle's pick on GPUs,\n"
+                                             "cpu_fast on the CPU)"},
+    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv and .md (default\n"
+                                  CLI_BENCH_DEFAULT_DIR "/<date>-<device>-ep<N>-<transport> in the current\n"
+                                  "directory); missing folders are created, existing files replaced"},
+    [O_COMMIT] = {"--commit", "SHA", "recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)"},
+};
+
 static void bench_ep_usage(FILE *f, const cli_layer_preset *presets, int n) {
     fprintf(f, "usage: nvfp4moe bench --ep N [flags]\n\n"
                "Times expert parallelism over N ranks on real models' MoE layers: M tokens on every rank, the\n"
@@ -471,16 +486,12 @@ static void bench_ep_usage(FILE *f, const cli_layer_preset *presets, int n) {
                "all-to-alls move and their bandwidth against the transport's own plain all-to-all of the same\n"
                "bytes, measured in the same run. Transport: NCCL, one process per GPU, when this build has NCCL\n"
                "and the machine N GPUs; otherwise the in-process LOOPBACK (threads; all ranks on the one GPU,\n"
-               "or the CPU), whose figures are labelled as not NCCL figures. Writes PREFIX.csv and PREFIX.md.\n\n"
-               "  --ep N           ranks (>= 2, dividing every chosen preset's experts, at most 64)\n"
-               "  --preset LIST    comma-separated (default deepseek-v3,kimi-k2):");
+               "or the CPU), whose figures are labelled as not NCCL figures. Writes PREFIX.csv and PREFIX.md.\n"
+               "Presets:");
     for (int i = 0; i < n; i++) fprintf(f, " %s", presets[i].name);
-    fprintf(f, "\n  --m LIST         tokens per rank (default 1,16,128,1024,8192)\n"
-               "  --iters N        timed forwards per point after 1 warm-up (default 5)\n"
-               "  --transport T    auto (default), nccl or loopback\n"
-               "  --moe-backend B  the local experts' backend (default: the oracle's pick on GPUs, cpu_fast on the CPU)\n"
-               "  --out PREFIX     output files (default bench/results/<date>-<device>-ep<N>-<transport>)\n"
-               "  --commit SHA     recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)\n");
+    fprintf(f, "\n\n");
+    cli_opts_help(f, k_opts, O_COUNT);
+    fprintf(f, "  -h, --help                this text\n");
 }
 
 int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npresets) {
@@ -496,60 +507,61 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
     long long N = 0;
     const char *transport = "auto", *out = NULL, *commit = getenv("NVFP4MOE_COMMIT"), *preset_list = "deepseek-v3,kimi-k2";
     cli_bench_command(argc, argv, b->command, sizeof b->command);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
+    const char *v = NULL;
+    cli_args args;
+    cli_args_init(&args, "bench --ep", k_opts, O_COUNT, false, 0, argc, argv);
+    for (int o; (o = cli_args_next(&args, &v)) != CLI_ARGS_END;) {
         long long n;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        switch (o) {
+        case CLI_ARGS_HELP:
             bench_ep_usage(stdout, presets, npresets);
             rc = CLI_EXIT_OK;
             goto done;
-        } else if (!strcmp(a, "--ep")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int("--ep", v, 1, &N)) goto done;
-        } else if (!strcmp(a, "--preset")) {
-            if (!(preset_list = cli_flag_value(argc, argv, &i))) goto done;
-        } else if (!strcmp(a, "--m")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) goto done;
+        case CLI_ARGS_ERROR: goto done;
+        case O_EP:
+            if (cli_parse_int("--ep", v, 1, &N)) goto done;
+            break;
+        case O_PRESET: preset_list = v; break;
+        case O_M: {
             char buf[512];
             snprintf(buf, sizeof buf, "%s", v);
             b->nM = 0;
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
                 if (b->nM == 32) {
-                    fprintf(stderr, "nvfp4moe bench: --m: at most 32 values\n");
+                    fprintf(stderr, "nvfp4moe bench --ep: --m: at most 32 values\n");
                     goto done;
                 }
                 if (cli_parse_int("--m", tok, 1, &n)) goto done;
                 if (n > (1 << 20)) {   /* host buffers of M*H*top_k rows: keep the sizes far from overflow */
-                    fprintf(stderr, "nvfp4moe bench: --m %lld: at most %d tokens per rank\n", n, 1 << 20);
+                    fprintf(stderr, "nvfp4moe bench --ep: --m %lld: at most %d tokens per rank\n", n, 1 << 20);
                     goto done;
                 }
                 b->Ms[b->nM++] = n;
             }
             if (b->nM == 0) {
-                fprintf(stderr, "nvfp4moe bench: --m: no value in '%s'\n", v);
+                fprintf(stderr, "nvfp4moe bench --ep: --m: no value in '%s'\n", v);
                 goto done;
             }
-        } else if (!strcmp(a, "--iters")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int("--iters", v, 1, &n)) goto done;
+            break;
+        }
+        case O_ITERS:
+            if (cli_parse_int("--iters", v, 1, &n)) goto done;
             if (n > 1000) {
-                fprintf(stderr, "nvfp4moe bench: --iters %lld: at most 1000\n", n);
+                fprintf(stderr, "nvfp4moe bench --ep: --iters %lld: at most 1000\n", n);
                 goto done;
             }
             b->iters = (int)n;
-        } else if (!strcmp(a, "--transport")) {
-            if (!(transport = cli_flag_value(argc, argv, &i))) goto done;
+            break;
+        case O_TRANSPORT:
+            transport = v;
             if (strcmp(transport, "auto") && strcmp(transport, "nccl") && strcmp(transport, "loopback")) {
-                fprintf(stderr, "nvfp4moe bench: --transport '%s': auto, nccl or loopback\n", transport);
+                fprintf(stderr, "nvfp4moe bench --ep: --transport '%s': auto, nccl or loopback\n", transport);
                 goto done;
             }
-        } else if (!strcmp(a, "--moe-backend")) {
-            if (!(b->local_backend = cli_flag_value(argc, argv, &i))) goto done;
-        } else if (!strcmp(a, "--out")) {
-            if (!(out = cli_flag_value(argc, argv, &i))) goto done;
-        } else if (!strcmp(a, "--commit")) {
-            if (!(commit = cli_flag_value(argc, argv, &i))) goto done;
-        } else {
-            fprintf(stderr, "nvfp4moe bench --ep: unknown flag '%s' (try nvfp4moe bench --ep 2 --help)\n", a);
-            goto done;
+            break;
+        case O_MOE_BACKEND: b->local_backend = v; break;
+        case O_OUT: out = v; break;
+        case O_COMMIT: commit = v; break;
         }
     }
     if (N < 2 || N > 64) {
@@ -557,33 +569,13 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
         goto done;
     }
     b->N = (int32_t)N;
-    {
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", preset_list);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            const cli_layer_preset *found = NULL;
-            for (int p = 0; p < npresets; p++)
-                if (!strcmp(tok, presets[p].name)) found = &presets[p];
-            if (!found) {
-                fprintf(stderr, "nvfp4moe bench: --preset: unknown preset '%s' (try --help)\n", tok);
-                goto done;
-            }
-            if (found->E % b->N) {
-                fprintf(stderr, "nvfp4moe bench: --ep %d must divide the number of experts: %s has %d\n", b->N,
-                        found->name, found->E);
-                goto done;
-            }
-            if (b->npresets == 16) {
-                fprintf(stderr, "nvfp4moe bench: --preset: at most 16\n");
-                goto done;
-            }
-            b->presets[b->npresets++] = found;
-        }
-        if (!b->npresets) {
-            fprintf(stderr, "nvfp4moe bench: --preset: no preset in '%s'\n", preset_list);
+    if ((b->npresets = cli_parse_presets("--preset", preset_list, presets, npresets, b->presets, 16)) < 0) goto done;
+    for (int p = 0; p < b->npresets; p++)
+        if (b->presets[p]->E % b->N) {
+            fprintf(stderr, "nvfp4moe bench --ep: --ep %d must divide the number of experts: %s has %d\n", b->N,
+                    b->presets[p]->name, b->presets[p]->E);
             goto done;
         }
-    }
     if (nvfp4moe_device_detect(&b->dev) != NVFP4MOE_OK) nvfp4moe_device_parse("cpu", &b->dev);
     const int gpus = b->dev.is_cuda ? cli_cuda_gpu_count() : 0;
     const bool can_nccl = b->dev.is_cuda && nvfp4moe_built_with_nccl() && gpus >= b->N;
@@ -602,9 +594,11 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
         const char *last = strrchr(b->dev.name, ' ');
         snprintf(dev_short, sizeof dev_short, "%s", b->dev.is_cuda ? (last ? last + 1 : b->dev.name) : "cpu");
         for (char *q = dev_short; *q; q++) *q = (char)(*q >= 'A' && *q <= 'Z' ? *q - 'A' + 'a' : *q);
+        char what[128];
+        snprintf(what, sizeof what, "%s-ep%d-%s", dev_short, b->N, b->nccl ? "nccl" : "loopback");
         if (out) snprintf(b->out, sizeof b->out, "%s", out);
-        else
-            snprintf(b->out, sizeof b->out, "bench/results/%s-%s-ep%d-%s", d, dev_short, b->N, b->nccl ? "nccl" : "loopback");
+        else cli_bench_default_prefix(d, what, b->out, sizeof b->out);
+        if (cli_make_parent_dirs("--out", b->out) != 0) goto done;
         if (b->nccl) snprintf(b->where, sizeof b->where, "%d x %s", b->N, b->dev.name);
         else snprintf(b->where, sizeof b->where, "%s", b->dev.is_cuda ? b->dev.name : "the CPU");
     }

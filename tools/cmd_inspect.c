@@ -8,13 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { O_LAYER, O_COUNT };
+static const cli_opt k_opts[O_COUNT] = {
+    [O_LAYER] = {"--layer", "N", "check only decoder layer N"},
+};
+
 static void inspect_usage(FILE *f) {
     fprintf(f, "usage: nvfp4moe inspect DIR [--layer N]\n\n"
                "Reads DIR/config.json (+ hf_quant_config.json) and its safetensors files (one file, an\n"
                "index with shards, or every *.safetensors), prints the format, quantization scheme, MoE\n"
                "layers, experts and shapes, and checks every MoE layer's tensors (names, dtypes, shapes,\n"
-               "scales). Problems are listed at the end; the exit status is 1 if any layer cannot load.\n\n"
-               "  --layer N   check only decoder layer N\n");
+               "scales). Problems are listed at the end; the exit status is 1 if any layer cannot load.\n\n");
+    cli_opts_help(f, k_opts, O_COUNT);
+    fprintf(f, "  -h, --help                this text\n");
 }
 
 static double total_bytes(const nvfp4moe_st_model *m) {
@@ -32,26 +38,25 @@ static const char *human(double b, char *buf, size_t len) {
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *dir = NULL;
+    const char *v = NULL;
     long long only = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            inspect_usage(stdout);
-            return CLI_EXIT_OK;
-        } else if (!strcmp(a, "--layer")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &only)) return CLI_EXIT_FAILURE;
-        } else if (a[0] == '-' || dir) {
-            fprintf(stderr, "nvfp4moe inspect: unexpected argument '%s' (try nvfp4moe inspect --help)\n", a);
-            return CLI_EXIT_FAILURE;
-        } else {
-            dir = a;
+    cli_args args;
+    cli_args_init(&args, "inspect", k_opts, O_COUNT, false, 1, argc, argv);
+    for (int o; (o = cli_args_next(&args, &v)) != CLI_ARGS_END;) {
+        switch (o) {
+        case CLI_ARGS_HELP: inspect_usage(stdout); return CLI_EXIT_OK;
+        case CLI_ARGS_ERROR: return CLI_EXIT_FAILURE;
+        case O_LAYER:
+            if (cli_parse_int("--layer", v, 0, &only)) return CLI_EXIT_FAILURE;
+            break;
         }
     }
-    if (!dir) {
+    if (args.npos != 1) {
+        fprintf(stderr, "nvfp4moe inspect: needs the model directory: nvfp4moe inspect DIR\n\n");
         inspect_usage(stderr);
         return CLI_EXIT_FAILURE;
     }
+    const char *dir = args.pos[0];
 
     int problems = 0, warnings = 0;
     printf("model         %s\n", dir);

@@ -10,7 +10,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void quantize_usage(FILE *f) {
+enum { O_IN, O_OUT, O_FORCE, O_FORMAT, O_W4A16, O_LAYER, O_CALIB, O_RANDOM, O_NUM_LAYERS, O_FIRST_MOE, O_SEED,
+       O_COUNT };
+static const cli_opt k_opts[O_COUNT] = {
+    [O_IN] = {"--in", "SRC", "unquantized model directory"},
+    [O_OUT] = {"--out", "DIR", "output directory: missing or empty (refused if it is, or is inside,\n"
+                               "--in); written beside it, fsynced, then renamed into place"},
+    [O_FORCE] = {"--force", NULL, "replace a non-empty --out whole (nothing of it is kept)"},
+    [O_FORMAT] = {"--format", "F", "modelopt (per-expert tensors, default) | modelopt-fused |\n"
+                                   "compressed-tensors"},
+    [O_W4A16] = {"--w4a16", NULL, "weight-only NVFP4 (W4A16_NVFP4; no input scales)"},
+    [O_LAYER] = {"--layer", "N", "quantize only decoder layer N"},
+    [O_CALIB] = {"--calib-tokens", "N", "calibration tokens for the input scales (default 64)"},
+    [O_RANDOM] = {"--random", NULL, "write a random BF16 source model instead"},
+    [O_NUM_LAYERS] = {"--num-layers", "L", "--random: decoder layers (default 1); the MoE layers are"},
+    [O_FIRST_MOE] = {"--first-moe-layer", "F", "--random: [F, L) (default 0)"},
+    [O_SEED] = {"--seed", "S", "weights (--random) / calibration seed (default 0)"},
+};
+
+static void quantize_usage(FILE *f, const cli_args *a) {
     fprintf(f, "usage: nvfp4moe quantize --in SRC --out DIR [flags]\n"
                "       nvfp4moe quantize --random --out DIR [config flags]\n\n"
                "The first form quantizes every MoE layer of the unquantized (BF16/F16/F32) model in SRC\n"
@@ -24,21 +42,10 @@ static void quantize_usage(FILE *f) {
                "The second form writes a random BF16 source model (weights N(0, 1/sqrt(fan_in))) of the\n"
                "shape the config flags give; default E=8, top-k 2, hidden 256, intermediate 128. With\n"
                "--activation swigluoai (gpt-oss) the router is mlp.router with a bias, and the experts\n"
-               "have biases; --bias gives any layer expert biases.\n\n"
-               "  --in SRC               unquantized model directory\n"
-               "  --out DIR              output directory: missing or empty (refused if it is, or is inside,\n"
-               "                         --in); written beside it, fsynced, then renamed into place\n"
-               "  --force                replace a non-empty --out whole (nothing of it is kept)\n"
-               "  --format F             modelopt (per-expert tensors, default) | modelopt-fused |\n"
-               "                         compressed-tensors\n"
-               "  --w4a16                weight-only NVFP4 (W4A16_NVFP4; no input scales)\n"
-               "  --layer N              quantize only decoder layer N\n"
-               "  --calib-tokens N       calibration tokens for the input scales (default 64)\n"
-               "  --random               write a random BF16 source model instead\n"
-               "  --num-layers L         --random: decoder layers (default 1); the MoE layers are\n"
-               "  --first-moe-layer F    --random: [F, L) (default 0)\n"
-               "  --seed S               weights (--random) / calibration seed (default 0)\n\n");
-    cli_config_flags_help(f);
+               "have biases; --bias gives any layer expert biases.\n\n");
+    cli_opts_help(f, k_opts, O_COUNT);
+    fprintf(f, "  -h, --help                this text\n\n");
+    cli_config_flags_help(f, a);
 }
 
 static int save(nvfp4moe_st_writer *w, const char *dir) {
@@ -198,47 +205,44 @@ int cmd_quantize(int argc, char **argv) {
     bool random = false, w4a16 = false, force = false;
     long long only = -1, calib = 64, layers = 1, first_moe = 0, seed = 0;
     nvfp4moe_ckpt_format fmt = NVFP4MOE_CKPT_MODELOPT;
-    for (int i = 1; i < argc; i++) {
-        int r = cli_config_flag(argc, argv, &i, &cfg);
-        if (r < 0) return CLI_EXIT_FAILURE;
-        if (r > 0) continue;
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            quantize_usage(stdout);
-            return CLI_EXIT_OK;
-        } else if (!strcmp(a, "--in")) {
-            if (!(in = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--out")) {
-            if (!(out = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--format")) {
-            if (!(v = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
+    const char *v = NULL;
+    cli_args args;
+    cli_args_init(&args, "quantize", k_opts, O_COUNT, true, 0, argc, argv);
+    for (int o; (o = cli_args_next(&args, &v)) != CLI_ARGS_END;) {
+        switch (o) {
+        case CLI_ARGS_HELP: quantize_usage(stdout, &args); return CLI_EXIT_OK;
+        case CLI_ARGS_ERROR: return CLI_EXIT_FAILURE;
+        case O_IN: in = v; break;
+        case O_OUT: out = v; break;
+        case O_FORMAT:
             if (nvfp4moe_ckpt_format_parse(v, &fmt) != NVFP4MOE_OK || fmt == NVFP4MOE_CKPT_UNQUANTIZED) {
                 fprintf(stderr, "nvfp4moe quantize: --format: expected modelopt, modelopt-fused or "
                         "compressed-tensors, got '%s'\n", v);
                 return CLI_EXIT_FAILURE;
             }
-        } else if (!strcmp(a, "--w4a16")) {
-            w4a16 = true;
-        } else if (!strcmp(a, "--random")) {
-            random = true;
-        } else if (!strcmp(a, "--force")) {
-            force = true;
-        } else if (!strcmp(a, "--layer")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &only)) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--calib-tokens")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 1, &calib)) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--num-layers")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 1, &layers)) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--first-moe-layer")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &first_moe)) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &seed)) return CLI_EXIT_FAILURE;
-            cfg.seed = (uint64_t)seed;
-        } else {
-            fprintf(stderr, "nvfp4moe quantize: unknown flag '%s' (try nvfp4moe quantize --help)\n", a);
-            return CLI_EXIT_FAILURE;
+            break;
+        case O_W4A16: w4a16 = true; break;
+        case O_RANDOM: random = true; break;
+        case O_FORCE: force = true; break;
+        case O_LAYER:
+            if (cli_parse_int("--layer", v, 0, &only)) return CLI_EXIT_FAILURE;
+            break;
+        case O_CALIB:
+            if (cli_parse_int("--calib-tokens", v, 1, &calib)) return CLI_EXIT_FAILURE;
+            break;
+        case O_NUM_LAYERS:
+            if (cli_parse_int("--num-layers", v, 1, &layers)) return CLI_EXIT_FAILURE;
+            break;
+        case O_FIRST_MOE:
+            if (cli_parse_int("--first-moe-layer", v, 0, &first_moe)) return CLI_EXIT_FAILURE;
+            break;
+        case O_SEED:
+            if (cli_parse_int("--seed", v, 0, &seed)) return CLI_EXIT_FAILURE;
+            break;
         }
     }
+    if (cli_config_apply(&args, &cfg) != 0) return CLI_EXIT_FAILURE;
+    cfg.seed = (uint64_t)seed;
     if (!out || (random == (in != NULL))) {
         fprintf(stderr, "nvfp4moe quantize: needs --out DIR and exactly one of --in SRC or --random\n");
         return CLI_EXIT_FAILURE;

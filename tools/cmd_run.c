@@ -16,21 +16,28 @@
 #include <cuda_runtime_api.h>
 #endif
 
-static void run_usage(FILE *f) {
+enum { O_TOKENS, O_MODEL, O_LAYER, O_INPUT, O_DEVICE, O_COUNT };
+static const cli_opt k_opts[O_COUNT] = {
+    [O_TOKENS] = {"--tokens", "M", "tokens to run (default 16)"},
+    [O_MODEL] = {"--model", "DIR", "run a layer of this checkpoint (see nvfp4moe inspect); config\n"
+                                   "flags then override its config.json"},
+    [O_LAYER] = {"--layer", "N", "with --model: decoder layer (default: the first MoE layer)"},
+    [O_INPUT] = {"--input", "FILE", "hidden states [M, H]: .safetensors or raw float32 (sets M)"},
+    [O_DEVICE] = {"--device", "NAME", "run on this device: cpu, or the GPU of this machine (a GPU that is\n"
+                                      "not here only plans: see nvfp4moe select --device)"},
+};
+
+static void run_usage(FILE *f, const cli_args *a) {
     fprintf(f, "usage: nvfp4moe run [flags]\n\n"
                "Runs one NVFP4 MoE layer on the best available backend (or --moe-backend) and prints the\n"
                "backend, the shapes, the time and a checksum of the output. With no flags: the MoE layer of\n"
-               "Qwen3-30B-A3B (E=128, top-8, hidden 2048, intermediate 768), random weights, 16 tokens.\n\n"
-               "  --tokens M                tokens to run (default 16)\n"
-               "  --model DIR               run a layer of this checkpoint (see nvfp4moe inspect); config\n"
-               "                            flags then override its config.json\n"
-               "  --layer N                 with --model: decoder layer (default: the first MoE layer)\n"
-               "  --input FILE              hidden states [M, H]: .safetensors or raw float32 (sets M)\n"
-               "  --device NAME             plan for this device (default: detect; see nvfp4moe select --help)\n\n"
+               "Qwen3-30B-A3B (E=128, top-8, hidden 2048, intermediate 768), random weights, 16 tokens.\n\n");
+    cli_opts_help(f, k_opts, O_COUNT);
+    fprintf(f, "  -h, --help                this text\n\n"
                "With --ep N (N > 1): expert parallelism over N ranks, --tokens per rank. On a GPU machine one\n"
                "process per GPU over NCCL (needs N GPUs and an NCCL build); without a GPU (or with --device)\n"
                "N ranks simulated by threads of this process (loopback), local experts on CPU_FAST.\n\n");
-    cli_config_flags_help(f);
+    cli_config_flags_help(f, a);
 }
 
 #ifdef NVFP4MOE_HAVE_CUDA
@@ -79,41 +86,60 @@ out:
 }
 #endif
 
+/* The device to run on: detected, or --device, which must then be the CPU or this machine's GPU
+ * (a what-if GPU only plans; `select` plans). EP runs keep a what-if device: they simulate. */
+static int run_device(const char *name, bool ep, nvfp4moe_device *dev) {
+    if (!name) {
+        if (nvfp4moe_device_detect(dev) == NVFP4MOE_OK) return 0;
+        fprintf(stderr, "nvfp4moe run: %s\n", nvfp4moe_last_error());
+        return -1;
+    }
+    if (nvfp4moe_device_parse(name, dev) != NVFP4MOE_OK) {
+        fprintf(stderr, "nvfp4moe run: --device: %s\n", nvfp4moe_last_error());
+        return -1;
+    }
+    if (!dev->is_cuda || ep) return 0;
+    nvfp4moe_device here;
+    if (nvfp4moe_device_detect(&here) != NVFP4MOE_OK || !here.is_cuda) {
+        fprintf(stderr, "nvfp4moe run: --device %s: no GPU here: --device only plans (see select)%s\n", name,
+                nvfp4moe_built_with_cuda() ? "" : "; this build has no CUDA backends either");
+        return -1;
+    }
+    if (here.sm != dev->sm) {
+        fprintf(stderr, "nvfp4moe run: --device %s (sm_%d) is not this machine's GPU (%s, sm_%d): --device only "
+                "plans (see select)\n", name, (int)dev->sm, here.name, (int)here.sm);
+        return -1;
+    }
+    *dev = here;   /* the GPU itself, with its ordinal and SM count */
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
     nvfp4moe_config cfg;
     nvfp4moe_config_init(&cfg);
     long long tokens = 16;
     const char *device_name = NULL;
-    bool custom = false;
     const char *model = NULL, *input = NULL;
     long long layer_n = -1;
     nvfp4moe_ckpt_layer *ck = NULL;
     float *xin = NULL;
     int64_t xin_m = 0;
-    for (int i = 1; i < argc; i++) {
-        int r = cli_config_flag(argc, argv, &i, &cfg);
-        if (r < 0) return CLI_EXIT_FAILURE;
-        if (r > 0) {
-            custom = true;
-            continue;
-        }
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            run_usage(stdout);
-            return CLI_EXIT_OK;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &tokens)) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--device")) {
-            if (!(device_name = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--model")) {
-            if (!(model = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--layer")) {
-            if (!(v = cli_flag_value(argc, argv, &i)) || cli_parse_int(a, v, 0, &layer_n)) return CLI_EXIT_FAILURE;
-        } else if (!strcmp(a, "--input")) {
-            if (!(input = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else {
-            fprintf(stderr, "nvfp4moe run: unknown flag '%s' (try nvfp4moe run --help)\n", a);
-            return CLI_EXIT_FAILURE;
+    const char *v = NULL;
+    cli_args args;
+    cli_args_init(&args, "run", k_opts, O_COUNT, true, 0, argc, argv);
+    for (int o; (o = cli_args_next(&args, &v)) != CLI_ARGS_END;) {
+        switch (o) {
+        case CLI_ARGS_HELP: run_usage(stdout, &args); return CLI_EXIT_OK;
+        case CLI_ARGS_ERROR: return CLI_EXIT_FAILURE;
+        case O_TOKENS:
+            if (cli_parse_int("--tokens", v, 0, &tokens)) return CLI_EXIT_FAILURE;
+            break;
+        case O_DEVICE: device_name = v; break;
+        case O_MODEL: model = v; break;
+        case O_LAYER:
+            if (cli_parse_int("--layer", v, 0, &layer_n)) return CLI_EXIT_FAILURE;
+            break;
+        case O_INPUT: input = v; break;
         }
     }
     if (layer_n >= 0 && !model) {
@@ -126,10 +152,12 @@ int cmd_run(int argc, char **argv) {
     nvfp4moe_plan *plan = NULL;
     void *hidden = NULL, *logits = NULL, *out = NULL;
     nvfp4moe_status st;
+    const bool custom = model || args.ncfg > 0;
     if (model) {   /* the checkpoint's layer; config flags were applied on top of its config */
-        if (cli_model_layer("run", model, (int)layer_n, argc, argv, &ck) != 0) goto done;
+        if (cli_model_layer("run", model, (int)layer_n, &args, &ck) != 0) goto done;
         cfg = ck->layer.cfg;
-        custom = true;
+    } else if (cli_config_apply(&args, &cfg) != 0) {
+        goto done;
     }
     // Before anything is sized from the config (the input file's rows are hidden_size wide).
     if (nvfp4moe_config_validate(&cfg) != NVFP4MOE_OK) {
@@ -141,10 +169,20 @@ int cmd_run(int argc, char **argv) {
         tokens = xin_m;
     }
     nvfp4moe_device dev;
-    st = device_name ? nvfp4moe_device_parse(device_name, &dev) : nvfp4moe_device_detect(&dev);
-    if (st != NVFP4MOE_OK) {
-        fprintf(stderr, "nvfp4moe run: --device: %s\n", nvfp4moe_last_error());
-        goto done;
+    if (run_device(device_name, cfg.parallel.ep_size > 1, &dev) != 0) goto done;
+    if (cfg.parallel.ep_size <= 1) {   /* the oracle's answer before the weights are made */
+        nvfp4moe_report *rep = malloc(sizeof *rep);
+        if (!rep) {
+            fprintf(stderr, "nvfp4moe run: out of memory\n");
+            goto done;
+        }
+        const bool refused = nvfp4moe_select(&cfg, &dev, NULL, rep) != NVFP4MOE_OK && rep->error_kind[0];
+        if (refused) {
+            fprintf(stderr, "nvfp4moe run: no backend can run this layer: %s: %s\n", rep->error_kind, rep->error);
+            if (rep->detail[0]) fprintf(stderr, "nvfp4moe run: note: %s\n", rep->detail);
+        }
+        free(rep);
+        if (refused) goto done;
     }
 
     char desc[256];
@@ -236,10 +274,10 @@ int cmd_run(int argc, char **argv) {
     printf("forward   %.3f ms\n", secs * 1e3);
     double sum = 0, asum = 0;
     for (int64_t i = 0; i < M * H; i++) {
-        float v;
-        nvfp4moe_to_float(cfg.out_dtype, (const char *)out + (size_t)i * nvfp4moe_dtype_size(cfg.out_dtype), 1, &v);
-        sum += v;
-        asum += fabs(v);
+        float x;
+        nvfp4moe_to_float(cfg.out_dtype, (const char *)out + (size_t)i * nvfp4moe_dtype_size(cfg.out_dtype), 1, &x);
+        sum += x;
+        asum += fabs(x);
     }
     printf("checksum  sum=%.6g abs_sum=%.6g fnv1a=%016llx\n", sum, asum,
            (unsigned long long)cli_fnv1a(out, out_bytes, CLI_FNV1A_INIT));

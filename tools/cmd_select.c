@@ -9,28 +9,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void select_usage(FILE *f) {
+enum { O_DEVICE, O_INSTALLED, O_VLLM_ONLY, O_JSON, O_MODEL, O_COUNT };
+static const cli_opt k_opts[O_COUNT] = {
+    [O_DEVICE] = {"--device", "NAME", "plan for this device instead of the detected one: sm_XY (sm_90,\n"
+                                      "sm_100, ...), a capability (9.0), a product as nvidia-smi names\n"
+                                      "it (\"NVIDIA H200\"), or a100 a10g l4 l40 l40s rtx4090 h100 h200\n"
+                                      "h20 h800 gh200 b100 b200 gb200 b300 gb300 rtx5090 rtx-pro-6000\n"
+                                      "dgx-spark cpu (the full list: docs/select.md)"},
+    [O_INSTALLED] = {"--installed", "LIBS", "plan as if these libraries were installed: all | none |\n"
+                                            "flashinfer,b12x,humming,cutlass (default: what this build has)"},
+    [O_VLLM_ONLY] = {"--vllm-only", NULL, "only vLLM's backends (none of ours): decisions identical to vLLM"},
+    [O_JSON] = {"--json", NULL, "print one JSON object instead of text"},
+    [O_MODEL] = {"--model", "DIR", "deployment config from DIR/config.json (+ hf_quant_config.json);\n"
+                                   "the other flags override it"},
+};
+
+static void select_usage(FILE *f, const cli_args *a) {
     fprintf(f,
             "usage: nvfp4moe select [flags]\n\n"
             "Chooses the NVFP4 MoE backend and kernel for a deployment exactly as vLLM's\n"
             "select_nvfp4_moe_backend does, and shows why every other backend was or was not chosen.\n"
             "With no flags: the built-in default layer (Qwen3-30B-A3B), moe_backend auto, the detected\n"
-            "device and the libraries this build contains.\n\n"
-            "  --device NAME             plan for this device instead of the detected one: sm_XY (sm_90,\n"
-            "                            sm_100, ...), a capability (9.0), a product as nvidia-smi names\n"
-            "                            it (\"NVIDIA H200\"), or a100 a10g l4 l40 l40s rtx4090 h100 h200\n"
-            "                            h20 h800 gh200 b100 b200 gb200 b300 gb300 rtx5090 rtx-pro-6000\n"
-            "                            dgx-spark cpu (the full list: docs/select.md)\n"
-            "  --installed LIBS          plan as if these libraries were installed: all | none |\n"
-            "                            flashinfer,b12x,humming,cutlass (default: what this build has)\n"
-            "  --vllm-only               only vLLM's backends (none of ours): decisions identical to vLLM\n"
-            "  --json                    print one JSON object instead of text\n"
-            "  --model DIR               deployment config from DIR/config.json (+ hf_quant_config.json);\n"
-            "                            the other flags override it\n"
-            "  --help                    this text\n\n"
-            "exit status: 0 a backend was chosen, 2 ValueError (unknown or unsupported explicit\n"
-            "moe_backend), 3 NotImplementedError (no backend supports it), 1 usage error\n\n");
-    cli_config_flags_help(f);
+            "device and the libraries this build contains.\n\n");
+    cli_opts_help(f, k_opts, O_COUNT);
+    fprintf(f, "  -h, --help                this text\n\n"
+               "exit status: 0 a backend was chosen, 2 ValueError (unknown or unsupported explicit\n"
+               "moe_backend), 3 NotImplementedError (no backend supports it), 1 usage error\n\n");
+    cli_config_flags_help(f, a);
 }
 
 int cmd_select(int argc, char **argv) {
@@ -39,47 +44,40 @@ int cmd_select(int argc, char **argv) {
     nvfp4moe_oracle_options opt = {0};
     nvfp4moe_device dev;
     bool have_dev = false, json = false;
-    const char *model = NULL;
+    const char *model = NULL, *v = NULL;
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            select_usage(stdout);
+    cli_args args;
+    cli_args_init(&args, "select", k_opts, O_COUNT, true, 0, argc, argv);
+    for (int o; (o = cli_args_next(&args, &v)) != CLI_ARGS_END;) {
+        switch (o) {
+        case CLI_ARGS_HELP:
+            select_usage(stdout, &args);
             return CLI_EXIT_OK;
-        }
-        int used = cli_config_flag(argc, argv, &i, &cfg);
-        if (used < 0) return CLI_EXIT_FAILURE;
-        if (used > 0) continue;
-        if (!strcmp(a, "--device")) {
-            const char *v = cli_flag_value(argc, argv, &i);
-            if (!v) return CLI_EXIT_FAILURE;
+        case CLI_ARGS_ERROR:
+            return CLI_EXIT_FAILURE;
+        case O_DEVICE:
             if (nvfp4moe_device_parse(v, &dev) != NVFP4MOE_OK) {
                 fprintf(stderr, "nvfp4moe select: --device: %s\n", nvfp4moe_last_error());
                 return CLI_EXIT_FAILURE;
             }
             have_dev = true;
-        } else if (!strcmp(a, "--installed")) {
-            const char *v = cli_flag_value(argc, argv, &i);
-            if (!v) return CLI_EXIT_FAILURE;
+            break;
+        case O_INSTALLED:
             if (nvfp4moe_oracle_libs_parse(v, &opt.installed) != NVFP4MOE_OK) {
                 fprintf(stderr, "nvfp4moe select: --installed: %s\n", nvfp4moe_last_error());
                 return CLI_EXIT_FAILURE;
             }
             opt.installed_set = true;
-        } else if (!strcmp(a, "--vllm-only")) {
-            opt.vllm_only = true;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--model")) {
-            if (!(model = cli_flag_value(argc, argv, &i))) return CLI_EXIT_FAILURE;
-        } else {
-            fprintf(stderr, "nvfp4moe select: unknown flag '%s' (try nvfp4moe select --help)\n", a);
-            return CLI_EXIT_FAILURE;
+            break;
+        case O_VLLM_ONLY: opt.vllm_only = true; break;
+        case O_JSON: json = true; break;
+        case O_MODEL: model = v; break;
         }
     }
 
     /* --model: the deployment config comes from config.json; the config flags then override it. */
-    if (model && cli_model_config("select", model, argc, argv, &cfg) != 0) return CLI_EXIT_FAILURE;
+    if (model ? cli_model_config("select", model, &args, &cfg) != 0 : cli_config_apply(&args, &cfg) != 0)
+        return CLI_EXIT_FAILURE;
 
     if (!have_dev && nvfp4moe_device_detect(&dev) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe select: %s\n", nvfp4moe_last_error());

@@ -2,13 +2,15 @@
  * fuzz_cli.c - libFuzzer target: the command line. The input is the arguments, separated by NUL
  * bytes; the first picks the subcommand (select, inspect, run or quantize, by name or by its first
  * byte). "@MODEL" stands for a small NVFP4 checkpoint, "@SRC" for its BF16 source and "@OUT" for a
- * scratch output directory, all made once per process. Each run starts in an empty scratch working
- * directory, and inputs that could write elsewhere are skipped: an absolute path, "..", or the
- * fixtures as --out. Every run must return an exit status of the
- * CLI's (0-3) without crashing. Inputs with a number above 64 are skipped: they ask for large layers
- * or many ranks, which is slow, not wrong; for the same reason `run` without --model starts from a
- * small shape (E=4, top-2, H=32, I=16, 2 tokens), which the input's flags may change. `make fuzz` runs it with tests/fuzz/corpus/cli and
- * cli.dict and -close_fd_mask=3 (the commands' output is dropped; libFuzzer keeps its own).
+ * scratch output directory, all made once per process; each may also stand after "="
+ * ("--model=@MODEL"). Each run starts in an empty scratch working directory, and inputs that could
+ * write elsewhere are skipped: an absolute path, "..", or the fixtures as --out (also after "=").
+ * Every run must return an exit status of the CLI's (0-3) without crashing. Inputs with a number
+ * above 64 are skipped (also after "="): they ask for large layers or many ranks, which is slow,
+ * not wrong; for the same reason `run` without --model starts from a small shape (E=4, top-2,
+ * H=32, I=16, 2 tokens), which the input's flags may change. `make fuzz` runs it with
+ * tests/fuzz/corpus/cli and cli.dict and -close_fd_mask=3 (the commands' output is dropped;
+ * libFuzzer keeps its own).
  */
 #include "fuzz_util.h"
 
@@ -36,14 +38,24 @@ static void setup(void) {
     if (cmd_quantize(12, a1) != 0 || cmd_quantize(5, a2) != 0) abort();
 }
 
-/* Whether an argument could make a run write outside the scratch directory. */
-static bool escapes(const char *a, const char *prev) {
-    if (a[0] == '/' || strstr(a, "..")) return true;
-    return prev && !strcmp(prev, "--out") && (!strcmp(a, "@MODEL") || !strcmp(a, "@SRC"));
+/* The fixture a placeholder names, or NULL. */
+static const char *fixture(const char *a) {
+    return !strcmp(a, "@MODEL") ? g_model : !strcmp(a, "@SRC") ? g_src : !strcmp(a, "@OUT") ? g_out : NULL;
 }
 
-/* Whether s is a whole number above 64 (a large layer, many tokens or ranks). */
+/* Whether an argument could make a run write outside the scratch directory (or over a fixture). */
+static bool escapes(const char *a, const char *prev) {
+    const char *eq = a[0] == '-' ? strchr(a, '=') : NULL;
+    const char *value = eq ? eq + 1 : a;
+    if (value[0] == '/' || strstr(a, "..")) return true;
+    const bool writes = eq ? !strncmp(a, "--out=", 6) : prev && !strcmp(prev, "--out");
+    return writes && fixture(value) && strcmp(value, "@OUT");
+}
+
+/* Whether s (or the value of --flag=s) is a whole number above 64 (a large layer, many tokens or
+ * ranks). */
 static int too_big(const char *s) {
+    if (s[0] == '-' && strchr(s, '=')) s = strchr(s, '=') + 1;
     const char *p = s + (*s == '-' || *s == '+');
     if (!*p) return 0;
     for (const char *q = p; *q; q++)
@@ -56,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0 || size > 4096) return 0;
     char *buf = malloc(size + 1);
     char *argv[80];
+    static char expanded[60][160];   /* "--flag=@FIXTURE" with the fixture's path */
     int argc = 0;
     if (!buf) return 0;
     memcpy(buf, data, size);
@@ -67,9 +80,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(buf);
             return 0;
         }
-        if (!strcmp(a, "@MODEL")) a = g_model;
-        else if (!strcmp(a, "@SRC")) a = g_src;
-        else if (!strcmp(a, "@OUT")) a = g_out;
+        const char *eq = a[0] == '-' ? strchr(a, '=') : NULL;
+        if (fixture(a)) {
+            a = (char *)fixture(a);
+        } else if (eq && fixture(eq + 1)) {
+            snprintf(expanded[argc], sizeof expanded[argc], "%.*s=%s", (int)(eq - a > 60 ? 60 : eq - a), a,
+                     fixture(eq + 1));
+            a = expanded[argc];
+        }
         argv[argc++] = a;
         i += n + 1;
     }
@@ -81,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!strcmp(argv[0], k_names[k])) which = k;
     argv[0] = (char *)k_names[which];
     bool model = false;
-    for (int i = 1; i < argc; i++) model |= !strcmp(argv[i], "--model");
+    for (int i = 1; i < argc; i++) model |= !strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8);
     if (which == 2 && !model) {   // run: a small default layer, before the input's own flags
         static char *const k_small[] = {"--num-experts", "4", "--top-k", "2", "--hidden-size", "32",
                                         "--intermediate-size", "16", "--tokens", "2"};
