@@ -3,11 +3,14 @@
  * getopt_long's conventions in every subcommand (--flag=value, --flag value, -h, "--", flags and
  * operands in any order, no abbreviations), --help laid out in columns, "did you mean" for flags,
  * subcommands, backends, devices and presets, `run --device` refusing a GPU that is not here,
- * `select --model` warning about an unquantized model, and bench creating its output folder.
+ * `select --model` warning about an unquantized model, `run`'s outputs and input files (hidden
+ * states, router logits, top-k ids and weights), bench creating its output folder, and `compare`'s
+ * figures, verdicts and exit status.
  */
 #include "ckpt_fixtures.h"
 
 #include <dirent.h>
+#include <jansson.h>
 
 /* Small layers: E=8, top-2, H=64, I=32. */
 #define SHAPE "--num-experts 8 --top-k 2 --hidden-size 64 --intermediate-size 32"
@@ -42,6 +45,9 @@ static const char *line_of(const char *key, char *buf, size_t len) {
     return buf;
 }
 
+/* A JSON string's value, "" when it is not one. */
+static const char *jstr(const json_t *j) { return json_is_string(j) ? json_string_value(j) : ""; }
+
 /* How many entries of dir hold `part` in their name. */
 static int entries_of(const char *dir, const char *part) {
     DIR *dd = opendir(dir);
@@ -49,6 +55,59 @@ static int entries_of(const char *dir, const char *part) {
     for (struct dirent *e; dd && (e = readdir(dd));) n += strstr(e->d_name, part) != NULL;
     if (dd) closedir(dd);
     return n;
+}
+
+static json_t *parse_json(const char *text) {
+    json_error_t e;
+    json_t *j = json_loads(text, 0, &e);
+    CHECK(j != NULL, "not JSON (%s at line %d): %.300s", e.text, e.line, text);
+    return j;
+}
+
+/* A tensor of a safetensors file, its bytes copied (NULL if absent); *t its header. */
+static uint8_t *tensor_bytes(const char *path, const char *name, nvfp4moe_st_tensor *t) {
+    nvfp4moe_st_file *f = NULL;
+    if (nvfp4moe_st_open(path, &f) != NVFP4MOE_OK) return NULL;
+    const nvfp4moe_st_tensor *x = nvfp4moe_st_file_find(f, name);
+    uint8_t *b = x ? malloc((size_t)x->nbytes + 1) : NULL;
+    if (b && nvfp4moe_st_tensor_read(x, 0, x->nbytes, b) != NVFP4MOE_OK) {
+        free(b);
+        b = NULL;
+    }
+    if (x && t) *t = *x;
+    nvfp4moe_st_close(f);
+    return b;
+}
+
+static char *meta_of(const char *path, const char *key, char *buf, size_t len) {
+    nvfp4moe_st_file *f = NULL;
+    buf[0] = '\0';
+    if (nvfp4moe_st_open(path, &f) == NVFP4MOE_OK && nvfp4moe_st_file_metadata(f, key))
+        snprintf(buf, len, "%s", nvfp4moe_st_file_metadata(f, key));
+    nvfp4moe_st_close(f);
+    return buf;
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* Writes one-tensor-or-more safetensors file path. */
+static void write_st(const char *path, int n, const char *const *names, const nvfp4moe_st_dtype *dt,
+                     const int64_t (*shapes)[2], const void *const *data) {
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    for (int i = 0; i < n; i++) CHECK_OK(nvfp4moe_st_writer_add(w, names[i], dt[i], 2, shapes[i], data[i]));
+    CHECK_OK(nvfp4moe_st_writer_save(w, path));
+    nvfp4moe_st_writer_free(w);
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(p, 1, n, f) == n, "writing %s", path);
+    if (f) fclose(f);
 }
 
 // ---- the conventions ----
@@ -91,7 +150,8 @@ static int check_help_columns(const char *what, const char *text) {
 
 static void test_help(void) {
     T_CASE("--help of every subcommand, in columns");
-    static const char *const cmds[] = {"run", "select", "inspect", "quantize", "bench", "bench --cpu", "bench --ep 2"};
+    static const char *const cmds[] = {"run", "select", "inspect", "quantize", "compare", "bench", "bench --cpu",
+                                       "bench --ep 2"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         int rc = cli_stdout("%s --help", cmds[i]);
         CHECK(rc == 0 && strstr(g_stdout, "usage: nvfp4moe"), "%s --help: rc %d: %.200s", cmds[i], rc, g_stdout);
@@ -107,10 +167,10 @@ static void test_help(void) {
               strstr(g_stdout, "\n  --apply-router-weight-on-input\n                            multiply") &&
               strstr(g_stdout, "\n  --router-logits-dtype NAME\n                            bf16"),
           "the long config flags: %.100s", strstr(g_stdout, "--routed") ? strstr(g_stdout, "--routed") : "none");
-    rc = cli_stdout("help inspect");
-    CHECK(rc == 0 && strstr(g_stdout, "usage: nvfp4moe inspect"), "help inspect: rc %d", rc);
+    rc = cli_stdout("help compare");
+    CHECK(rc == 0 && strstr(g_stdout, "usage: nvfp4moe compare"), "help compare: rc %d", rc);
     rc = cli_stdout("--help");
-    CHECK(rc == 0 && strstr(g_stdout, "  inspect ") && strstr(g_stdout, "--flag=value"), "nvfp4moe --help");
+    CHECK(rc == 0 && strstr(g_stdout, "  compare ") && strstr(g_stdout, "--flag=value"), "nvfp4moe --help");
 }
 
 static void test_flag_forms(void) {
@@ -188,8 +248,8 @@ static void test_did_you_mean(void) {
     T_CASE("did you mean: subcommands");
     rc = cli("selct");
     CHECK(rc == 1 && strstr(g_out, "unknown command 'selct'; did you mean 'select'?"), "rc %d: %s", rc, g_out);
-    rc = cli("inpsect x");
-    CHECK(rc == 1 && strstr(g_out, "did you mean 'inspect'?"), "rc %d: %s", rc, g_out);
+    rc = cli("comapre a b");
+    CHECK(rc == 1 && strstr(g_out, "did you mean 'compare'?"), "rc %d: %s", rc, g_out);
     rc = cli("--verison");
     CHECK(rc == 1 && strstr(g_out, "did you mean '--version'?"), "rc %d: %s", rc, g_out);
 
@@ -257,6 +317,178 @@ static void test_select_unquantized(void) {
     CHECK(rc == 0 && !strstr(g_out, "warning"), "a quantized model: rc %d: %s", rc, g_out);
 }
 
+// ---- run's files ----
+
+static void test_run_output(void) {
+    T_CASE("run --output: safetensors and raw");
+    const char *d = dir_in("run_out");
+    char st[600], raw[600], sum[256];
+    snprintf(st, sizeof st, "%s/new/folder/a.safetensors", d);
+    snprintf(raw, sizeof raw, "%s/a.bin", d);
+    int rc = cli("run " SHAPE " --tokens 5 --seed 2 --output %s", st);
+    CHECK(rc == 0 && strstr(g_out, "output    wrote"), "rc %d: %s", rc, g_out);
+    line_of("checksum", sum, sizeof sum);
+    nvfp4moe_st_tensor t = {0};
+    uint8_t *out = tensor_bytes(st, "output", &t);
+    CHECK(out && t.dtype == NVFP4MOE_ST_BF16 && t.ndim == 2 && t.shape[0] == 5 && t.shape[1] == 64,
+          "output tensor: %s %d dims", out ? nvfp4moe_st_dtype_name(t.dtype) : "missing", t.ndim);
+    char want[64];
+    snprintf(want, sizeof want, "fnv1a=%016llx", out ? (unsigned long long)fnv1a(out, (size_t)t.nbytes) : 0ull);
+    CHECK(strstr(sum, want) != NULL, "'%s' does not hold the file's %s", sum, want);
+    uint8_t *hid = tensor_bytes(st, "hidden_states", &t);
+    CHECK(hid && t.dtype == NVFP4MOE_ST_BF16 && t.shape[0] == 5 && t.shape[1] == 64, "hidden_states");
+    uint8_t *lg = tensor_bytes(st, "router_logits", &t);
+    CHECK(lg && t.dtype == NVFP4MOE_ST_F32 && t.shape[0] == 5 && t.shape[1] == 8, "router_logits");
+    CHECK(!tensor_bytes(st, "topk_ids", NULL), "topk_ids written without --topk-ids");
+    /* the hidden states are the run's own: the seeded random ones */
+    uint16_t *x = malloc(5 * 64 * 2);
+    nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_BF16, 5 * 64, 2 * 31 + 7);
+    CHECK(hid && !memcmp(hid, x, 5 * 64 * 2), "hidden_states are not the run's");
+    char m[128];
+    CHECK(!strcmp(meta_of(st, "backend", m, sizeof m), "CPU_FAST") && meta_of(st, "config", m, sizeof m)[0],
+          "metadata backend '%s'", m);
+
+    rc = cli("run " SHAPE " --tokens 5 --seed 2 --output %s", raw);
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    size_t n = 0;
+    FILE *f = fopen(raw, "rb");
+    uint8_t *rb = malloc(5 * 64 * 2 + 16);
+    if (f) n = fread(rb, 1, 5 * 64 * 2 + 16, f), fclose(f);
+    CHECK(n == 5 * 64 * 2 && out && !memcmp(rb, out, n), "raw output: %zu bytes", n);
+    rc = cli("run " SHAPE " --tokens 2 --output %s/a.bin/x.safetensors", d);
+    CHECK(rc == 1 && strstr(g_out, "--output") && strstr(g_out, "is not a folder"), "rc %d: %s", rc, g_out);
+
+    T_CASE("run --input and --router-logits from an --output file reproduce it");
+    char b[600], c[600], sum2[256];
+    snprintf(b, sizeof b, "%s/b.safetensors", d);
+    snprintf(c, sizeof c, "%s/c.safetensors", d);
+    rc = cli("run " SHAPE " --seed 2 --input %s --router-logits %s --output %s", st, st, b);
+    CHECK(rc == 0 && strstr(g_out, "input     hidden states from") && strstr(g_out, "routing   router logits from"),
+          "rc %d: %s", rc, g_out);
+    line_of("checksum", sum2, sizeof sum2);
+    CHECK(!strcmp(sum, sum2), "'%s' vs '%s'", sum, sum2);
+    rc = cli("run " SHAPE " --tokens 5 --seed 2 --input %s:hidden_states --router-logits %s:router_logits", st, st);
+    line_of("checksum", sum2, sizeof sum2);
+    CHECK(rc == 0 && !strcmp(sum, sum2), "FILE:NAME: rc %d '%s'", rc, sum2);
+    rc = cli("run " SHAPE " --seed 2 --input %s --router-logits %s --moe-backend cpu_reference --output %s", st, st, c);
+    CHECK(rc == 0 && strstr(g_out, "CPU_REFERENCE"), "rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s", b, c);
+    CHECK(rc == 0 && (strstr(g_out, "verdict   close") || strstr(g_out, "verdict   identical")) &&
+              strstr(g_out, "inputs    the same: hidden_states, router_logits") &&
+              strstr(g_out, "from CPU_FAST on cpu") && strstr(g_out, "from CPU_REFERENCE on cpu"),
+          "rc %d: %s", rc, g_out);
+    CHECK(!strstr(g_out, "config    "), "the same config reported as different: %s", g_out);
+    char w16[600];
+    snprintf(w16, sizeof w16, "%s/w4a16.safetensors", d);
+    rc = cli("run " SHAPE " --seed 2 --input %s --router-logits %s --scheme w4a16 --output %s", st, st, w16);
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s", w16, c);
+    CHECK(rc == 2 && strstr(g_out, "config    A E=8 top_k=2 H=64 I=32 bf16 silu routing=renormalize w4a16, B ") &&
+              strstr(g_out, "verdict   different"),
+          "W4A16 against W4A4: rc %d: %s", rc, g_out);
+    free(out), free(hid), free(lg), free(x), free(rb);
+}
+
+static void test_run_topk(void) {
+    T_CASE("run --topk-ids / --topk-weights: the routing itself");
+    const char *d = dir_in("topk");
+    const int64_t M = 3, K = 2, H = 64;
+    /* torch's topk gives int64 ids; weights float32 */
+    const int64_t ids[] = {0, 7, 3, 3, 5, 1};   /* one token sends two slots to one expert */
+    const float wts[] = {0.75f, 0.25f, 0.5f, 0.5f, 1.0f, -0.5f};
+    float x[3 * 64];
+    for (int i = 0; i < M * H; i++) x[i] = (float)((i * 37) % 23 - 11) / 8.0f;
+    char f_ids[600], f_w[600], f_x[600], f_out[600];
+    snprintf(f_ids, sizeof f_ids, "%s/ids.safetensors", d);
+    snprintf(f_w, sizeof f_w, "%s/w.bin", d);
+    snprintf(f_x, sizeof f_x, "%s/x.bin", d);
+    snprintf(f_out, sizeof f_out, "%s/out.safetensors", d);
+    const char *names[] = {"topk_ids"};
+    const nvfp4moe_st_dtype dts[] = {NVFP4MOE_ST_I64};
+    const int64_t shapes[][2] = {{M, K}};
+    const void *data[] = {ids};
+    write_st(f_ids, 1, names, dts, shapes, data);
+    write_bytes(f_w, wts, sizeof wts);
+    write_bytes(f_x, x, sizeof x);
+    int rc = cli("run " SHAPE " --seed 6 --moe-backend cpu_reference --input %s --topk-ids %s --topk-weights %s "
+                 "--output %s", f_x, f_ids, f_w, f_out);
+    CHECK(rc == 0 && strstr(g_out, "routing   top-k ids and weights"), "rc %d: %s", rc, g_out);
+    /* the same layer (seed 6), hidden states and routing through the reference here */
+    nvfp4moe_config cfg;
+    nvfp4moe_config_init(&cfg);
+    cfg.num_experts = 8, cfg.top_k = 2, cfg.hidden_size = 64, cfg.intermediate_size = 32, cfg.seed = 6;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&cfg, 6, &l));
+    uint16_t xb[3 * 64], want[3 * 64];
+    nvfp4moe_from_float(NVFP4MOE_DTYPE_BF16, x, M * H, xb);
+    int32_t ids32[6];
+    for (int i = 0; i < 6; i++) ids32[i] = (int32_t)ids[i];
+    nvfp4moe_io io = {.num_tokens = M, .hidden = xb, .topk_ids = ids32, .topk_weights = wts, .output = want};
+    if (l) CHECK_OK(nvfp4moe_reference_forward(&cfg, &l->w, &io));
+    nvfp4moe_layer_free(l);
+    nvfp4moe_st_tensor t = {0};
+    uint8_t *got = tensor_bytes(f_out, "output", &t);
+    CHECK(got && t.nbytes == sizeof want && !memcmp(got, want, sizeof want), "the output is not the reference's");
+    free(got);
+    uint8_t *gi = tensor_bytes(f_out, "topk_ids", &t);
+    CHECK(gi && t.dtype == NVFP4MOE_ST_I32 && t.shape[0] == 3 && t.shape[1] == 2 && ((int32_t *)gi)[1] == 7,
+          "topk_ids in the output file");
+    free(gi);
+    CHECK(!tensor_bytes(f_out, "router_logits", NULL), "router_logits written although not used");
+    /* the output file feeds the next run: same routing, same output */
+    char sum[256], sum2[256];
+    line_of("checksum", sum, sizeof sum);
+    rc = cli("run " SHAPE " --seed 6 --moe-backend cpu_reference --input %s --topk-ids %s --topk-weights %s", f_out,
+             f_out, f_out);
+    line_of("checksum", sum2, sizeof sum2);
+    CHECK(rc == 0 && !strcmp(sum, sum2), "rc %d: '%s' vs '%s'", rc, sum, sum2);
+
+    T_CASE("run's input files: each problem names the file and the field");
+    char bad[600], f_f32ids[600];
+    snprintf(bad, sizeof bad, "%s/bad.bin", d);
+    snprintf(f_f32ids, sizeof f_f32ids, "%s/f32ids.safetensors", d);
+    const int32_t out_of_range[] = {0, 1, 2, 8, 4, 5};
+    write_bytes(bad, out_of_range, sizeof out_of_range);
+    rc = cli("run " SHAPE " --topk-ids %s --topk-weights %s", bad, f_w);
+    CHECK(rc == 1 && strstr(g_out, "--topk-ids") && strstr(g_out, "bad.bin") && strstr(g_out, "[1][1] = 8") &&
+              strstr(g_out, "is not an expert in [0, 8)") && !strstr(g_out, "layer "),
+          "rc %d: %s", rc, g_out);
+    const float nan_w[] = {0.5f, 0.5f, NAN, 0.5f, 1.0f, 0.0f};
+    write_bytes(bad, nan_w, sizeof nan_w);
+    rc = cli("run " SHAPE " --topk-ids %s --topk-weights %s", f_ids, bad);
+    CHECK(rc == 1 && strstr(g_out, "--topk-weights") && strstr(g_out, "[1][0] = nan is not finite"), "rc %d: %s",
+          rc, g_out);
+    const void *fdata[] = {wts};
+    const nvfp4moe_st_dtype fdt[] = {NVFP4MOE_ST_F32};
+    write_st(f_f32ids, 1, names, fdt, shapes, fdata);
+    rc = cli("run " SHAPE " --topk-ids %s --topk-weights %s", f_f32ids, f_w);
+    CHECK(rc == 1 && strstr(g_out, "tensor \"topk_ids\" is F32; expected I32"), "rc %d: %s", rc, g_out);
+    rc = cli("run " SHAPE " --top-k 3 --topk-ids %s --topk-weights %s", f_ids, f_w);
+    CHECK(rc == 1 && strstr(g_out, "tensor \"topk_ids\" of") && strstr(g_out, "has shape [3, 2], expected [M, top_k]"),
+          "rc %d: %s", rc, g_out);
+    rc = cli("run " SHAPE " --topk-ids %s", f_ids);
+    CHECK(rc == 1 && strstr(g_out, "--topk-ids needs --topk-weights too"), "rc %d: %s", rc, g_out);
+    rc = cli("run " SHAPE " --topk-ids %s --topk-weights %s --router-logits %s", f_ids, f_w, f_x);
+    CHECK(rc == 1 && strstr(g_out, "pass one of them"), "rc %d: %s", rc, g_out);
+    rc = cli("run " SHAPE " --tokens 4 --topk-ids %s --topk-weights %s", f_ids, f_w);
+    CHECK(rc == 1 && strstr(g_out, "--tokens 4 disagrees with --topk-ids"), "rc %d: %s", rc, g_out);
+    write_bytes(bad, x, 2 * 64 * 4);
+    rc = cli("run " SHAPE " --input %s --topk-ids %s --topk-weights %s", bad, f_ids, f_w);
+    CHECK(rc == 1 && strstr(g_out, "holds 3 tokens but --input") && strstr(g_out, "holds 2"), "rc %d: %s", rc, g_out);
+    write_bytes(bad, x, 100);
+    rc = cli("run " SHAPE " --router-logits %s", bad);
+    CHECK(rc == 1 && strstr(g_out, "100 bytes is not a whole number of rows of 8 F32 values"), "rc %d: %s", rc,
+          g_out);
+    rc = cli("run " SHAPE " --router-logits %s:router_logits", f_ids);
+    CHECK(rc == 1 && strstr(g_out, "no tensor \"router_logits\" in the file"), "rc %d: %s", rc, g_out);
+    rc = cli("run " SHAPE " --router-logits %s/none.bin", d);
+    CHECK(rc == 1 && strstr(g_out, "--router-logits") && strstr(g_out, "none.bin"), "rc %d: %s", rc, g_out);
+    rc = cli("run " SHAPE " --routing simulated --router-logits %s", f_x);
+    CHECK(rc == 1 && strstr(g_out, "the simulated routing reads no router logits"), "rc %d: %s", rc, g_out);
+    rc = cli("run " SHAPE " --ep 2 --output %s/ep.bin", d);
+    CHECK(rc == 1 && strstr(g_out, "--output does not apply with --ep"), "rc %d: %s", rc, g_out);
+}
+
 /* bench --cpu on the smallest preset, from a fresh directory: its default output folder is made. */
 static void test_bench_files(void) {
     T_CASE("bench --cpu: the default folder");
@@ -279,6 +511,74 @@ static void test_bench_files(void) {
           entries_of(folder, ".csv"), entries_of(folder, ".md"));
 }
 
+// ---- compare ----
+
+static void test_compare(void) {
+    T_CASE("compare: figures, verdicts, exit status");
+    const char *d = dir_in("compare");
+    enum { N = 4 * 16 };
+    float ref[N], near[N], far[N], nan_a[N];
+    for (int i = 0; i < N; i++) {
+        ref[i] = (float)((i * 7) % 13 - 6) / 4.0f;
+        near[i] = ref[i] * (1.0f + 1e-3f);
+        far[i] = ref[i] + 0.5f;
+        nan_a[i] = ref[i];
+    }
+    near[0] = ref[0] + 0.01f;   /* the largest difference, at [0, 0] */
+    nan_a[17] = NAN;
+    char f_ref[600], f_near[600], f_far[600], f_nan[600], f_raw[600], f_other[600];
+    snprintf(f_ref, sizeof f_ref, "%s/ref.safetensors", d);
+    snprintf(f_near, sizeof f_near, "%s/near.safetensors", d);
+    snprintf(f_far, sizeof f_far, "%s/far.safetensors", d);
+    snprintf(f_nan, sizeof f_nan, "%s/nan.safetensors", d);
+    snprintf(f_raw, sizeof f_raw, "%s/near.bin", d);
+    snprintf(f_other, sizeof f_other, "%s/other.safetensors", d);
+    const char *names[] = {"output"};
+    const nvfp4moe_st_dtype dt[] = {NVFP4MOE_ST_F32};
+    const int64_t shapes[][2] = {{4, 16}}, other_shape[][2] = {{8, 8}};
+    write_st(f_ref, 1, names, dt, shapes, (const void *const[]){ref});
+    write_st(f_near, 1, names, dt, shapes, (const void *const[]){near});
+    write_st(f_far, 1, names, dt, shapes, (const void *const[]){far});
+    write_st(f_nan, 1, names, dt, shapes, (const void *const[]){nan_a});
+    write_st(f_other, 1, names, dt, other_shape, (const void *const[]){ref});
+    write_bytes(f_raw, near, sizeof near);
+
+    int rc = cli("compare %s %s", f_ref, f_ref);
+    CHECK(rc == 0 && strstr(g_out, "verdict   identical") && strstr(g_out, "differ    0 of 64"), "rc %d: %s", rc,
+          g_out);
+    rc = cli("compare %s %s", f_near, f_ref);
+    CHECK(rc == 0 && strstr(g_out, "verdict   close") && strstr(g_out, "max abs   1.000e-02 at [0, 0]"), "rc %d: %s",
+          rc, g_out);
+    rc = cli("compare %s %s --tolerance 1e-4", f_near, f_ref);
+    CHECK(rc == 2 && strstr(g_out, "verdict   different: relative error"), "rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s", f_far, f_ref);
+    CHECK(rc == 2 && strstr(g_out, "verdict   different"), "rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s", f_nan, f_ref);
+    CHECK(rc == 2 && strstr(g_out, "NOT in the same places") && strstr(g_out, "1 non-finite values in one file only"),
+          "rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s --dtype f32", f_raw, f_ref);
+    CHECK(rc == 0 && strstr(g_out, "verdict   close") && strstr(g_out, "at [0, 0]"), "raw: rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s", f_raw, f_ref);
+    CHECK(rc == 1 && strstr(g_out, "A (") && strstr(g_out, "has shape [128]"), "raw read as bf16: rc %d: %s", rc,
+          g_out);
+    rc = cli("compare %s %s", f_other, f_ref);
+    CHECK(rc == 1 && strstr(g_out, "[8, 8]") && strstr(g_out, "[4, 16]"), "shapes: rc %d: %s", rc, g_out);
+    rc = cli("compare %s", f_ref);
+    CHECK(rc == 1 && strstr(g_out, "needs two files"), "rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s/none.safetensors", f_ref, d);
+    CHECK(rc == 1 && strstr(g_out, "none.safetensors"), "rc %d: %s", rc, g_out);
+    rc = cli("compare %s %s --tensor logits", f_ref, f_ref);
+    CHECK(rc == 1 && strstr(g_out, "no tensor \"logits\""), "rc %d: %s", rc, g_out);
+    rc = cli_stdout("compare %s %s --json", f_near, f_ref);
+    json_t *j = parse_json(g_stdout);
+    CHECK(rc == 0 && !strcmp(jstr(json_object_get(j, "verdict")), "close") &&
+              json_real_value(json_object_get(j, "max_abs")) > 0.0099 &&
+              json_real_value(json_object_get(j, "max_abs")) < 0.0101 &&
+              json_integer_value(json_object_get(j, "values")) == 64 && json_is_null(json_object_get(j, "same_inputs")),
+          "rc %d: %.500s", rc, g_stdout);
+    json_decref(j);
+}
+
 int main(void) {
     char cli_path[4096];
     if (!getenv("NVFP4MOE_CLI") || !realpath(getenv("NVFP4MOE_CLI"), cli_path)) {
@@ -292,7 +592,10 @@ int main(void) {
     test_did_you_mean();
     test_no_gpu();
     test_select_unquantized();
+    test_run_output();
+    test_run_topk();
     test_bench_files();
+    test_compare();
     fixtures_end();
     return t_finish("test_cli");
 }

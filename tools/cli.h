@@ -16,6 +16,7 @@ enum {
     CLI_EXIT_FAILURE = 1,   /* usage error or a failed operation (message names the flag/field) */
     CLI_EXIT_VALUE = 2,     /* select: ValueError */
     CLI_EXIT_NOT_IMPL = 3,  /* select: NotImplementedError */
+    CLI_EXIT_DIFFERENT = 2, /* compare: the outputs differ beyond the tolerance */
 };
 
 /* Subcommands: each in its own tools/cmd_*.c. argv[0] is the subcommand's name. */
@@ -24,6 +25,7 @@ int cmd_select(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 // ---- the command line (tools/cli_args.c) ----
 //

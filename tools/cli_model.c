@@ -1,6 +1,6 @@
 /*
  * cli_model.c - model directories on the command line: config.json under the config flags,
- * checkpoint layers, hidden states from files. See cli_model.h.
+ * checkpoint layers, whole small files. See cli_model.h.
  */
 #include "cli_model.h"
 
@@ -88,66 +88,6 @@ int cli_model_layer(const char *cmd, const char *dir, int layer, const cli_args 
     l->layer.cfg = cfg;
     if (!cfg.has_correction_bias) l->layer.w.correction_bias = NULL;
     *out = l;
-    return 0;
-}
-
-int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, float **x, int64_t *m) {
-    size_t n = strlen(path);
-    if (n > 12 && !strcmp(path + n - 12, ".safetensors")) {
-        nvfp4moe_st_file *f = NULL;
-        if (nvfp4moe_st_open(path, &f) != NVFP4MOE_OK) {
-            fprintf(stderr, "nvfp4moe %s: --input: %s\n", cmd, nvfp4moe_last_error());
-            return -1;
-        }
-        const nvfp4moe_st_tensor *t = nvfp4moe_st_file_find(f, "hidden_states");
-        for (size_t i = 0; !t && i < nvfp4moe_st_file_count(f); i++) {
-            const nvfp4moe_st_tensor *c = nvfp4moe_st_file_tensor(f, i);
-            if (c->ndim == 2) {
-                if (t) break;
-                t = c;
-            }
-        }
-        int rc = -1;
-        if (!t || t->ndim != 2 || t->shape[1] != hidden_size ||
-            (t->dtype != NVFP4MOE_ST_F32 && t->dtype != NVFP4MOE_ST_BF16 && t->dtype != NVFP4MOE_ST_F16)) {
-            fprintf(stderr, "nvfp4moe %s: --input %s: needs a tensor \"hidden_states\" (or one 2-D tensor) "
-                    "of shape [M, %lld] and dtype F32, BF16 or F16\n", cmd, path, (long long)hidden_size);
-        } else if (!(*x = malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1)))) {
-            fprintf(stderr, "nvfp4moe %s: out of memory\n", cmd);
-        } else {
-            const nvfp4moe_dtype dt = t->dtype == NVFP4MOE_ST_F32   ? NVFP4MOE_DTYPE_F32
-                                      : t->dtype == NVFP4MOE_ST_BF16 ? NVFP4MOE_DTYPE_BF16
-                                                                    : NVFP4MOE_DTYPE_FP16;
-            // Read (not through the mapping, which may be unaligned and SIGBUS on a truncated file).
-            void *tmp = malloc((size_t)t->nbytes + 1);
-            nvfp4moe_status s = tmp ? nvfp4moe_st_tensor_read(t, 0, t->nbytes, tmp) : NVFP4MOE_ERR_OUT_OF_MEMORY;
-            if (s == NVFP4MOE_OK) {
-                nvfp4moe_to_float(dt, tmp, t->numel, *x);
-                *m = t->shape[0];
-                rc = 0;
-            } else {
-                free(*x);
-                *x = NULL;
-                fprintf(stderr, "nvfp4moe %s: --input: %s\n", cmd, tmp ? nvfp4moe_last_error() : "out of memory");
-            }
-            free(tmp);
-        }
-        nvfp4moe_st_close(f);
-        return rc;
-    }
-    char *buf = NULL;
-    size_t size = 0;
-    if (cli_read_file(cmd, "--input", path, (size_t)1 << 36, &buf, &size) != 0) return -1;
-    const size_t row = (size_t)(4 * hidden_size);
-    if (hidden_size <= 0 || size == 0 || size % row) {
-        fprintf(stderr, "nvfp4moe %s: --input %s: %zu bytes is not a whole number of float32 rows of "
-                "hidden size %lld (use a .safetensors file for other dtypes)\n", cmd, path, size,
-                (long long)hidden_size);
-        free(buf);
-        return -1;
-    }
-    *x = (float *)(void *)buf;   // malloc'd: aligned for float
-    *m = (int64_t)(size / row);
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /*
  * cli_model.h - what `run --model`, `select --model`, `inspect` and `quantize` share: reading a
  * model directory into a deployment config with the command line's flags on top, printing load
- * warnings, and reading hidden states from a file.
+ * warnings, and reading small files whole.
  */
 #ifndef NVFP4MOE_CLI_MODEL_H
 #define NVFP4MOE_CLI_MODEL_H
@@ -23,11 +23,6 @@ int cli_model_config(const char *cmd, const char *dir, const cli_args *a, nvfp4m
  * nvfp4moe_ckpt_layer_free; (*out)->layer.cfg holds the final config. Returns -1 after printing
  * the error. */
 int cli_model_layer(const char *cmd, const char *dir, int layer, const cli_args *a, nvfp4moe_ckpt_layer **out);
-
-/* Hidden states [M, H] as float from path: a .safetensors file (the tensor "hidden_states", or
- * its only 2-D tensor) or raw little-endian float32 (M = size / (4 H)). *x is malloc'd. Returns -1
- * after printing the error. */
-int cli_read_hidden(const char *cmd, const char *path, int64_t hidden_size, float **x, int64_t *m);
 
 /* Reads the whole regular file path (at most max bytes) into *buf (malloc'd, NUL-terminated),
  * *len its length. FIFOs, devices and directories are refused without blocking on them. Returns

@@ -17,6 +17,7 @@ typedef struct {
 static const subcommand k_commands[] = {
     {"run", cmd_run, "run an NVFP4 MoE layer (built-in default, flags or --model) on the best backend"},
     {"select", cmd_select, "choose the NVFP4 MoE backend for a deployment, with every backend's reason"},
+    {"compare", cmd_compare, "compare two outputs of run (--output files): error, verdict, exit status"},
     {"bench", cmd_bench, "time the GPU backends against cuBLAS bf16 and the roofline floor (--cpu, --ep N)"},
     {"inspect", cmd_inspect, "show a model directory's format, scheme, MoE layers and shapes, and check them"},
     {"quantize", cmd_quantize, "write an NVFP4 checkpoint from a BF16 safetensors model (or a random one)"},
@@ -32,7 +33,7 @@ static void usage(FILE *f) {
                "  --version      the version, whether CUDA is compiled in, and the vLLM revision select mirrors\n\n"
                "Flags: --flag value or --flag=value; names are not abbreviated. Exit status: 0 success, 1 usage\n"
                "error or failure (the message names the flag, field or file); select: 2 ValueError,\n"
-               "3 NotImplementedError.\n");
+               "3 NotImplementedError; compare: 2 the outputs differ beyond the tolerance.\n");
 }
 
 static int find(const char *name) {
