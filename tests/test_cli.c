@@ -4,8 +4,8 @@
  * operands in any order, no abbreviations), --help laid out in columns, "did you mean" for flags,
  * subcommands, backends, devices and presets, `run --device` refusing a GPU that is not here,
  * `select --model` warning about an unquantized model, `run`'s outputs and input files (hidden
- * states, router logits, top-k ids and weights), bench creating its output folder, and `compare`'s
- * figures, verdicts and exit status.
+ * states, router logits, top-k ids and weights), --json on run, inspect and bench, bench creating
+ * its output folder and writing JSON lines, and `compare`'s figures, verdicts and exit status.
  */
 #include "ckpt_fixtures.h"
 
@@ -156,7 +156,7 @@ static void test_help(void) {
         int rc = cli_stdout("%s --help", cmds[i]);
         CHECK(rc == 0 && strstr(g_stdout, "usage: nvfp4moe"), "%s --help: rc %d: %.200s", cmds[i], rc, g_stdout);
         const int n = check_help_columns(cmds[i], g_stdout);
-        CHECK(n >= 2, "%s --help: %d flag lines", cmds[i], n);
+        CHECK(n >= 3, "%s --help: %d flag lines", cmds[i], n);
         static char h[sizeof g_stdout];
         memcpy(h, g_stdout, sizeof h);
         rc = cli_stdout("%s -h", cmds[i]);
@@ -489,26 +489,97 @@ static void test_run_topk(void) {
     CHECK(rc == 1 && strstr(g_out, "--output does not apply with --ep"), "rc %d: %s", rc, g_out);
 }
 
-/* bench --cpu on the smallest preset, from a fresh directory: its default output folder is made. */
+// ---- --json ----
+
+static void test_json(void) {
+    T_CASE("run --json");
+    int rc = cli("run " SHAPE " --tokens 2 --seed 8");
+    char sum[256];
+    line_of("checksum", sum, sizeof sum);
+    rc = cli_stdout("run " SHAPE " --tokens 2 --seed 8 --json");
+    json_t *j = parse_json(g_stdout);
+    const char *fnv = json_string_value(json_object_get(json_object_get(j, "checksum"), "fnv1a"));
+    char want[64];
+    snprintf(want, sizeof want, "fnv1a=%s", fnv ? fnv : "?");
+    CHECK(rc == 0 && fnv && strstr(sum, want) && json_integer_value(json_object_get(j, "tokens")) == 2 &&
+              !strcmp(jstr(json_object_get(j, "backend")), "CPU_FAST") &&
+              json_is_number(json_object_get(j, "forward_ms")),
+          "rc %d: %.500s", rc, g_stdout);
+    json_decref(j);
+    rc = cli("run " SHAPE " --ep 2 --json");
+    CHECK(rc == 1 && strstr(g_out, "--json does not apply with --ep"), "rc %d: %s", rc, g_out);
+
+    T_CASE("inspect --json");
+    const char *m = dir_in("json_model");
+    rc = cli("quantize --random " SHAPE " --num-layers 2 --first-moe-layer 1 --out %s/src", m);
+    rc |= cli("quantize --in %s/src --out %s/q", m, m);
+    CHECK(rc == 0, "rc %d: %s", rc, g_out);
+    rc = cli_stdout("inspect %s/q --json", m);
+    j = parse_json(g_stdout);
+    json_t *layers = json_object_get(j, "layers");
+    CHECK(rc == 0 && json_is_true(json_object_get(j, "ok")) && json_array_size(layers) == 1 &&
+              json_integer_value(json_object_get(json_array_get(layers, 0), "index")) == 1 &&
+              !strcmp(jstr(json_object_get(json_array_get(layers, 0), "status")), "ok") &&
+              json_integer_value(json_object_get(json_object_get(j, "moe"), "num_experts")) == 8 &&
+              !strcmp(jstr(json_object_get(json_object_get(j, "quantization"), "scheme")), "w4a4"),
+          "rc %d: %.600s", rc, g_stdout);
+    json_decref(j);
+    rc = cli_stdout("inspect %s/src --json", m);
+    j = parse_json(g_stdout);
+    CHECK(rc == 0 && json_is_null(json_object_get(j, "quantization")) &&
+              !strcmp(jstr(json_object_get(json_array_get(json_object_get(j, "layers"), 0), "status")),
+                      "unquantized"),
+          "rc %d: %.600s", rc, g_stdout);
+    json_decref(j);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/broken && cp %s/q/*.json %s/broken/ && head -c 3000 %s/q/model.safetensors "
+             "> %s/broken/model.safetensors", m, m, m, m, m);
+    CHECK(system(cmd) == 0, "copy");
+    rc = cli_stdout("inspect %s/broken --json", m);
+    j = parse_json(g_stdout);
+    CHECK(rc == 1 && json_is_false(json_object_get(j, "ok")) && json_array_size(json_object_get(j, "problems")) >= 1,
+          "rc %d: %.600s", rc, g_stdout);
+    json_decref(j);
+    rc = cli_stdout("inspect %s/none --json", m);
+    j = parse_json(g_stdout);
+    CHECK(rc == 1 && json_is_false(json_object_get(j, "ok")), "a missing model: rc %d: %.300s", rc, g_stdout);
+    json_decref(j);
+}
+
+/* bench --cpu on the smallest preset: its default output folder is made, and it writes JSON lines
+ * beside the CSV; with --json its stdout is those lines alone. */
 static void test_bench_files(void) {
-    T_CASE("bench --cpu: the default folder");
+    T_CASE("bench --cpu: default folder, JSON lines");
     const char *d = dir_in("bench_cwd");
-    int rc = cli_stdout("bench --cpu --help");
-    CHECK(rc == 0 && strstr(g_stdout, "nvfp4moe-bench/<date>-cpu-<threads>t"), "bench --cpu --help names the default: "
-          "%.300s", g_stdout);
-    rc = cli("bench --cpu --preset qwen3-30b-a3b --m 1 --iters 1 --threads 1 --commit test --out %s/a/b/c", d);
-    char p[700];
-    snprintf(p, sizeof p, "%s/a/b", d);
-    CHECK(rc == 0 && entries_of(p, "c.csv") == 1 && entries_of(p, "c.md") == 1, "--out's folders: rc %d: %s", rc,
-          g_out);
+    int rc = cli_stdout("bench --cpu --preset qwen3-30b-a3b --m 1,2 --iters 1 --threads 1 --commit test --json "
+                        "--help");
+    CHECK(rc == 0 && strstr(g_stdout, "nvfp4moe-bench/<date>-cpu-<threads>t"), "bench --cpu --help names the default: %.300s", g_stdout);
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' bench --cpu --preset qwen3-30b-a3b --m 1 --iters 1 --threads 1 "
-             "--commit test >/dev/null 2>&1", d, getenv("NVFP4MOE_CLI"));
-    CHECK(system(cmd) == 0, "bench --cpu failed");
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' bench --cpu --preset qwen3-30b-a3b --m 1,2 --iters 1 --threads 1 "
+             "--commit test --json 2>/dev/null", d, getenv("NVFP4MOE_CLI"));
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(g_stdout, 1, sizeof g_stdout - 1, p) : 0;
+    g_stdout[n] = '\0';
+    rc = p ? pclose(p) : -1;
+    CHECK(rc == 0, "bench --cpu failed (%d): %s", rc, g_stdout);
+    int lines = 0;
+    for (char *s = g_stdout, *e; *s; s = e + 1) {
+        if (!(e = strchr(s, '\n'))) break;
+        *e = '\0';
+        json_t *j = parse_json(s);
+        CHECK(j && !strcmp(jstr(json_object_get(j, "preset")), "qwen3-30b-a3b") &&
+                  json_integer_value(json_object_get(j, "M")) == lines + 1 &&
+                  json_is_number(json_object_get(j, "ms_median")),
+              "line %d: %s", lines, s);
+        json_decref(j);
+        lines++;
+    }
+    CHECK(lines == 2, "%d JSON lines on stdout", lines);
     char folder[700];
     snprintf(folder, sizeof folder, "%s/nvfp4moe-bench", d);
-    CHECK(entries_of(folder, ".csv") == 1 && entries_of(folder, ".md") == 1, "%s holds %d csv, %d md", folder,
-          entries_of(folder, ".csv"), entries_of(folder, ".md"));
+    CHECK(entries_of(folder, ".csv") == 1 && entries_of(folder, ".md") == 1 && entries_of(folder, ".jsonl") == 1,
+          "%s holds %d csv, %d md, %d jsonl", folder, entries_of(folder, ".csv"), entries_of(folder, ".md"),
+          entries_of(folder, ".jsonl"));
 }
 
 // ---- compare ----
@@ -594,6 +665,7 @@ int main(void) {
     test_select_unquantized();
     test_run_output();
     test_run_topk();
+    test_json();
     test_bench_files();
     test_compare();
     fixtures_end();

@@ -1,14 +1,18 @@
 /*
  * cli_bench.c - what the benchmarks (tools/cmd_bench*.c) share: a preset's layer config, random
- * NVFP4 bytes, the commit and date their results are stamped with, where their files go, and
- * their presets by name.
+ * NVFP4 bytes, the commit and date their results are stamped with, where their files go, and the
+ * JSON lines beside their CSV.
  */
 #include "cli_ep.h"
 #include "core/internal.h"
 
+#include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+FILE *cli_bench_text;
 
 void cli_preset_config(const cli_layer_preset *p, nvfp4moe_config *cfg) {
     nvfp4moe_config_init(cfg);
@@ -63,6 +67,28 @@ void cli_bench_command(int argc, char **argv, char *buf, size_t len) {
 
 void cli_bench_default_prefix(const char *day, const char *what, char *buf, size_t len) {
     snprintf(buf, len, "%s/%s-%s", CLI_BENCH_DEFAULT_DIR, day, what);
+}
+
+int cli_bench_write_jsonl(const char *prefix, json_t **rows, int n, bool to_stdout) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s.jsonl", prefix);
+    FILE *f = fopen(path, "w");
+    int rc = f ? 0 : -1;
+    if (!f) fprintf(stderr, "%s: cannot write %s: %s\n", cli_cmd_name(), path, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        char *line = rows[i] ? json_dumps(rows[i], JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+        if (line) {
+            if (f && fprintf(f, "%s\n", line) < 0) rc = -1;
+            if (to_stdout) printf("%s\n", line);
+            free(line);
+        }
+        json_decref(rows[i]);
+        rows[i] = NULL;
+    }
+    if (f && fclose(f) != 0) rc = -1;
+    if (f && rc) fprintf(stderr, "%s: cannot write %s\n", cli_cmd_name(), path);
+    if (to_stdout) fflush(stdout);
+    return rc;
 }
 
 int cli_parse_presets(const char *flag, const char *list, const cli_layer_preset *presets, int n,

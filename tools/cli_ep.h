@@ -49,10 +49,19 @@ void cli_bench_command(int argc, char **argv, char *buf, size_t len);
 int cli_parse_presets(const char *flag, const char *list, const cli_layer_preset *presets, int n,
                       const cli_layer_preset **out, int cap);
 
+/* Where a benchmark's progress text goes: stdout, or stderr under --json (stdout then carries the
+ * JSON lines). */
+extern FILE *cli_bench_text;
+
 /* The benchmarks' default output prefix: "nvfp4moe-bench/<day>-<what>", in the current directory. */
 #define CLI_BENCH_DEFAULT_DIR "nvfp4moe-bench"
 void cli_bench_default_prefix(const char *day, const char *what, char *buf, size_t len);
 
+/* Writes rows (JSON objects, one per line of PREFIX.csv) to PREFIX.jsonl, one compact object per
+ * line, and with to_stdout prints the same lines on stdout. Steals the references. Returns -1
+ * after a message naming the file. */
+typedef struct json_t json_t;
+int cli_bench_write_jsonl(const char *prefix, json_t **rows, int n, bool to_stdout);
 
 /* `nvfp4moe bench --ep N ...` (argv[0] is "bench"): the EP time split and all-to-all bandwidth on
  * the given presets, over NCCL (one process per GPU) or the loopback; see its --help. Returns a

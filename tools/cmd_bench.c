@@ -26,6 +26,7 @@
 #include "cli_ep.h"
 #include "core/internal.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@ static const preset k_presets[] = {
 
 #define MAX_BACKENDS 4
 
-enum { O_PRESET, O_M, O_BACKEND, O_ITERS, O_NO_BASELINE, O_OUT, O_COMMIT, O_EP, O_CPU, O_COUNT };
+enum { O_PRESET, O_M, O_BACKEND, O_ITERS, O_NO_BASELINE, O_OUT, O_COMMIT, O_JSON, O_EP, O_CPU, O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default: all)"},
     [O_M] = {"--m", "LIST", "token counts (default 1,4,16,64,256,1024,4096)"},
@@ -54,10 +55,11 @@ static const cli_opt k_opts[O_COUNT] = {
                                         "sm_90)"},
     [O_ITERS] = {"--iters", "N", "timed runs per point (default 25, at least 20 recommended)"},
     [O_NO_BASELINE] = {"--no-baseline", NULL, "skip the cuBLAS baseline"},
-    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv and .md (default\n"
+    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv, .md and .jsonl (default\n"
                                   CLI_BENCH_DEFAULT_DIR "/<date>-<gpu>-bench in the current directory);\n"
                                   "missing folders are created, existing files replaced"},
     [O_COMMIT] = {"--commit", "SHA", "recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)"},
+    [O_JSON] = {"--json", NULL, "print the points as JSON lines on stdout (the progress goes to stderr)"},
     [O_EP] = {"--ep", "N", "expert parallelism over N ranks instead (its own flags:\n"
                            "nvfp4moe bench --ep 2 --help)"},
     [O_CPU] = {"--cpu", NULL, "the CPU backend instead (its own flags: nvfp4moe bench --cpu --help)"},
@@ -68,7 +70,8 @@ static void bench_usage(FILE *f) {
                "Times our GPU backends (routing from logits through the combined output, one CUDA graph) and\n"
                "a cuBLAS BF16 grouped-GEMM baseline on real models' MoE layers, cold L2, median of runs,\n"
                "against the floor max(weight bytes / copy bandwidth, FLOPs / bf16 rate) measured in the same run.\n"
-               "Needs a CUDA build and a GPU. Writes PREFIX.csv and PREFIX.md. Presets:");
+               "Needs a CUDA build and a GPU. Writes PREFIX.csv, PREFIX.md and PREFIX.jsonl (one JSON object per\n"
+               "CSV line). Presets:");
     for (int i = 0; i < N_PRESETS; i++) fprintf(f, " %s", k_presets[i].name);
     fprintf(f, "\n\n");
     cli_opts_help(f, k_opts, O_COUNT);
@@ -80,7 +83,7 @@ typedef struct {
     int Ms[32], nM;
     bool sel[N_PRESETS];
     int iters;
-    bool baseline;
+    bool baseline, json;
     char be_list[256];
     const char *out, *commit;
 } bench_opts;
@@ -147,6 +150,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o, bool *done) {
         case O_NO_BASELINE: o->baseline = false; break;
         case O_OUT: o->out = v; break;
         case O_COMMIT: o->commit = v; break;
+        case O_JSON: o->json = true; break;
         case O_EP: case O_CPU: break;   /* not reached: cmd_bench hands those to their own commands */
         }
     }
@@ -451,9 +455,9 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
     void *w13bf = NULL, *w2bf = NULL;
     nvfp4moe_plan *plans[MAX_BACKENDS] = {NULL};
     int rc = -1;
-    printf("\n== %s: E=%d H=%d I=%d top_k=%d %s%s, %.1f MB NVFP4 per expert\n", p->name, E, H, I, k,
+    fprintf(cli_bench_text, "\n== %s: E=%d H=%d I=%d top_k=%d %s%s, %.1f MB NVFP4 per expert\n", p->name, E, H, I, k,
            nvfp4moe_activation_name(p->act), p->limit ? " swiglu_limit=7" : "", bytes_per_expert / 1e6);
-    fflush(stdout);
+    fflush(cli_bench_text);
 
     if (!(w13 = dalloc(w13b)) || !(sf13 = dalloc(s13b)) || !(w2 = dalloc(w2b)) || !(sf2 = dalloc(s2b)) ||
         !(s2a = dalloc(4 * (size_t)E)) || !(s2b_ = dalloc(4 * (size_t)E)) || !(ins = dalloc(4 * (size_t)E)))
@@ -660,14 +664,14 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
             free(a);
             free(c);
         }
-        printf("  M=%-5d experts %3d  floor %9.1f us |", M, r.touched, r.floor_us);
+        fprintf(cli_bench_text, "  M=%-5d experts %3d  floor %9.1f us |", M, r.touched, r.floor_us);
         for (int bi = 0; bi < g_nbe; bi++)
-            printf(" %s %9.1f us %5.1f%% %7.0f GB/s %6.1f TF/s (rel diff %.1e) |", g_be[bi], r.be_us[bi],
+            fprintf(cli_bench_text, " %s %9.1f us %5.1f%% %7.0f GB/s %6.1f TF/s (rel diff %.1e) |", g_be[bi], r.be_us[bi],
                    100 * r.floor_us / r.be_us[bi], r.wbytes / r.be_us[bi] / 1e3, r.flops / r.be_us[bi] / 1e6,
                    r.be_rel[bi]);
-        printf(" cuBLAS %9.1f us %5.1f%% | stages route+group %.1f act %.1f combine %.1f us (group alone %.1f)\n",
+        fprintf(cli_bench_text, " cuBLAS %9.1f us %5.1f%% | stages route+group %.1f act %.1f combine %.1f us (group alone %.1f)\n",
                r.base_us, 100 * r.floor_us / r.base_us, r.stage_us[0], r.stage_us[1], r.stage_us[2], r.stage_us[3]);
-        fflush(stdout);
+        fflush(cli_bench_text);
         res[(*nres)++] = r;
     next:
         {
@@ -708,7 +712,7 @@ static const char *gpu_short(const char *name, char *buf, size_t len) {
 
 static int write_outputs(const char *prefix, const result *res, int n, const char *card, const char *date,
                          const char *commit, const char *command, double copy_bw, double peak, int iters,
-                         const char *cublas_mode) {
+                         const char *cublas_mode, bool json) {
     char path[1024];
     snprintf(path, sizeof path, "%s.csv", prefix);
     FILE *f = fopen(path, "w");
@@ -801,8 +805,49 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
                 r->stage_us[3]);
     }
     fclose(f);
-    printf("\nwrote %s.csv and %s.md\n", prefix, prefix);
-    return 0;
+    /* the JSON lines: one object per CSV line, the same fields */
+    json_t **rows = calloc((size_t)n * (MAX_BACKENDS + 1) + 1, sizeof *rows);
+    int nrows = 0;
+    for (int i = 0; rows && i < n; i++) {
+        const result *r = &res[i];
+        for (int b = 0; b <= g_nbe; b++) {
+            const bool base = b == g_nbe;
+            if (!(base ? r->base_ok : r->be_ok[b])) continue;
+            const double us = base ? r->base_us : r->be_us[b];
+            json_t *o = rows[nrows++] = json_object();
+            json_object_set_new(o, "preset", json_string(r->p->name));
+            json_object_set_new(o, "E", json_integer(r->p->E));
+            json_object_set_new(o, "H", json_integer(r->p->H));
+            json_object_set_new(o, "I", json_integer(r->p->I));
+            json_object_set_new(o, "top_k", json_integer(r->p->k));
+            json_object_set_new(o, "M", json_integer(r->M));
+            json_object_set_new(o, "touched_experts", json_integer(r->touched));
+            json_object_set_new(o, "weight_bytes", json_real(r->wbytes));
+            json_object_set_new(o, "flops", json_real(r->flops));
+            json_object_set_new(o, "floor_us", json_real(r->floor_us));
+            json_object_set_new(o, "backend", json_string(base ? "cublas_bf16" : g_be[b]));
+            json_object_set_new(o, "time_us", json_real(us));
+            json_object_set_new(o, "pct_of_floor", json_real(100 * r->floor_us / us));
+            json_object_set_new(o, "weight_GBps", json_real(r->wbytes / us / 1e3));
+            json_object_set_new(o, "TFLOPs", json_real(r->flops / us / 1e6));
+            json_object_set_new(o, "graph", json_boolean(base ? r->base_graph : r->be_graph[b]));
+            for (int q = 0; q < 4; q++) {
+                static const char *const k_stage[] = {"stage_route_group_us", "stage_activation_us",
+                                                      "stage_combine_us", "stage_group_only_us"};
+                json_object_set_new(o, k_stage[q], !base && isfinite(r->stage_us[q]) ? json_real(r->stage_us[q])
+                                                                                     : json_null());
+            }
+            json_object_set_new(o, "out_rel_diff", !base && isfinite(r->be_rel[b]) ? json_real(r->be_rel[b]) : json_null());
+            json_object_set_new(o, "card", json_string(card));
+            json_object_set_new(o, "commit", json_string(commit));
+            json_object_set_new(o, "date", json_string(date));
+        }
+    }
+    int rc = rows ? cli_bench_write_jsonl(prefix, rows, nrows, json) : -1;
+    if (!rows) fprintf(stderr, "nvfp4moe bench: out of memory\n");
+    free(rows);
+    if (rc == 0) fprintf(cli_bench_text, "\nwrote %s.csv, %s.md and %s.jsonl\n", prefix, prefix, prefix);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -817,6 +862,7 @@ int cmd_bench(int argc, char **argv) {
     bool baseline = opts.baseline;
     char *be_list = opts.be_list;
     const char *out = opts.out, *commit = opts.commit;
+    cli_bench_text = opts.json ? stderr : stdout;
     char command[1024];
     cli_bench_command(argc, argv, command, sizeof command);
 
@@ -904,7 +950,7 @@ int cmd_bench(int argc, char **argv) {
             copy_ctx c = {buf_b, buf_a, bytes, variants[v]};
             if (time_op(&t, enqueue_copy, &c, &us, &graphed)) goto fail;
             const double bw = 2.0 * (double)bytes / (us * 1e-6);
-            printf("copy %s: %.2f TB/s\n", variants[v] < 0 ? "cudaMemcpyAsync" : "kernel", bw / 1e12);
+            fprintf(cli_bench_text, "copy %s: %.2f TB/s\n", variants[v] < 0 ? "cudaMemcpyAsync" : "kernel", bw / 1e12);
             if (bw > copy_bw) copy_bw = bw;
         }
         cudaFree(buf_b);
@@ -932,12 +978,12 @@ int cmd_bench(int argc, char **argv) {
         cudaFree(buf_a); cudaFree(buf_b); cudaFree(buf_c);
         buf_a = buf_b = buf_c = NULL;
     }
-    printf("nvfp4moe bench on %s (sm_%d, %d SMs), commit %s\n", dev.name, dev.sm, dev.sm_count, commit);
-    printf("a one-kernel graph that does nothing times at %.1f us (events + launch)\n", g_launch_us);
-    printf("ceilings: copy %.2f TB/s, bf16 matmul %.0f TFLOP/s%s; cuBLAS %s (%s)\n", copy_bw / 1e12, peak / 1e12,
+    fprintf(cli_bench_text, "nvfp4moe bench on %s (sm_%d, %d SMs), commit %s\n", dev.name, dev.sm, dev.sm_count, commit);
+    fprintf(cli_bench_text, "a one-kernel graph that does nothing times at %.1f us (events + launch)\n", g_launch_us);
+    fprintf(cli_bench_text, "ceilings: copy %.2f TB/s, bf16 matmul %.0f TFLOP/s%s; cuBLAS %s (%s)\n", copy_bw / 1e12, peak / 1e12,
            have_cublas ? "" : " (assumed)", have_cublas ? cb.path : "missing",
            have_cublas ? (cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert") : "-");
-    fflush(stdout);
+    fflush(cli_bench_text);
 
     for (int p = 0; p < N_PRESETS; p++) {
         if (!sel[p]) continue;
@@ -945,7 +991,8 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "nvfp4moe bench: preset %s failed\n", k_presets[p].name);
     }
     rc = write_outputs(out, res, nres, dev.name, date, commit, command, copy_bw, peak, iters,
-                       !baseline ? "not run" : cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert")
+                       !baseline ? "not run" : cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert",
+                       opts.json)
              ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 fail:
     if (buf_a) cudaFree(buf_a);

@@ -18,6 +18,7 @@
 #include "cli_ep.h"
 #include "backends/cpu.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +195,7 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
             rc = -1;
             break;
         }
-        printf("%s: %d threads: plan in %.1f s (%.2f GB repacked)\n", pr->name, T, cli_now_s() - t0,
+        fprintf(cli_bench_text, "%s: %d threads: plan in %.1f s (%.2f GB repacked)\n", pr->name, T, cli_now_s() - t0,
                (double)E * (double)per_expert / 1e9);
         for (int mi = 0; mi < b->nM; mi++) {
             const int64_t M = b->Ms[mi];
@@ -239,9 +240,9 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
                     pt->ggml_ms = k_ggml[g].ms;
                     pt->ggml_pct = 100.0 * expected_ggml_experts(pr, M) * (double)per_expert / 1e6 / k_ggml[g].ms / GGML_BW_GBS;
                 }
-            printf("  M=%-5lld %3lld experts %8.1f MB  %9.3f ms (min %.3f)  %6.1f GB/s  read %5.1f GB/s  %5.1f %%\n",
+            fprintf(cli_bench_text, "  M=%-5lld %3lld experts %8.1f MB  %9.3f ms (min %.3f)  %6.1f GB/s  read %5.1f GB/s  %5.1f %%\n",
                    (long long)M, (long long)touched, pt->mb, pt->ms, pt->ms_min, pt->gbs, bw, pt->pct);
-            fflush(stdout);
+            fflush(cli_bench_text);
         }
         nvfp4moe_cpu_pool_put(pool);
         nvfp4moe_plan_destroy(plan);
@@ -254,7 +255,7 @@ done:
 
 // ---- outputs ----
 
-static int write_outputs(const bench_cpu *b) {
+static int write_outputs(const bench_cpu *b, bool json) {
     char path[600];
     snprintf(path, sizeof path, "%s.csv", b->out);
     FILE *f = fopen(path, "w");
@@ -299,13 +300,36 @@ static int write_outputs(const bench_cpu *b) {
         else fprintf(f, " | |\n");
     }
     fclose(f);
-    printf("wrote %s.csv and %s.md\n", b->out, b->out);
+    json_t *rows[16 * 16 * 16];
+    for (int i = 0; i < b->npts; i++) {
+        const point *p = &b->pts[i];
+        json_t *o = rows[i] = json_object();
+        json_object_set_new(o, "preset", json_string(p->p->name));
+        json_object_set_new(o, "scheme", json_string(nvfp4moe_scheme_name(b->scheme)));
+        json_object_set_new(o, "M", json_integer(p->M));
+        json_object_set_new(o, "threads", json_integer(p->threads));
+        json_object_set_new(o, "isa", json_string(p->isa));
+        json_object_set_new(o, "experts", json_integer(p->experts));
+        json_object_set_new(o, "mb_read", json_real(p->mb));
+        json_object_set_new(o, "ms_median", json_real(p->ms));
+        json_object_set_new(o, "ms_min", json_real(p->ms_min));
+        json_object_set_new(o, "gb_s", json_real(p->gbs));
+        json_object_set_new(o, "read_bw_gb_s", json_real(p->bw_gbs));
+        json_object_set_new(o, "pct_read_bw", json_real(p->pct));
+        json_object_set_new(o, "ggml_16c_ms", p->ggml_ms > 0 ? json_real(p->ggml_ms) : json_null());
+        json_object_set_new(o, "ggml_16c_pct_read_bw", p->ggml_ms > 0 ? json_real(p->ggml_pct) : json_null());
+        json_object_set_new(o, "cpu", json_string(b->cpu));
+        json_object_set_new(o, "commit", json_string(b->commit));
+        json_object_set_new(o, "date", json_string(b->date));
+    }
+    if (cli_bench_write_jsonl(b->out, rows, b->npts, json) != 0) return -1;
+    fprintf(cli_bench_text, "wrote %s.csv, %s.md and %s.jsonl\n", b->out, b->out, b->out);
     return 0;
 }
 
 // ---- the command ----
 
-enum { O_CPU, O_PRESET, O_M, O_THREADS, O_SCHEME, O_ITERS, O_OUT, O_COMMIT, O_COUNT };
+enum { O_CPU, O_PRESET, O_M, O_THREADS, O_SCHEME, O_ITERS, O_OUT, O_COMMIT, O_JSON, O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_CPU] = {"--cpu", NULL, "this mode: the CPU backend"},
     [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default qwen3-30b-a3b,deepseek-v3)"},
@@ -313,17 +337,18 @@ static const cli_opt k_opts[O_COUNT] = {
     [O_THREADS] = {"--threads", "LIST", "thread counts (default: every CPU this process may use)"},
     [O_SCHEME] = {"--scheme", "S", "w4a4 (default, the integer kernels) or w4a16 (the float kernels)"},
     [O_ITERS] = {"--iters", "N", "timed forwards per point (default 10)"},
-    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv and .md (default\n"
+    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv, .md and .jsonl (default\n"
                                   CLI_BENCH_DEFAULT_DIR "/<date>-cpu-<threads>t in the current directory);\n"
                                   "missing folders are created, existing files replaced"},
     [O_COMMIT] = {"--commit", "SHA", "recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)"},
+    [O_JSON] = {"--json", NULL, "print the points as JSON lines on stdout (the progress goes to stderr)"},
 };
 
 static void usage(FILE *f, const cli_layer_preset *presets, int n) {
     fprintf(f, "usage: nvfp4moe bench --cpu [flags]\n\n"
                "Times CPU_FAST's whole forward on real models' MoE layers and reports each point's share of this\n"
                "machine's read bandwidth, measured just before each timed forward with the same threads. Writes\n"
-               "PREFIX.csv and PREFIX.md. Presets:");
+               "PREFIX.csv, PREFIX.md and PREFIX.jsonl (one JSON object per CSV line). Presets:");
     for (int i = 0; i < n; i++) fprintf(f, " %s", presets[i].name);
     fprintf(f, "\n\n");
     cli_opts_help(f, k_opts, O_COUNT);
@@ -367,6 +392,7 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
     b->iters = 10;
     b->scheme = NVFP4MOE_SCHEME_W4A4;
     cli_bench_command(argc, argv, b->command, sizeof b->command);
+    bool json = false;
     const char *v = NULL;
     cli_args args;
     cli_args_init(&args, "bench --cpu", k_opts, O_COUNT, false, 0, argc, argv);
@@ -403,8 +429,10 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
             break;
         case O_OUT: out = v; break;
         case O_COMMIT: commit = v; break;
+        case O_JSON: json = true; break;
         }
     }
+    cli_bench_text = json ? stderr : stdout;
     if ((b->npresets = cli_parse_presets("--preset", preset_list, presets, npresets, b->presets, 16)) < 0) goto done;
     if (b->nthreads == 0) {
         int n;
@@ -452,12 +480,12 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
 #endif
     memset(evict, 1, EVICT_BYTES);
     *rj = (read_job){.k = k, .buf = evict, .len = EVICT_BYTES};
-    printf("nvfp4moe bench --cpu on %s, kernels %s, commit %s\n", b->cpu, nvfp4moe_cpu_isa_name(k->isa), b->commit);
+    fprintf(cli_bench_text, "nvfp4moe bench --cpu on %s, kernels %s, commit %s\n", b->cpu, nvfp4moe_cpu_isa_name(k->isa), b->commit);
     int bad = 0;
     for (int p = 0; p < b->npresets; p++) bad |= run_preset(b, b->presets[p], rj);
     free(evict);
     free(rj);
-    if (b->npts && write_outputs(b) != 0) bad = 1;
+    if (b->npts && write_outputs(b, json) != 0) bad = 1;
     rc = bad ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 done:
     free(b);

@@ -6,6 +6,7 @@
 #include "cli_ep.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@ typedef struct {
     bench_point pts[16 * 32];
     int npts;
     char out[512], commit[64], date[32], command[1024], where[160];
+    bool json;                        /* --json: the points as JSON lines on stdout at the end */
 } bench_ep;
 
 static void layer_free(bench_layer *l) {
@@ -226,14 +228,14 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
     const double t1 = cli_now_s();
     nvfp4moe_status st = nvfp4moe_ep_plan_create(&cfg, &w, t, &eo, &plan);   /* collective */
     if (rank == 0 && st == NVFP4MOE_OK) {
-        printf("\n== %s: E=%d H=%d I=%d top_k=%d, %d ranks x %lld experts; weights made in %.1f s (rank 0), plans in "
+        fprintf(cli_bench_text, "\n== %s: E=%d H=%d I=%d top_k=%d, %d ranks x %lld experts; weights made in %.1f s (rank 0), plans in "
                "%.1f s; local experts on %s (oracle: %s)\n",
                pr->name, pr->E, pr->H, pr->I, pr->k, N, (long long)L, fill_s, cli_now_s() - t1,
                nvfp4moe_plan_backend(nvfp4moe_ep_plan_local(plan)),
                nvfp4moe_ep_plan_report(plan)->backend[0] ? nvfp4moe_ep_plan_report(plan)->backend : "none");
-        printf("  %6s %9s %9s %9s %9s %9s %9s %10s %9s %12s %7s\n", "M/rank", "rows max", "dispatch", "experts",
+        fprintf(cli_bench_text, "  %6s %9s %9s %9s %9s %9s %9s %10s %9s %12s %7s\n", "M/rank", "rows max", "dispatch", "experts",
                "combine", "total ms", "a2a ms", "MB/rank", "a2a GB/s", "plain GB/s", "% plain");
-        fflush(stdout);
+        fflush(cli_bench_text);
     }
     int64_t Mmax = 0;
     for (int i = 0; i < b->nM; i++) Mmax = b->Ms[i] > Mmax ? b->Ms[i] : Mmax;
@@ -348,10 +350,10 @@ static nvfp4moe_status bench_preset_rank(bench_ep *b, const cli_layer_preset *pr
         pt->peak_bytes_per_peer = (size_t)bpp;
         pt->peak_ms = 1e3 * pk;
         pt->peak_gbps = pk > 0 ? (double)bpp * (N - 1) / pk / 1e9 : 0;
-        printf("  %6lld %9lld %9.3f %9.3f %9.3f %9.3f %9.3f %10.2f %9.2f %12.2f %7.1f\n", (long long)M,
+        fprintf(cli_bench_text, "  %6lld %9lld %9.3f %9.3f %9.3f %9.3f %9.3f %10.2f %9.2f %12.2f %7.1f\n", (long long)M,
                (long long)pt->rows_max, pt->dispatch_ms, pt->experts_ms, pt->combine_ms, pt->total_ms, pt->xfer_ms,
                pt->remote_mb, pt->ep_gbps, pt->peak_gbps, pt->peak_gbps > 0 ? 100 * pt->ep_gbps / pt->peak_gbps : 0);
-        fflush(stdout);
+        fflush(cli_bench_text);
         /* The files after every point: a run stopped by a time limit keeps what it measured. */
         write_ep_outputs(b, true);
     }
@@ -460,11 +462,43 @@ static int write_ep_outputs(const bench_ep *b, bool quiet) {
                 p->peak_gbps > 0 ? 100 * p->ep_gbps / p->peak_gbps : 0);
     }
     fclose(f);
-    if (!quiet) printf("\nwrote %s.csv and %s.md\n", b->out, b->out);
+    json_t *rows[16 * 32];
+    for (int i = 0; i < b->npts; i++) {
+        const bench_point *p = &b->pts[i];
+        json_t *o = rows[i] = json_object();
+        json_object_set_new(o, "preset", json_string(p->p->name));
+        json_object_set_new(o, "E", json_integer(p->p->E));
+        json_object_set_new(o, "H", json_integer(p->p->H));
+        json_object_set_new(o, "I", json_integer(p->p->I));
+        json_object_set_new(o, "top_k", json_integer(p->p->k));
+        json_object_set_new(o, "ep", json_integer(b->N));
+        json_object_set_new(o, "transport", json_string(b->nccl ? "nccl" : "loopback"));
+        json_object_set_new(o, "M_per_rank", json_integer(p->M));
+        json_object_set_new(o, "local_backend", json_string(p->backend));
+        json_object_set_new(o, "rows_received_min", json_integer(p->rows_min));
+        json_object_set_new(o, "rows_received_max", json_integer(p->rows_max));
+        json_object_set_new(o, "dispatch_ms", json_real(p->dispatch_ms));
+        json_object_set_new(o, "experts_ms", json_real(p->experts_ms));
+        json_object_set_new(o, "combine_ms", json_real(p->combine_ms));
+        json_object_set_new(o, "total_ms", json_real(p->total_ms));
+        json_object_set_new(o, "alltoall_ms", json_real(p->xfer_ms));
+        json_object_set_new(o, "remote_MB_per_rank", json_real(p->remote_mb));
+        json_object_set_new(o, "alltoall_GBps", json_real(p->ep_gbps));
+        json_object_set_new(o, "plain_alltoall_bytes_per_peer", json_integer((json_int_t)p->peak_bytes_per_peer));
+        json_object_set_new(o, "plain_alltoall_ms", json_real(p->peak_ms));
+        json_object_set_new(o, "plain_alltoall_GBps", json_real(p->peak_gbps));
+        json_object_set_new(o, "pct_of_plain", json_real(p->peak_gbps > 0 ? 100 * p->ep_gbps / p->peak_gbps : 0));
+        json_object_set_new(o, "path", json_string(p->device_resident ? "device" : "host"));
+        json_object_set_new(o, "where", json_string(b->where));
+        json_object_set_new(o, "commit", json_string(b->commit));
+        json_object_set_new(o, "date", json_string(b->date));
+    }
+    if (cli_bench_write_jsonl(b->out, rows, b->npts, b->json && !quiet) != 0) return -1;
+    if (!quiet) fprintf(cli_bench_text, "\nwrote %s.csv, %s.md and %s.jsonl\n", b->out, b->out, b->out);
     return 0;
 }
 
-enum { O_EP, O_PRESET, O_M, O_ITERS, O_TRANSPORT, O_MOE_BACKEND, O_OUT, O_COMMIT, O_COUNT };
+enum { O_EP, O_PRESET, O_M, O_ITERS, O_TRANSPORT, O_MOE_BACKEND, O_OUT, O_COMMIT, O_JSON, O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_EP] = {"--ep", "N", "ranks (>= 2, dividing every chosen preset's experts, at most 64)"},
     [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default deepseek-v3,kimi-k2)"},
@@ -473,10 +507,11 @@ static const cli_opt k_opts[O_COUNT] = {
     [O_TRANSPORT] = {"--transport", "T", "auto (default), nccl or loopback"},
     [O_MOE_BACKEND] = {"--moe-backend", "B", "the local experts' backend (default: the oracle's pick on GPUs,\n"
                                              "cpu_fast on the CPU)"},
-    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv and .md (default\n"
+    [O_OUT] = {"--out", "PREFIX", "output files PREFIX.csv, .md and .jsonl (default\n"
                                   CLI_BENCH_DEFAULT_DIR "/<date>-<device>-ep<N>-<transport> in the current\n"
                                   "directory); missing folders are created, existing files replaced"},
     [O_COMMIT] = {"--commit", "SHA", "recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)"},
+    [O_JSON] = {"--json", NULL, "print the points as JSON lines on stdout (the progress goes to stderr)"},
 };
 
 static void bench_ep_usage(FILE *f, const cli_layer_preset *presets, int n) {
@@ -486,8 +521,8 @@ static void bench_ep_usage(FILE *f, const cli_layer_preset *presets, int n) {
                "all-to-alls move and their bandwidth against the transport's own plain all-to-all of the same\n"
                "bytes, measured in the same run. Transport: NCCL, one process per GPU, when this build has NCCL\n"
                "and the machine N GPUs; otherwise the in-process LOOPBACK (threads; all ranks on the one GPU,\n"
-               "or the CPU), whose figures are labelled as not NCCL figures. Writes PREFIX.csv and PREFIX.md.\n"
-               "Presets:");
+               "or the CPU), whose figures are labelled as not NCCL figures. Writes PREFIX.csv, PREFIX.md and\n"
+               "PREFIX.jsonl (one JSON object per CSV line). Presets:");
     for (int i = 0; i < n; i++) fprintf(f, " %s", presets[i].name);
     fprintf(f, "\n\n");
     cli_opts_help(f, k_opts, O_COUNT);
@@ -507,6 +542,7 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
     long long N = 0;
     const char *transport = "auto", *out = NULL, *commit = getenv("NVFP4MOE_COMMIT"), *preset_list = "deepseek-v3,kimi-k2";
     cli_bench_command(argc, argv, b->command, sizeof b->command);
+    bool json = false;
     const char *v = NULL;
     cli_args args;
     cli_args_init(&args, "bench --ep", k_opts, O_COUNT, false, 0, argc, argv);
@@ -562,8 +598,11 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
         case O_MOE_BACKEND: b->local_backend = v; break;
         case O_OUT: out = v; break;
         case O_COMMIT: commit = v; break;
+        case O_JSON: json = true; break;
         }
     }
+    cli_bench_text = json ? stderr : stdout;
+    b->json = json;
     if (N < 2 || N > 64) {
         fprintf(stderr, "nvfp4moe bench: --ep %lld: N must be in [2, 64] (plain `nvfp4moe bench` times one GPU)\n", N);
         goto done;
@@ -621,6 +660,7 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
         if (rank != 0) {   /* rank 0 speaks for all */
             fflush(stdout);
             if (!freopen("/dev/null", "w", stdout)) { /* keep going: only the output is lost */ }
+            cli_bench_text = stdout;
         }
         st = bench_rank(rank, &t, b);
         t.destroy(t.ctx);
@@ -628,18 +668,18 @@ int cli_bench_ep(int argc, char **argv, const cli_layer_preset *presets, int npr
         rc = st == NVFP4MOE_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
         goto done;
     }
-    printf("nvfp4moe bench --ep %d on %s, commit %s\n", b->N, b->nccl ? "NCCL" : b->where, b->commit);
+    fprintf(cli_bench_text, "nvfp4moe bench --ep %d on %s, commit %s\n", b->N, b->nccl ? "NCCL" : b->where, b->commit);
     if (b->nccl) {
         rc = cli_launch_ranks("bench", b->N, argc, argv);
         goto done;
     }
-    printf("mode      LOOPBACK, NOT NCCL: %d ranks as threads of this process, all on %s; the all-to-alls are "
+    fprintf(cli_bench_text, "mode      LOOPBACK, NOT NCCL: %d ranks as threads of this process, all on %s; the all-to-alls are "
            "copies between threads' buffers (device to device for device plans). These are not multi-GPU figures%s.\n",
            b->N, b->where,
            b->dev.is_cuda ? (gpus >= b->N ? " (--transport nccl runs one process per GPU)"
                                           : "; NCCL needs N GPUs, this machine has fewer")
                           : "");
-    fflush(stdout);
+    fflush(cli_bench_text);
     nvfp4moe_ep_loopback *lb = NULL;
     nvfp4moe_status st = nvfp4moe_ep_loopback_create(b->N, &lb);
     if (st == NVFP4MOE_OK) st = nvfp4moe_ep_loopback_run(lb, bench_rank, b);

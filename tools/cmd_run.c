@@ -1,7 +1,7 @@
 /*
  * cmd_run.c - `nvfp4moe run`: builds a layer (the built-in default, the shape the flags give, or a
  * checkpoint's), runs hidden states through it on the backend the oracle picks (or --moe-backend),
- * and prints the backend, shapes, time and an output checksum. The
+ * and prints the backend, shapes, time and an output checksum, as text or one JSON object. The
  * inputs are random unless given as files (hidden states, router logits, or the top-k ids and
  * weights themselves); --output writes the output, and with .safetensors the inputs it saw, so
  * that another run (another backend, another engine) can be fed the same and `compare`d.
@@ -11,6 +11,7 @@
 #include "cli_model.h"
 #include "cli_tensor.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
-enum { O_TOKENS, O_MODEL, O_LAYER, O_INPUT, O_ROUTER_LOGITS, O_TOPK_IDS, O_TOPK_WEIGHTS, O_OUTPUT, O_DEVICE, O_COUNT };
+enum { O_TOKENS, O_MODEL, O_LAYER, O_INPUT, O_ROUTER_LOGITS, O_TOPK_IDS, O_TOPK_WEIGHTS, O_OUTPUT, O_DEVICE, O_JSON,
+       O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_TOKENS] = {"--tokens", "M", "tokens to run (default 16; input files set it)"},
     [O_MODEL] = {"--model", "DIR", "run a layer of this checkpoint (see nvfp4moe inspect); config\n"
@@ -40,6 +42,7 @@ static const cli_opt k_opts[O_COUNT] = {
                                       "Missing folders are created"},
     [O_DEVICE] = {"--device", "NAME", "run on this device: cpu, or the GPU of this machine (a GPU that is\n"
                                       "not here only plans: see nvfp4moe select --device)"},
+    [O_JSON] = {"--json", NULL, "print one JSON object instead of text"},
 };
 
 static void run_usage(FILE *f, const cli_args *a) {
@@ -54,7 +57,7 @@ static void run_usage(FILE *f, const cli_args *a) {
     cli_opts_help(f, k_opts, O_COUNT);
     fprintf(f, "  -h, --help                this text\n\n"
                "With --ep N (N > 1): expert parallelism over N ranks, --tokens per rank, each rank's tokens\n"
-               "random (the file flags do not apply). On a GPU machine one process per GPU over\n"
+               "random (the file flags and --json do not apply). On a GPU machine one process per GPU over\n"
                "NCCL (needs N GPUs and an NCCL build); without a GPU (or with --device) N ranks simulated by\n"
                "threads of this process (loopback), local experts on CPU_FAST.\n\n");
     cli_config_flags_help(f, a);
@@ -266,7 +269,7 @@ int cmd_run(int argc, char **argv) {
     nvfp4moe_config cfg;
     nvfp4moe_config_init(&cfg);
     long long tokens = 16, layer_n = -1;
-    bool tokens_given = false;
+    bool tokens_given = false, json = false;
     const char *device_name = NULL, *model = NULL, *output = NULL, *v = NULL;
     file_input fin = {.flag = "--input"}, flog = {.flag = "--router-logits"}, fid = {.flag = "--topk-ids"},
                fw = {.flag = "--topk-weights"};
@@ -290,6 +293,7 @@ int cmd_run(int argc, char **argv) {
         case O_TOPK_IDS: fid.spec = v; break;
         case O_TOPK_WEIGHTS: fw.spec = v; break;
         case O_OUTPUT: output = v; break;
+        case O_JSON: json = true; break;
         }
     }
     if (layer_n >= 0 && !model) {
@@ -313,6 +317,7 @@ int cmd_run(int argc, char **argv) {
     void *hidden = NULL, *logits = NULL, *out = NULL;
     int32_t *ids = NULL;
     float *wts = NULL;
+    json_t *jr = NULL;
     nvfp4moe_status st;
     const bool custom = model || args.ncfg > 0;
     if (model) {   /* the checkpoint's layer; config flags were applied on top of its config */
@@ -327,9 +332,9 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     const bool ep = cfg.parallel.ep_size > 1;
-    if (ep && (output || flog.spec || fid.spec)) {
-        fprintf(stderr, "nvfp4moe run: %s does not apply with --ep (each rank makes its own tokens)\n",
-                output ? "--output" : flog.spec ? "--router-logits" : "--topk-ids");
+    if (ep && (output || flog.spec || fid.spec || json)) {
+        fprintf(stderr, "nvfp4moe run: %s does not apply with --ep (each rank makes its own tokens and prints its "
+                "own line)\n", output ? "--output" : flog.spec ? "--router-logits" : fid.spec ? "--topk-ids" : "--json");
         goto done;
     }
     if (flog.spec && cfg.routing == NVFP4MOE_ROUTING_SIMULATED) {
@@ -392,11 +397,12 @@ int cmd_run(int argc, char **argv) {
                           : cfg.routing == NVFP4MOE_ROUTING_SIMULATED ? "simulated (seeded)"
                           : ck && ck->router && !ep ? "router logits from the checkpoint's router"
                                                     : "random router logits";
-    printf("layer     %s%s\n", custom ? "" : "Qwen3-30B-A3B MoE layer (built-in default): ", desc);
+    if (!json) printf("layer     %s%s\n", custom ? "" : "Qwen3-30B-A3B MoE layer (built-in default): ", desc);
     double t0 = cli_now_s();
     const nvfp4moe_weights *weights = ck ? &ck->layer.w : NULL;
     if (ck) {
-        printf("weights   %s layer %d (%s checkpoint)%s\n", model, ck->index, nvfp4moe_ckpt_format_name(ck->format),
+        if (!json)
+            printf("weights   %s layer %d (%s checkpoint)%s\n", model, ck->index, nvfp4moe_ckpt_format_name(ck->format),
                    ep                   ? ", random router logits per rank (--ep does not apply the checkpoint's router)"
                    : flog.loaded || fid.loaded ? ", routing from the files given (the checkpoint's router is not used)"
                    : !ck->router        ? ", no router weight: random router logits"
@@ -409,8 +415,9 @@ int cmd_run(int argc, char **argv) {
     double mb = (double)E * (double)(N1 * H + H * I) * (0.5 + 1.0 / 16) / 1e6;
     if (!ck) {
         weights = &layer->w;
-        printf("weights   random bf16 -> NVFP4 (seed %llu): %.1f MB, made in %.2f s\n", (unsigned long long)cfg.seed,
-               mb, cli_now_s() - t0);
+        if (!json)
+            printf("weights   random bf16 -> NVFP4 (seed %llu): %.1f MB, made in %.2f s\n",
+                   (unsigned long long)cfg.seed, mb, cli_now_s() - t0);
     }
 
     if (ep) {   /* --ep N: expert parallelism (tools/cmd_run_ep.c) */
@@ -424,9 +431,11 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     char dbuf[32];
-    printf("device    %s (%s)\n", nvfp4moe_device_str(&dev, dbuf, sizeof dbuf), dev.name);
-    printf("backend   %s (%s), numerics %s\n", nvfp4moe_plan_backend(plan), nvfp4moe_plan_kernel(plan),
-           nvfp4moe_scheme_name(nvfp4moe_plan_effective_scheme(plan)));
+    if (!json) {
+        printf("device    %s (%s)\n", nvfp4moe_device_str(&dev, dbuf, sizeof dbuf), dev.name);
+        printf("backend   %s (%s), numerics %s\n", nvfp4moe_plan_backend(plan), nvfp4moe_plan_kernel(plan),
+               nvfp4moe_scheme_name(nvfp4moe_plan_effective_scheme(plan)));
+    }
 
     size_t hidden_bytes = (size_t)(M * H) * nvfp4moe_dtype_size(cfg.in_dtype), out_bytes = (size_t)(M * H) * nvfp4moe_dtype_size(cfg.out_dtype);
     size_t logits_bytes = (size_t)(M * E) * nvfp4moe_dtype_size(cfg.router_logits_dtype);
@@ -491,16 +500,66 @@ int cmd_run(int argc, char **argv) {
     if (output && write_output(output, &cfg, M, hidden, used_logits ? logits : NULL, ids, wts, out, plan, &dev, model,
                                ck ? ck->index : -1) != 0)
         goto done;
-    if (fin.loaded) printf("input     hidden states from %s\n", fin.spec);
-    if (flog.loaded || fid.loaded) printf("routing   %s (%s)\n", routing, flog.loaded ? flog.spec : fid.spec);
-    printf("tokens    %lld: hidden [%lld, %lld] %s -> output [%lld, %lld] %s\n", (long long)M, (long long)M,
-           (long long)H, nvfp4moe_dtype_name(cfg.in_dtype), (long long)M, (long long)H,
-           nvfp4moe_dtype_name(cfg.out_dtype));
-    printf("forward   %.3f ms\n", secs * 1e3);
-    printf("checksum  sum=%.6g abs_sum=%.6g fnv1a=%016llx\n", sum, asum, fnv);
-    if (output) printf("output    wrote %s\n", output);
+    if (!json) {
+        if (fin.loaded) printf("input     hidden states from %s\n", fin.spec);
+        if (flog.loaded || fid.loaded) printf("routing   %s (%s)\n", routing, flog.loaded ? flog.spec : fid.spec);
+        printf("tokens    %lld: hidden [%lld, %lld] %s -> output [%lld, %lld] %s\n", (long long)M, (long long)M,
+               (long long)H, nvfp4moe_dtype_name(cfg.in_dtype), (long long)M, (long long)H,
+               nvfp4moe_dtype_name(cfg.out_dtype));
+        printf("forward   %.3f ms\n", secs * 1e3);
+        printf("checksum  sum=%.6g abs_sum=%.6g fnv1a=%016llx\n", sum, asum, fnv);
+        if (output) printf("output    wrote %s\n", output);
+        rc = CLI_EXIT_OK;
+        goto done;
+    }
+    {
+        char hex[20];
+        snprintf(hex, sizeof hex, "%016llx", fnv);
+        jr = json_object();
+        json_t *lj = json_object(), *wj = json_object(), *dj = json_object(), *ij = json_object(),
+               *cj = json_object();
+        json_object_set_new(lj, "config", json_string(desc));
+        json_object_set_new(lj, "built_in_default", json_boolean(!custom));
+        json_object_set_new(lj, "model", model ? json_string(model) : json_null());
+        json_object_set_new(lj, "index", ck ? json_integer(ck->index) : json_null());
+        json_object_set_new(lj, "format", ck ? json_string(nvfp4moe_ckpt_format_name(ck->format)) : json_null());
+        json_object_set_new(jr, "layer", lj);
+        json_object_set_new(wj, "source", json_string(ck ? "checkpoint" : "random"));
+        json_object_set_new(wj, "seed", ck ? json_null() : json_integer((json_int_t)cfg.seed));
+        json_object_set_new(wj, "megabytes", json_real(mb));
+        json_object_set_new(jr, "weights", wj);
+        json_object_set_new(dj, "name", json_string(dev.name));
+        json_object_set_new(dj, "target", json_string(nvfp4moe_device_str(&dev, dbuf, sizeof dbuf)));
+        json_object_set_new(jr, "device", dj);
+        json_object_set_new(jr, "backend", json_string(nvfp4moe_plan_backend(plan)));
+        json_object_set_new(jr, "kernel", json_string(nvfp4moe_plan_kernel(plan)));
+        json_object_set_new(jr, "numerics", json_string(nvfp4moe_scheme_name(nvfp4moe_plan_effective_scheme(plan))));
+        json_object_set_new(jr, "tokens", json_integer(M));
+        json_object_set_new(jr, "hidden_size", json_integer(H));
+        json_object_set_new(jr, "in_dtype", json_string(nvfp4moe_dtype_name(cfg.in_dtype)));
+        json_object_set_new(jr, "out_dtype", json_string(nvfp4moe_dtype_name(cfg.out_dtype)));
+        json_object_set_new(ij, "hidden_states", fin.loaded ? json_string(fin.spec) : json_string("random"));
+        json_object_set_new(ij, "routing", json_string(routing));
+        json_object_set_new(ij, "routing_file", flog.loaded ? json_string(flog.spec)
+                                                : fid.loaded ? json_string(fid.spec) : json_null());
+        json_object_set_new(jr, "inputs", ij);
+        json_object_set_new(jr, "forward_ms", json_real(secs * 1e3));
+        json_object_set_new(cj, "sum", json_real(sum));
+        json_object_set_new(cj, "abs_sum", json_real(asum));
+        json_object_set_new(cj, "fnv1a", json_string(hex));
+        json_object_set_new(jr, "checksum", cj);
+        json_object_set_new(jr, "output", output ? json_string(output) : json_null());
+        char *s = json_dumps(jr, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+        if (!s) {
+            fprintf(stderr, "nvfp4moe run: out of memory\n");
+            goto done;
+        }
+        printf("%s\n", s);
+        free(s);
+    }
     rc = CLI_EXIT_OK;
 done:
+    json_decref(jr);
     free(hidden); free(logits); free(out); free(ids); free(wts);
     cli_tensor_free(&fin.t); cli_tensor_free(&flog.t); cli_tensor_free(&fid.t); cli_tensor_free(&fw.t);
     nvfp4moe_plan_destroy(plan);

@@ -124,8 +124,9 @@ int cli_launch_ranks(const char *what, int32_t N, int argc, char **argv) {
     snprintf(id_file, sizeof id_file, "%s/nccl_id", dir);
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     setenv("NVFP4MOE_EP_ID_FILE", id_file, 1);
-    printf("mode      %d processes, one per GPU, NCCL transport (NCCL_NVLS_ENABLE=0)\n", N);
-    fflush(stdout);
+    FILE *text = cli_bench_text ? cli_bench_text : stdout;   /* bench --json keeps stdout for its JSON */
+    fprintf(text, "mode      %d processes, one per GPU, NCCL transport (NCCL_NVLS_ENABLE=0)\n", N);
+    fflush(text);
     char **cargv = calloc((size_t)argc + 2, sizeof *cargv);
     pid_t pids[64];
     int started = 0, failed = 0;
