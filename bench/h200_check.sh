@@ -9,7 +9,7 @@
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
 #                                         # others,python,bench,triton,gemm (default: all of them);
 #                                         # not in the default: regimes (both regimes forced on every
-#                                         # preset), cpu
+#                                         # preset), cpu, cli (the tool's files through the GPU)
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
 # --gpu: torch.ops.nvfp4moe.moe against the C API, stream order, CUDA graphs, torch.compile).
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
@@ -124,6 +124,32 @@ if has cpu; then
         ${CPU_THREADS:+--threads "$CPU_THREADS"} --iters 10 --commit "$commit" --out "$R/bench-cpu" \
         >"$R/bench-cpu.log" 2>&1
     log "bench --cpu rc=$?: $(grep -m1 'Model name' "$R/lscpu.txt" | tr -s ' ')"
+fi
+if has cli; then
+    # the tool's files through the GPU backends: run --output, routing from files, compare
+    (
+        set -x
+        N=$B/nvfp4moe G=/tmp/cli
+        rm -rf $G && mkdir -p $G
+        $N quantize --random --num-experts 128 --top-k 8 --hidden-size 2048 --intermediate-size 768 --out $G/src &&
+            $N quantize --in $G/src --out $G/q || exit 1
+        $N run --model $G/q --tokens 64 --moe-backend cpu_reference --scheme w4a16 --output $G/ref.safetensors
+        $N run --model $G/q --input $G/ref.safetensors --router-logits $G/ref.safetensors --output $G/auto.safetensors
+        $N run --model $G/q --input $G/ref.safetensors --router-logits $G/ref.safetensors --moe-backend hopper_wgmma \
+            --output $G/wgmma.safetensors
+        $N compare $G/auto.safetensors $G/ref.safetensors; echo "compare auto rc=$?"
+        $N compare $G/wgmma.safetensors $G/ref.safetensors; echo "compare hopper_wgmma rc=$?"
+        python3 -c "import struct,random;r=random.Random(1);open('$G/ids.bin','wb').write(b''.join(struct.pack('<8i',*r.sample(range(128),8)) for _ in range(64)));open('$G/w.bin','wb').write(struct.pack('<512f',*[0.125]*512))"
+        $N run --model $G/q --input $G/ref.safetensors --topk-ids $G/ids.bin --topk-weights $G/w.bin --moe-backend cpu_reference \
+            --scheme w4a16 --output $G/ref_k.safetensors
+        $N run --model $G/q --input $G/ref.safetensors --topk-ids $G/ids.bin --topk-weights $G/w.bin --output $G/gpu_k.safetensors
+        $N compare $G/gpu_k.safetensors $G/ref_k.safetensors; echo "compare topk rc=$?"
+        $N run --device h200 --tokens 4; echo "run --device h200 rc=$?"
+        $N run --device b200 --tokens 4; echo "run --device b200 rc=$?"
+        $N bench --preset qwen3-30b-a3b --m 1,16 --iters 20 --no-baseline --json --out $G/bj >$G/b.jsonl
+        echo "bench --json rc=$? lines=$(wc -l <$G/b.jsonl) files: $(ls $G | grep bj | tr '\n' ' ')"
+    ) >"$R/cli.txt" 2>&1
+    log "cli: $(grep -E '^(compare|run --device|bench --json)' "$R/cli.txt" | tr '\n' ';')"
 fi
 if has python; then
     NVFP4MOE_LIBRARY=$B/libnvfp4moe.so NVFP4MOE_CLI=$B/nvfp4moe timeout 500 python3 python/tests/run.py --gpu -v \
