@@ -272,7 +272,44 @@ static void test_half(void) {
     CHECK(bad == 0, "%d fp16 codes fail to round trip", bad);
 }
 
+/* The row converters the host backends use against the per-value ones, bit for bit: every bf16 /
+ * fp16 code, and floats of every sign and exponent with low bits that round down, up, to even and
+ * as NaN payloads. */
+static void test_rows(void) {
+    T_CASE("dtype rows");
+    static uint16_t codes[0x10000];
+    static float got[0x10000], x[0x10000];
+    for (uint32_t h = 0; h < 0x10000; h++) codes[h] = (uint16_t)h;
+    int bad = 0;
+    for (int dt = NVFP4MOE_DTYPE_BF16; dt <= NVFP4MOE_DTYPE_FP16; dt++) {
+        nvfp4moe_to_float((nvfp4moe_dtype)dt, codes, 0x10000, got);
+        for (uint32_t h = 0; h < 0x10000; h++) {
+            const float want = dt == NVFP4MOE_DTYPE_BF16 ? nvfp4moe_bf16_to_float((uint16_t)h) : nvfp4moe_fp16_to_float((uint16_t)h);
+            bad += memcmp(&want, &got[h], 4) != 0;
+        }
+    }
+    static const uint32_t low[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1000, 0x0FFF, 0x1001, 0x2000, 0x3000};
+    for (size_t l = 0; l < sizeof low / sizeof low[0]; l++) {
+        for (uint32_t hi = 0; hi < 0x10000; hi++) {
+            const uint32_t u = hi << 16 | low[l];
+            memcpy(&x[hi], &u, 4);
+        }
+        for (int dt = 0; dt <= NVFP4MOE_DTYPE_F32; dt++) {
+            memcpy(got, x, sizeof x);
+            nvfp4moe_round_row_to_dtype((nvfp4moe_dtype)dt, got, 0x10000);
+            for (uint32_t hi = 0; hi < 0x10000; hi++) {
+                const float want = nvfp4moe_round_to_dtype((nvfp4moe_dtype)dt, x[hi]);
+                if (memcmp(&want, &got[hi], 4) != 0 && bad++ < 5)
+                    fprintf(stderr, "  dtype %d: 0x%08x rounds to %a, want %a\n", dt, hi << 16 | low[l], (double)got[hi],
+                            (double)want);
+            }
+        }
+    }
+    CHECK(bad == 0, "%d values differ", bad);
+}
+
 int main(void) {
+    test_rows();
     test_e2m1();
     test_e4m3();
     test_quantize();

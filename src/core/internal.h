@@ -70,6 +70,8 @@ const char *nvfp4moe_suggest_best(const nvfp4moe_suggest *s);
 
 /* Rounds x through dtype (bf16/fp16/f32) and back. */
 float nvfp4moe_round_to_dtype(nvfp4moe_dtype dt, float x);
+/* nvfp4moe_round_to_dtype on each of x[0, n), in place. */
+void nvfp4moe_round_row_to_dtype(nvfp4moe_dtype dt, float *x, int64_t n);
 
 /* splitmix64: the library's one pseudo-random generator (deterministic in its state). */
 uint64_t nvfp4moe_rand_u64(uint64_t *state);

@@ -212,15 +212,46 @@ float nvfp4moe_round_to_dtype(nvfp4moe_dtype dt, float x) {
     return x;
 }
 
+/* bf16 to float is a shift; separate arrays, so that the loop vectorizes. */
+static void bf16_row_to_float(const uint16_t *restrict h, int64_t n, float *restrict dst) {
+    for (int64_t i = 0; i < n; i++) dst[i] = u2f((uint32_t)h[i] << 16);
+}
+
+/* nvfp4moe_bf16_to_float(nvfp4moe_bf16_from_float(x)), inline. */
+static inline float bf16_round(float x) {
+    uint32_t u = f2u(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return u2f((u & 0xFFFF0000u) | 0x00400000u);   /* the quiet NaN it stores */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return u2f(u & 0xFFFF0000u);
+}
+
 void nvfp4moe_to_float(nvfp4moe_dtype dt, const void *src, int64_t n, float *dst) {
     if (!src || !dst) return;
     const uint16_t *h = (const uint16_t *)src;
-    for (int64_t i = 0; i < n; i++) {
-        switch (dt) {
-        case NVFP4MOE_DTYPE_BF16: dst[i] = nvfp4moe_bf16_to_float(h[i]); break;
-        case NVFP4MOE_DTYPE_FP16: dst[i] = nvfp4moe_fp16_to_float(h[i]); break;
-        case NVFP4MOE_DTYPE_F32:  dst[i] = ((const float *)src)[i]; break;
-        }
+    /* one loop per dtype (the exported converters are calls from here: -fPIC) */
+    switch (dt) {
+    case NVFP4MOE_DTYPE_BF16:
+        bf16_row_to_float(h, n, dst);
+        break;
+    case NVFP4MOE_DTYPE_FP16:
+        for (int64_t i = 0; i < n; i++) dst[i] = nvfp4moe_fp16_to_float(h[i]);
+        break;
+    case NVFP4MOE_DTYPE_F32:
+        if (dst != src) memmove(dst, src, sizeof(float) * (size_t)n);
+        break;
+    }
+}
+
+void nvfp4moe_round_row_to_dtype(nvfp4moe_dtype dt, float *x, int64_t n) {
+    switch (dt) {
+    case NVFP4MOE_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+        break;
+    case NVFP4MOE_DTYPE_FP16:
+        for (int64_t i = 0; i < n; i++) x[i] = nvfp4moe_fp16_to_float(nvfp4moe_fp16_from_float(x[i]));
+        break;
+    case NVFP4MOE_DTYPE_F32:
+        break;
     }
 }
 
