@@ -21,10 +21,14 @@ static double upper(double x, double lim) { return x > lim ? lim : x; }
 static double clampd(double x, double lim) { return x > lim ? lim : x < -lim ? -lim : x; }
 
 void nvfp4moe_activation_ref(const nvfp4moe_config *cfg, const double *in, double *out) {
-    const int32_t I = cfg->intermediate_size;
+    nvfp4moe_activation_ref_range(cfg, in, 0, cfg->intermediate_size, out);
+}
+
+void nvfp4moe_activation_ref_range(const nvfp4moe_config *cfg, const double *in, int64_t lo, int64_t hi, double *out) {
+    const int64_t I = cfg->intermediate_size;
     const nvfp4moe_act_params p = nvfp4moe_config_act_params(cfg);
     const double *g = in, *u = in + I;
-    for (int32_t i = 0; i < I; i++) {
+    for (int64_t i = lo; i < hi; i++) {
         double gi = g[i], ui = nvfp4moe_activation_is_gated(cfg->activation) ? u[i] : 0.0;
         switch (cfg->activation) {
         case NVFP4MOE_ACT_SILU:

@@ -119,18 +119,23 @@ nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io 
     return NVFP4MOE_OK;
 }
 
+nvfp4moe_status nvfp4moe_check_topk(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
+    const int64_t M = io->num_tokens, E = cfg->num_experts, K = cfg->top_k;
+    for (int64_t i = 0; i < M * K; i++) {
+        NVFP4MOE_RETURN_IF(io->topk_ids[i] < 0 || io->topk_ids[i] >= E, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                           "io.topk_ids[%lld][%lld]=%d is not an expert in [0, %lld)", (long long)(i / K),
+                           (long long)(i % K), io->topk_ids[i], (long long)E);
+        NVFP4MOE_RETURN_IF(!isfinite(io->topk_weights[i]), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                           "io.topk_weights[%lld][%lld] is not finite", (long long)(i / K), (long long)(i % K));
+    }
+    return NVFP4MOE_OK;
+}
+
 nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                        const nvfp4moe_io *io, int32_t *ids, float *wts) {
     const int64_t M = io->num_tokens, E = cfg->num_experts, K = cfg->top_k;
     if (io->topk_ids) {
-        for (int64_t i = 0; i < M * K; i++) {
-            NVFP4MOE_RETURN_IF(io->topk_ids[i] < 0 || io->topk_ids[i] >= E, NVFP4MOE_ERR_INVALID_ARGUMENT,
-                               "io.topk_ids[%lld][%lld]=%d is not an expert in [0, %lld)",
-                               (long long)(i / K), (long long)(i % K), io->topk_ids[i], (long long)E);
-            NVFP4MOE_RETURN_IF(!isfinite(io->topk_weights[i]), NVFP4MOE_ERR_INVALID_ARGUMENT,
-                               "io.topk_weights[%lld][%lld] is not finite", (long long)(i / K),
-                               (long long)(i % K));
-        }
+        NVFP4MOE_TRY(nvfp4moe_check_topk(cfg, io));
         memcpy(ids, io->topk_ids, sizeof(int32_t) * (size_t)(M * K));
         memcpy(wts, io->topk_weights, sizeof(float) * (size_t)(M * K));
         return NVFP4MOE_OK;
@@ -146,8 +151,7 @@ nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4m
     return s;
 }
 
-/* Whether n values of dtype dt at p hold a NaN or an infinity. */
-static bool has_nonfinite(nvfp4moe_dtype dt, const void *p, int64_t n) {
+bool nvfp4moe_values_nonfinite(nvfp4moe_dtype dt, const void *p, int64_t n) {
     float buf[256];
     for (int64_t i = 0; i < n; i += 256) {
         const int64_t k = n - i < 256 ? n - i : 256;
@@ -158,15 +162,19 @@ static bool has_nonfinite(nvfp4moe_dtype dt, const void *p, int64_t n) {
     return false;
 }
 
+bool nvfp4moe_routing_reads_logits(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
+    return io->router_logits && !io->topk_ids && cfg->routing != NVFP4MOE_ROUTING_SIMULATED;
+}
+
 void nvfp4moe_nan_rows(const nvfp4moe_config *cfg, const nvfp4moe_io *io) {
     const int64_t H = cfg->hidden_size, E = cfg->num_experts;
     const size_t in_sz = nvfp4moe_dtype_size(cfg->in_dtype), out_sz = nvfp4moe_dtype_size(cfg->out_dtype);
     const size_t lg_sz = nvfp4moe_dtype_size(cfg->router_logits_dtype);
-    const bool logits = io->router_logits && !io->topk_ids && cfg->routing != NVFP4MOE_ROUTING_SIMULATED;
+    const bool logits = nvfp4moe_routing_reads_logits(cfg, io);
     const float nan = NAN;
     for (int64_t t = 0; t < io->num_tokens; t++) {
-        if (!has_nonfinite(cfg->in_dtype, (const char *)io->hidden + (size_t)(t * H) * in_sz, H) &&
-            !(logits && has_nonfinite(cfg->router_logits_dtype, (const char *)io->router_logits + (size_t)(t * E) * lg_sz, E)))
+        if (!nvfp4moe_values_nonfinite(cfg->in_dtype, (const char *)io->hidden + (size_t)(t * H) * in_sz, H) &&
+            !(logits && nvfp4moe_values_nonfinite(cfg->router_logits_dtype, (const char *)io->router_logits + (size_t)(t * E) * lg_sz, E)))
             continue;
         for (int64_t n = 0; n < H; n++)
             nvfp4moe_from_float(cfg->out_dtype, &nan, 1, (char *)io->output + (size_t)(t * H + n) * out_sz);

@@ -10,6 +10,10 @@
 /* Applies cfg's activation to one row: in has nvfp4moe_config_n1(cfg) values (gated: [g | u], or
  * interleaved for swigluoai), out has I values. */
 void nvfp4moe_activation_ref(const nvfp4moe_config *cfg, const double *in, double *out);
+/* The same for outputs [lo, hi) only (out[lo, hi) written; in is the whole row): each output
+ * depends on its own gate and up values alone, so the parts of a row computed apart are the whole
+ * row's values. */
+void nvfp4moe_activation_ref_range(const nvfp4moe_config *cfg, const double *in, int64_t lo, int64_t hi, double *out);
 
 /* Quantize-dequantize one activation row of n values as scheme prescribes (src already rounded to
  * the activation dtype): W4A4 with global scale gs, per-token, MXFP8; W4A16 copies. */
@@ -30,11 +34,24 @@ void nvfp4moe_prepare_inputs(const nvfp4moe_config *cfg, const nvfp4moe_weights 
  * is set to NaN, whatever the arithmetic made of it (a clamp can turn NaN into a number); the other
  * rows are untouched. */
 void nvfp4moe_nan_rows(const nvfp4moe_config *cfg, const nvfp4moe_io *io);
+/* The two parts of that rule: whether n values of dtype dt at p hold a NaN or an infinity, and
+ * whether the forward's routing reads io's router logits. */
+bool nvfp4moe_values_nonfinite(nvfp4moe_dtype dt, const void *p, int64_t n);
+bool nvfp4moe_routing_reads_logits(const nvfp4moe_config *cfg, const nvfp4moe_io *io);
 /* Groups P (token, slot) pairs by expert with a counting sort (token order kept within an expert):
  * expert e's pairs are order[start[e] .. start[e + 1]). start has E + 1 entries. */
 nvfp4moe_status nvfp4moe_group_by_expert(const int32_t *ids, int64_t P, int64_t E, int64_t *start, int64_t *order);
 /* Checks the io tensors a host forward needs. */
 nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io *io);
+/* The reference router (nvfp4moe_route) for one token: logits its E float logits (NULL for
+ * simulated routing), t its index (simulated routing draws from (seed, t)), scratch
+ * nvfp4moe_route_scratch_bytes(cfg) bytes; cfg valid. Writes top_k ids and weights. */
+size_t nvfp4moe_route_scratch_bytes(const nvfp4moe_config *cfg);
+void nvfp4moe_route_token(const nvfp4moe_config *cfg, const float *logits, int64_t t, const float *correction_bias,
+                          void *scratch, int32_t *topk_ids, float *topk_weights);
+/* io's precomputed top-k, checked: INVALID_ARGUMENT naming the first id outside [0, E) or weight
+ * that is not finite. */
+nvfp4moe_status nvfp4moe_check_topk(const nvfp4moe_config *cfg, const nvfp4moe_io *io);
 /* The routing of a host forward: io's precomputed top-k (checked) or the reference router on its
  * logits. ids/wts: [M, top_k]. */
 nvfp4moe_status nvfp4moe_routing_for_io(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,

@@ -71,6 +71,96 @@ static void route_grouped(const nvfp4moe_config *cfg, const double *logit, const
     for (int32_t j = 0; j < cfg->top_k; j++) w[j] *= cfg->routed_scaling_factor;
 }
 
+size_t nvfp4moe_route_scratch_bytes(const nvfp4moe_config *cfg) {
+    const size_t E = (size_t)cfg->num_experts, G = (size_t)cfg->n_group, K = (size_t)cfg->top_k;
+    return sizeof(double) * (3 * E + G + K) + sizeof(int32_t) * (K + G) + sizeof(bool) * E;
+}
+
+void nvfp4moe_route_token(const nvfp4moe_config *cfg, const float *logits, int64_t t, const float *correction_bias,
+                          void *scratch, int32_t *topk_ids, float *topk_weights) {
+    const int32_t E = cfg->num_experts, K = cfg->top_k;
+    /* choice has E + n_group slots: route_grouped keeps the group scores after the experts. */
+    double *logit = scratch, *score = logit + E, *choice = score + E, *w = choice + E + cfg->n_group;
+    int32_t *ids = (int32_t *)(w + K), *gsel = ids + K;
+    bool *allowed = (bool *)(gsel + cfg->n_group);
+    const uint64_t rng = cfg->seed ^ 0x5151F00Dull;
+    bool finite = true;
+    if (logits)
+        for (int32_t e = 0; e < E; e++) finite &= isfinite(logit[e] = logits[e]) != 0;
+    if (!finite && cfg->routing != NVFP4MOE_ROUTING_SIMULATED) {
+        // No ranking means anything with a NaN or an infinity in it: the token's weights are NaN,
+        // which makes its output row NaN, and its ids the first top_k experts (valid indices).
+        for (int32_t j = 0; j < K; j++) {
+            topk_ids[j] = j;
+            topk_weights[j] = NAN;
+        }
+        return;
+    }
+    switch (cfg->routing) {
+    case NVFP4MOE_ROUTING_SOFTMAX_TOPK:
+    case NVFP4MOE_ROUTING_RENORMALIZE:
+    case NVFP4MOE_ROUTING_RENORMALIZE_NAIVE: {
+        topk(logit, NULL, E, K, ids);
+        double mx = logit[ids[0]], s = 0;
+        if (cfg->routing == NVFP4MOE_ROUTING_RENORMALIZE) {
+            /* top-k first, then softmax over the k selected logits */
+            for (int32_t j = 0; j < K; j++) s += exp(logit[ids[j]] - mx);
+        } else {
+            for (int32_t e = 0; e < E; e++) s += exp(logit[e] - mx);
+        }
+        for (int32_t j = 0; j < K; j++) w[j] = exp(logit[ids[j]] - mx) / s;
+        if (cfg->routing == NVFP4MOE_ROUTING_RENORMALIZE_NAIVE) normalize(w, K);
+        break;
+    }
+    case NVFP4MOE_ROUTING_SIGMOID:
+    case NVFP4MOE_ROUTING_SIGMOID_RENORM:
+        topk(logit, NULL, E, K, ids);
+        for (int32_t j = 0; j < K; j++) w[j] = sigmoid(logit[ids[j]]);
+        if (cfg->routing == NVFP4MOE_ROUTING_SIGMOID_RENORM) normalize(w, K);
+        break;
+    case NVFP4MOE_ROUTING_LLAMA4:
+        topk(logit, NULL, E, 1, ids);
+        w[0] = sigmoid(logit[ids[0]]);
+        break;
+    case NVFP4MOE_ROUTING_DEEPSEEK_V3:
+        route_grouped(cfg, logit, cfg->has_correction_bias ? correction_bias : NULL, choice, score, allowed, gsel, ids, w);
+        break;
+    case NVFP4MOE_ROUTING_MINIMAX2:
+        for (int32_t e = 0; e < E; e++) {
+            score[e] = sigmoid(logit[e]);
+            choice[e] = score[e] + (cfg->has_correction_bias ? (double)correction_bias[e] : 0.0);
+        }
+        topk(choice, NULL, E, K, ids);
+        for (int32_t j = 0; j < K; j++) w[j] = score[ids[j]];
+        normalize(w, K);
+        for (int32_t j = 0; j < K; j++) w[j] *= cfg->routed_scaling_factor;
+        break;
+    case NVFP4MOE_ROUTING_SIMULATED: {
+        /* K distinct experts drawn uniformly (redrawing repeats), equal weights 1/K.
+         * Deterministic in (seed, token); the logits are not read. */
+        uint64_t st = rng ^ ((uint64_t)t * 0x9E3779B97F4A7C15ull);
+        for (int32_t j = 0; j < K; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                e = (int32_t)(nvfp4moe_rand_u64(&st) % (uint64_t)E);
+                dup = false;
+                for (int32_t q = 0; q < j; q++) dup |= ids[q] == e;
+            } while (dup);
+            ids[j] = e;
+            w[j] = 1.0 / K;
+        }
+        break;
+    }
+    case NVFP4MOE_ROUTING_COUNT:
+        break;
+    }
+    for (int32_t j = 0; j < K; j++) {
+        topk_ids[j] = ids[j];
+        topk_weights[j] = (float)w[j];
+    }
+}
+
 nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, int64_t M,
                                const float *correction_bias, int32_t *topk_ids, float *topk_weights) {
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
@@ -82,100 +172,12 @@ nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, 
                        "nvfp4moe_route: router logits are NULL (only routing=simulated needs none)");
     NVFP4MOE_RETURN_IF(cfg->has_correction_bias && !correction_bias, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "has_correction_bias is set but the correction_bias tensor is NULL");
-
-    const int32_t E = cfg->num_experts, K = cfg->top_k;
-    double *logit = malloc(sizeof(double) * (size_t)(3 * E + cfg->n_group + K));
-    bool *allowed = malloc(sizeof(bool) * (size_t)E);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(K + cfg->n_group));
-    if (!logit || !allowed || !ids) {
-        free(logit); free(allowed); free(ids);
-        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "nvfp4moe_route: out of memory");
-    }
-    /* choice has E + n_group slots: route_grouped keeps the group scores after the experts. */
-    double *score = logit + E, *choice = score + E, *w = choice + E + cfg->n_group;
-    int32_t *gsel = ids + K;
-    uint64_t rng = cfg->seed ^ 0x5151F00Dull;
-
-    for (int64_t t = 0; t < M; t++) {
-        bool finite = true;
-        if (logits)
-            for (int32_t e = 0; e < E; e++) finite &= isfinite(logit[e] = logits[t * E + e]) != 0;
-        if (!finite && cfg->routing != NVFP4MOE_ROUTING_SIMULATED) {
-            // No ranking means anything with a NaN or an infinity in it: the token's weights are NaN,
-            // which makes its output row NaN, and its ids the first top_k experts (valid indices).
-            for (int32_t j = 0; j < K; j++) {
-                topk_ids[t * K + j] = j;
-                topk_weights[t * K + j] = NAN;
-            }
-            continue;
-        }
-        switch (cfg->routing) {
-        case NVFP4MOE_ROUTING_SOFTMAX_TOPK:
-        case NVFP4MOE_ROUTING_RENORMALIZE:
-        case NVFP4MOE_ROUTING_RENORMALIZE_NAIVE: {
-            topk(logit, NULL, E, K, ids);
-            double mx = logit[ids[0]], s = 0;
-            if (cfg->routing == NVFP4MOE_ROUTING_RENORMALIZE) {
-                /* top-k first, then softmax over the k selected logits */
-                for (int32_t j = 0; j < K; j++) s += exp(logit[ids[j]] - mx);
-            } else {
-                for (int32_t e = 0; e < E; e++) s += exp(logit[e] - mx);
-            }
-            for (int32_t j = 0; j < K; j++) w[j] = exp(logit[ids[j]] - mx) / s;
-            if (cfg->routing == NVFP4MOE_ROUTING_RENORMALIZE_NAIVE) normalize(w, K);
-            break;
-        }
-        case NVFP4MOE_ROUTING_SIGMOID:
-        case NVFP4MOE_ROUTING_SIGMOID_RENORM:
-            topk(logit, NULL, E, K, ids);
-            for (int32_t j = 0; j < K; j++) w[j] = sigmoid(logit[ids[j]]);
-            if (cfg->routing == NVFP4MOE_ROUTING_SIGMOID_RENORM) normalize(w, K);
-            break;
-        case NVFP4MOE_ROUTING_LLAMA4:
-            topk(logit, NULL, E, 1, ids);
-            w[0] = sigmoid(logit[ids[0]]);
-            break;
-        case NVFP4MOE_ROUTING_DEEPSEEK_V3:
-            route_grouped(cfg, logit, cfg->has_correction_bias ? correction_bias : NULL, choice, score,
-                          allowed, gsel, ids, w);
-            break;
-        case NVFP4MOE_ROUTING_MINIMAX2:
-            for (int32_t e = 0; e < E; e++) {
-                score[e] = sigmoid(logit[e]);
-                choice[e] = score[e] + (cfg->has_correction_bias ? (double)correction_bias[e] : 0.0);
-            }
-            topk(choice, NULL, E, K, ids);
-            for (int32_t j = 0; j < K; j++) w[j] = score[ids[j]];
-            normalize(w, K);
-            for (int32_t j = 0; j < K; j++) w[j] *= cfg->routed_scaling_factor;
-            break;
-        case NVFP4MOE_ROUTING_SIMULATED: {
-            /* K distinct experts drawn uniformly (redrawing repeats), equal weights 1/K.
-             * Deterministic in (seed, token); the logits are not read. */
-            uint64_t st = rng ^ ((uint64_t)t * 0x9E3779B97F4A7C15ull);
-            for (int32_t j = 0; j < K; j++) {
-                int32_t e;
-                bool dup;
-                do {
-                    e = (int32_t)(nvfp4moe_rand_u64(&st) % (uint64_t)E);
-                    dup = false;
-                    for (int32_t q = 0; q < j; q++) dup |= ids[q] == e;
-                } while (dup);
-                ids[j] = e;
-                w[j] = 1.0 / K;
-            }
-            break;
-        }
-        case NVFP4MOE_ROUTING_COUNT:
-            break;
-        }
-        for (int32_t j = 0; j < K; j++) {
-            topk_ids[t * K + j] = ids[j];
-            topk_weights[t * K + j] = (float)w[j];
-        }
-    }
-    free(logit);
-    free(allowed);
-    free(ids);
+    void *scratch = malloc(nvfp4moe_route_scratch_bytes(cfg));
+    NVFP4MOE_RETURN_IF(!scratch, NVFP4MOE_ERR_OUT_OF_MEMORY, "nvfp4moe_route: out of memory");
+    const int64_t E = cfg->num_experts, K = cfg->top_k;
+    for (int64_t t = 0; t < M; t++)
+        nvfp4moe_route_token(cfg, logits ? logits + t * E : NULL, t, correction_bias, scratch, topk_ids + t * K,
+                             topk_weights + t * K);
+    free(scratch);
     return NVFP4MOE_OK;
 }
