@@ -18,6 +18,27 @@
 #include "format/format.h"
 #include "nvfp4moe.h"
 
+/* An environment variable's value, to put back after a test changed it (the suite may run with
+ * NVFP4MOE_CPU_ISA set, to run the layer tests on one instruction set). */
+typedef struct {
+    const char *name;
+    char value[64];
+    bool set;
+} env_save;
+
+static env_save env_keep(const char *name) {
+    env_save e = {.name = name};
+    const char *v = getenv(name);
+    if (v) snprintf(e.value, sizeof e.value, "%s", v);
+    e.set = v != NULL;
+    return e;
+}
+
+static void env_restore(const env_save *e) {
+    if (e->set) setenv(e->name, e->value, 1);
+    else unsetenv(e->name);
+}
+
 // ---- E4M3 as integers ----
 
 static void test_e4m3_int(void) {
@@ -67,6 +88,17 @@ static void matrix_free(matrix *m) {
     free(m->packed);
 }
 
+/* A prefetch cursor over the whole repacked matrix, one of a few settings by `which` (the kernels'
+ * results cannot depend on it: the kernel tests run with it). */
+static void stream_over(nvfp4moe_cpu_stream *pf, const matrix *m, int which) {
+    static const char *const settings[] = {"t0:4608", "t1:1152:128", "nta:64", "t2:65536:4096"};
+    static nvfp4moe_cpu_seg seg;
+    nvfp4moe_cpu_prefetch set;
+    nvfp4moe_cpu_prefetch_parse(settings[which % 4], "test", &set);
+    seg = (nvfp4moe_cpu_seg){m->packed, (size_t)(m->N / 16) * nvfp4moe_cpu_tile_bytes(m->K)};
+    nvfp4moe_cpu_stream_start(pf, &seg, 1, &set);
+}
+
 static int code_at(const uint8_t *q, int64_t K, int64_t r, int64_t c) { return (q[r * (K / 2) + c / 2] >> (4 * (c & 1))) & 0xF; }
 
 /* The exact sum of row r's products with activation row x (codes xq, scales xs), times 2^20, from
@@ -105,7 +137,7 @@ static void test_gemm_q(int64_t N, int64_t K, int nt, uint64_t seed, int mode) {
             for (int64_t i = 0; i < K; i++) x[i] *= (float)(1 << ((i / 16) % 7));   /* scales of every size */
         }
         const float gs = mode == 1 ? 1.0f : 37.0f;
-        nvfp4moe_cpu_quantize_row(x, K, gs, &rows[t], scratch);
+        nvfp4moe_cpu_quantize_row(nvfp4moe_cpu_kernels_of(NVFP4MOE_CPU_PORTABLE), x, K, gs, &rows[t], scratch);
         nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, K, gs, xq + t * K / 2, xs + t * K / 16);
     }
     int64_t *got = malloc(sizeof(int64_t) * (size_t)(nt * 16));
@@ -113,8 +145,11 @@ static void test_gemm_q(int64_t N, int64_t K, int nt, uint64_t seed, int mode) {
         const nvfp4moe_cpu_kernels *k = nvfp4moe_cpu_kernels_of((nvfp4moe_cpu_isa)isa);
         if (!k) continue;
         int bad = 0;
+        nvfp4moe_cpu_stream pf;
+        stream_over(&pf, &m, isa);
         for (int64_t tile = 0; tile < N / 16; tile++) {
-            k->gemm_q(m.packed + tile * nvfp4moe_cpu_tile_bytes(K), nvfp4moe_cpu_superblocks(K), blk, nt, got);
+            k->gemm_q(m.packed + tile * nvfp4moe_cpu_tile_bytes(K), nvfp4moe_cpu_superblocks(K), blk, nt, got,
+                      tile % 2 ? &pf : NULL);
             for (int t = 0; t < nt; t++)
                 for (int r = 0; r < 16; r++) {
                     __int128 want = exact_dot(&m, 16 * tile + r, xq + t * K / 2, xs + t * K / 16);
@@ -147,7 +182,7 @@ static void test_gemm_f(int64_t N, int64_t K, int nt, uint64_t seed) {
     const nvfp4moe_cpu_kernels *ref = nvfp4moe_cpu_kernels_of(NVFP4MOE_CPU_PORTABLE);
     for (int64_t tile = 0; tile < N / 16; tile++) {
         const uint8_t *tp = m.packed + tile * nvfp4moe_cpu_tile_bytes(K);
-        ref->gemm_f(tp, nvfp4moe_cpu_superblocks(K), rows, nt, want);
+        ref->gemm_f(tp, nvfp4moe_cpu_superblocks(K), rows, nt, want, NULL);
         /* the portable order against a float64 dot product of the dequantized row */
         double err = 0, norm = 0;
         for (int t = 0; t < nt; t++)
@@ -164,7 +199,9 @@ static void test_gemm_f(int64_t N, int64_t K, int nt, uint64_t seed) {
         for (int isa = 1; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
             const nvfp4moe_cpu_kernels *k = nvfp4moe_cpu_kernels_of((nvfp4moe_cpu_isa)isa);
             if (!k) continue;
-            k->gemm_f(tp, nvfp4moe_cpu_superblocks(K), rows, nt, got);
+            nvfp4moe_cpu_stream pf;
+            stream_over(&pf, &m, isa);
+            k->gemm_f(tp, nvfp4moe_cpu_superblocks(K), rows, nt, got, &pf);
             check_bytes(nvfp4moe_cpu_isa_name(k->isa), (const uint8_t *)got, (const uint8_t *)want,
                         sizeof(float) * (size_t)(nt * 16));
         }
@@ -172,6 +209,82 @@ static void test_gemm_f(int64_t N, int64_t K, int nt, uint64_t seed) {
     for (int t = 0; t < nt; t++) free((void *)rows[t]);
     free(want); free(got);
     matrix_free(&m);
+}
+
+// ---- the prefetch cursor and its settings ----
+
+/* Where a cursor stands, as a byte offset in its stream (-1: finished). */
+static int64_t stream_pos(const nvfp4moe_cpu_stream *c, const nvfp4moe_cpu_seg *segs) {
+    if (c->hint == NVFP4MOE_CPU_PF_OFF) return -1;
+    int64_t pos = 0;
+    for (const nvfp4moe_cpu_seg *g = segs; g < c->seg; g++) pos += (int64_t)g->n;
+    return pos + (int64_t)c->off;
+}
+
+static void test_stream(void) {
+    T_CASE("prefetch cursor");
+    static uint8_t buf[8 * 576];
+    /* segments of 3, 1, 2 and 1 superblocks, not adjacent in memory */
+    const nvfp4moe_cpu_seg segs[] = {{buf + 4 * 576, 3 * 576}, {buf, 576}, {buf + 2 * 576, 2 * 576}, {buf + 7 * 576, 576}};
+    const int64_t total = 7 * 576;
+    const char *cases[] = {"t0:1152", "t1:640", "nta:64", "t2:1024:512", "t1:1600:320", "t0:2048:1024", "t0:8192:1024"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nvfp4moe_cpu_prefetch pf;
+        CHECK_OK(nvfp4moe_cpu_prefetch_parse(cases[i], "test", &pf));
+        nvfp4moe_cpu_stream c;
+        nvfp4moe_cpu_stream_start(&c, segs, 4, &pf);
+        /* After the warm-up and `done` more bytes of reads, the lines asked for are those up to
+         * `distance` bytes ahead, one every `stride`: the next one is at that point rounded down to
+         * a whole stride (finished once past the last segment). */
+        int bad = 0;
+        for (int64_t done = 0; done <= total + 576; done += 576) {
+            if (done > 0) nvfp4moe_cpu_stream_advance(&c, 576);
+            const int64_t next = (pf.distance + done) / pf.stride * pf.stride;
+            const int64_t want = next >= total ? -1 : next;
+            if (stream_pos(&c, segs) != want && bad++ < 3)
+                fprintf(stderr, "  [%s] after %lld bytes: at %lld, want %lld\n", cases[i], (long long)done,
+                        (long long)stream_pos(&c, segs), (long long)want);
+        }
+        CHECK(bad == 0, "%s: %d positions off", cases[i], bad);
+    }
+    nvfp4moe_cpu_prefetch off;
+    CHECK_OK(nvfp4moe_cpu_prefetch_parse("off", "test", &off));
+    nvfp4moe_cpu_stream c;
+    nvfp4moe_cpu_stream_start(&c, segs, 4, &off);
+    nvfp4moe_cpu_stream_advance(&c, 576);
+    CHECK(c.hint == NVFP4MOE_CPU_PF_OFF && c.seg == segs && c.off == 0, "off moves nothing");
+    nvfp4moe_cpu_stream_start(&c, segs, 0, &(nvfp4moe_cpu_prefetch){NVFP4MOE_CPU_PF_T0, 4608, 64});
+    CHECK(c.hint == NVFP4MOE_CPU_PF_OFF, "an empty stream is finished");
+    nvfp4moe_cpu_stream_advance(NULL, 576);   /* a kernel without a cursor */
+}
+
+static void test_prefetch_settings(void) {
+    T_CASE("prefetch settings");
+    const char *good[] = {"off", "OFF", "t0:4608", "t1:64", "t2:1048576", "nta:8192:4096", "t0:4096:4096"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        nvfp4moe_cpu_prefetch p, q;
+        char text[64];
+        CHECK_OK(nvfp4moe_cpu_prefetch_parse(good[i], "NVFP4MOE_CPU_PREFETCH", &p));
+        nvfp4moe_cpu_prefetch_format(&p, text, sizeof text);
+        CHECK_OK(nvfp4moe_cpu_prefetch_parse(text, "NVFP4MOE_CPU_PREFETCH", &q));
+        CHECK(p.hint == q.hint && p.distance == q.distance && p.stride == q.stride, "%s -> %s does not read back", good[i], text);
+    }
+    const char *bad[] = {"", "on", "t0", "t0:", "t3:4096", "t0:100", "t0:0", "t0:2097152", "t0:4096:8192",
+                         "t0:4096:0", "t0:4096:96", "t0:-64", "t0:4096:64:64", "t0:4096x", ":4096", "t0 :4096"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        nvfp4moe_cpu_prefetch p;
+        CHECK_ERR(nvfp4moe_cpu_prefetch_parse(bad[i], "NVFP4MOE_CPU_PREFETCH", &p), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                  "NVFP4MOE_CPU_PREFETCH='");
+    }
+    nvfp4moe_cpu_prefetch d;
+    const env_save pf_env = env_keep("NVFP4MOE_CPU_PREFETCH");
+    unsetenv("NVFP4MOE_CPU_PREFETCH");
+    CHECK_OK(nvfp4moe_cpu_prefetch_default(&d));
+    CHECK(d.hint != NVFP4MOE_CPU_PF_OFF && d.distance > 0, "a built-in setting");
+    setenv("NVFP4MOE_CPU_PREFETCH", "t1:8192:4096", 1);
+    CHECK_OK(nvfp4moe_cpu_prefetch_default(&d));
+    CHECK(d.hint == NVFP4MOE_CPU_PF_T1 && d.distance == 8192 && d.stride == 4096, "NVFP4MOE_CPU_PREFETCH is read");
+    env_restore(&pf_env);
 }
 
 // ---- the activation quantizer ----
@@ -185,8 +298,9 @@ static void check_quantizer(const nvfp4moe_cpu_kernels *k, const float *x, int64
     float deq[208], want[208];
     uint8_t xq[104], xs[13], scratch[208];
     nvfp4moe_cpu_qblock blk[16];
+    memset(blk, 0x5A, sizeof blk);   /* the padding blocks must come out zero */
     nvfp4moe_cpu_qrow r = {.blk = blk};
-    k->quantize(x, K, gs, &r, scratch);
+    nvfp4moe_cpu_quantize_row(k, x, K, gs, &r, scratch);
     nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, K, gs, NVFP4MOE_DTYPE_F32, want);
     /* The integer kernels make a whole row NaN where the reference has a NaN block (the GEMM output
      * is all NaN either way); elsewhere the row as they read it, q/2 * Sx * 2^-9 / gs, is the
@@ -194,12 +308,26 @@ static void check_quantizer(const nvfp4moe_cpu_kernels *k, const float *x, int64
     bool any_nan = false;
     for (int64_t i = 0; i < K; i++) any_nan |= isnan(want[i]);
     int bad = 0;
-    for (int64_t i = 0; i < K && !r.nan; i++) {
+    const bool row_nan = atomic_load(&r.nan);
+    for (int64_t i = 0; i < K && !row_nan; i++) {
         deq[i] = (float)((double)blk[i / 16].q[i % 16] / 2.0 * (double)blk[i / 16].sx / 512.0 / (double)gs);
         if (!(fabsf(deq[i] - want[i]) <= 2.5e-7f * fabsf(want[i])) && bad++ < 3)
             fprintf(stderr, "  [%s] [%lld] got %g want %g\n", name, (long long)i, (double)deq[i], (double)want[i]);
     }
-    CHECK(bad == 0 && r.nan == any_nan, "%d values differ; NaN row %d, reference has NaN %d", bad, r.nan, any_nan);
+    CHECK(bad == 0 && row_nan == any_nan, "%d values differ; NaN row %d, reference has NaN %d", bad, row_nan, any_nan);
+    /* In two parts, as the threads of a forward quantize a row: the same blocks, the row's NaN
+     * flag the OR of the parts', the padding blocks zero. */
+    nvfp4moe_cpu_qblock parts[16];
+    memset(parts, 0x5A, sizeof parts);
+    const int64_t cut = 5;
+    const bool n0 = k->quantize_blocks(x, cut, gs, parts, scratch);
+    const bool n1 = k->quantize_blocks(x + 16 * cut, K / 16 - cut, gs, parts + cut, scratch);
+    CHECK(!memcmp(parts, blk, sizeof(nvfp4moe_cpu_qblock) * (size_t)(K / 16)) && (n0 || n1) == row_nan,
+          "the row quantized in two parts differs from the whole (NaN %d %d, whole %d)", n0, n1, row_nan);
+    int nonzero = 0;
+    for (int64_t b = K / 16; b < nvfp4moe_cpu_superblocks(K) * 4; b++)
+        nonzero += blk[b].corr != 0 || blk[b].sx != 0 || memcmp(blk[b].q, (int8_t[16]){0}, 16) != 0;
+    CHECK(nonzero == 0, "%d padding blocks are not zero", nonzero);
     if (!(isfinite(gs) && gs > 0.0f)) return;
     /* the codes, the scales and the kernels' correction term, bit for bit */
     nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, K, gs, xq, xs);
@@ -284,28 +412,38 @@ static void test_exact_w4a4(nvfp4moe_config c, int64_t M, uint64_t seed) {
     }
     nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .topk_ids = ids, .topk_weights = tw, .output = want};
     CHECK_OK(nvfp4moe_reference_forward(&c, &w, &io));
-    CHECK_OK(run_fast(&c, &w, &io, 0, got));
-    int64_t same = 0, one = 0, worse = 0;
-    for (int64_t i = 0; i < M * H; i++) {
-        const uint32_t a = bits(got[i]), b = bits(want[i]);
-        const int64_t d = (a >> 31) != (b >> 31) ? (got[i] == want[i] ? 0 : 2) : (int64_t)a - (int64_t)b;
-        if (d == 0) same++;
-        else if (d == 1 || d == -1) one++;
-        else if (worse++ < 5)
-            fprintf(stderr, "  [%s] [%lld] got %.9g want %.9g\n", name, (long long)i, (double)got[i], (double)want[i]);
+    const env_save isa_env = env_keep("NVFP4MOE_CPU_ISA");
+    for (int isa = 0; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
+        if (!nvfp4moe_cpu_isa_supported((nvfp4moe_cpu_isa)isa)) continue;
+        setenv("NVFP4MOE_CPU_ISA", nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa), 1);
+        CHECK_OK(run_fast(&c, &w, &io, 0, got));
+        int64_t same = 0, one = 0, worse = 0;
+        for (int64_t i = 0; i < M * H; i++) {
+            const uint32_t a = bits(got[i]), b = bits(want[i]);
+            const int64_t d = (a >> 31) != (b >> 31) ? (got[i] == want[i] ? 0 : 2) : (int64_t)a - (int64_t)b;
+            if (d == 0) same++;
+            else if (d == 1 || d == -1) one++;
+            else if (worse++ < 5)
+                fprintf(stderr, "  [%s] %s [%lld] got %.9g want %.9g\n", name, nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa),
+                        (long long)i, (double)got[i], (double)want[i]);
+        }
+        CHECK(worse == 0, "%s: %lld of %lld outputs are more than one ulp from the reference",
+              nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa), (long long)worse, (long long)(M * H));
+        printf("test_cpu_fast: %s, %s: %lld of %lld outputs bit-identical to the float64 reference, %lld one ulp apart\n",
+               name, nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa), (long long)same, (long long)(M * H), (long long)one);
     }
-    CHECK(worse == 0, "%lld of %lld outputs are more than one ulp from the reference", (long long)worse, (long long)(M * H));
-    printf("test_cpu_fast: %s: %lld of %lld outputs bit-identical to the float64 reference, %lld one ulp apart\n", name,
-           (long long)same, (long long)(M * H), (long long)one);
+    env_restore(&isa_env);
     free(in_scales); free(hidden); free(ids); free(tw); free(want); free(got);
     nvfp4moe_layer_free(l);
 }
 
-/* The same outputs, bit for bit, for every ISA this CPU runs and 1, 2 and 3 threads; and a token
- * alone as in its batch. */
-static void test_invariance(nvfp4moe_scheme scheme, nvfp4moe_activation act) {
+/* The same outputs, bit for bit, for every ISA this CPU runs, 1 to 7 threads (7: more threads than
+ * GEMM1 has column tiles, one of them idle there) and several prefetch settings; and a token alone
+ * as in its batch. */
+static void test_invariance(nvfp4moe_scheme scheme, nvfp4moe_activation act, bool bias) {
     char name[160];
-    snprintf(name, sizeof name, "invariance %s %s", nvfp4moe_scheme_name(scheme), nvfp4moe_activation_name(act));
+    snprintf(name, sizeof name, "invariance %s %s%s", nvfp4moe_scheme_name(scheme), nvfp4moe_activation_name(act),
+             bias ? " bias" : "");
     T_CASE(name);
     nvfp4moe_config c;
     nvfp4moe_config_init(&c);
@@ -315,6 +453,7 @@ static void test_invariance(nvfp4moe_scheme scheme, nvfp4moe_activation act) {
     c.intermediate_size = 96;
     c.scheme = scheme;
     c.activation = act;
+    c.has_bias = bias;
     nvfp4moe_layer *l = NULL;
     CHECK_OK(nvfp4moe_layer_random(&c, 77, &l));
     if (!l) return;
@@ -324,22 +463,35 @@ static void test_invariance(nvfp4moe_scheme scheme, nvfp4moe_activation act) {
     nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, M * H, 78);
     nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * 12, 79);
     nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits};
+    static const char *const prefetch[] = {"", "off", "t1:1152:128", "nta:64", "t0:65536:4096"};
+    static const int threads[] = {1, 2, 3, 5, 7};
     bool have = false;
+    int run = 0;
+    const env_save isa_env = env_keep("NVFP4MOE_CPU_ISA");
     for (int isa = 0; isa < NVFP4MOE_CPU_ISA_COUNT; isa++) {
         if (!nvfp4moe_cpu_isa_supported((nvfp4moe_cpu_isa)isa)) continue;
         setenv("NVFP4MOE_CPU_ISA", nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa), 1);
-        for (int threads = 1; threads <= 3; threads++) {
-            nvfp4moe_status st = run_fast(&c, &l->w, &io, threads, have ? got : first);
+        for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++, run++) {
+            const char *pf = prefetch[run % 5];
+            setenv("NVFP4MOE_CPU_PREFETCH", pf, 1);
+            nvfp4moe_status st = run_fast(&c, &l->w, &io, threads[ti], have ? got : first);
             CHECK(st == NVFP4MOE_OK, "%s", nvfp4moe_last_error());
             if (have && st == NVFP4MOE_OK) {
-                char what[64];
-                snprintf(what, sizeof what, "%s, %d threads", nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa), threads);
+                char what[96];
+                snprintf(what, sizeof what, "%s, %d threads, prefetch '%s'", nvfp4moe_cpu_isa_name((nvfp4moe_cpu_isa)isa),
+                         threads[ti], pf);
                 check_bytes(what, (const uint8_t *)got, (const uint8_t *)first, sizeof first);
+            }
+            if (!have && st == NVFP4MOE_OK) {
+                int nonfinite = 0;
+                for (int i = 0; i < M * H; i++) nonfinite += !isfinite(first[i]);
+                CHECK(nonfinite == 0, "%d outputs are not finite", nonfinite);
             }
             have = true;
         }
     }
-    unsetenv("NVFP4MOE_CPU_ISA");
+    env_restore(&isa_env);
+    unsetenv("NVFP4MOE_CPU_PREFETCH");
     nvfp4moe_io one = {.num_tokens = 1, .hidden = hidden + 7 * H, .router_logits = logits + 7 * 12};
     CHECK_OK(run_fast(&c, &l->w, &one, 0, got));
     check_bytes("token 7 alone", (const uint8_t *)got, (const uint8_t *)(first + 7 * H), H * sizeof(float));
@@ -405,9 +557,13 @@ static void test_settings(void) {
     nvfp4moe_plan_destroy(plan);
     plan = NULL;
     unsetenv("NVFP4MOE_NUM_THREADS");
+    env_save isa = env_keep("NVFP4MOE_CPU_ISA");
     setenv("NVFP4MOE_CPU_ISA", "sse9", 1);
     CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, "NVFP4MOE_CPU_ISA='sse9'");
-    unsetenv("NVFP4MOE_CPU_ISA");
+    env_restore(&isa);
+    setenv("NVFP4MOE_CPU_PREFETCH", "t9:4096", 1);
+    CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, "NVFP4MOE_CPU_PREFETCH='t9:4096'");
+    unsetenv("NVFP4MOE_CPU_PREFETCH");
     CHECK(plan == NULL, "no plan on failure");
     nvfp4moe_layer_free(l);
 }
@@ -501,14 +657,18 @@ int main(void) {
         c.swiglu_limit = 7.0;
         test_exact_w4a4(c, 24, seed++);
     }
-    test_invariance(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_SILU);
-    test_invariance(NVFP4MOE_SCHEME_W4A4_PER_TOKEN, NVFP4MOE_ACT_GELU);
-    test_invariance(NVFP4MOE_SCHEME_W4A16, NVFP4MOE_ACT_SILU);
-    test_invariance(NVFP4MOE_SCHEME_W4A8_MXFP8, NVFP4MOE_ACT_RELU2);
+    test_invariance(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_SILU, false);
+    test_invariance(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_SWIGLUOAI, true);   /* gate and up interleaved */
+    test_invariance(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_RELU2_NO_MUL, false);
+    test_invariance(NVFP4MOE_SCHEME_W4A4_PER_TOKEN, NVFP4MOE_ACT_GELU, false);
+    test_invariance(NVFP4MOE_SCHEME_W4A16, NVFP4MOE_ACT_SILU, true);
+    test_invariance(NVFP4MOE_SCHEME_W4A8_MXFP8, NVFP4MOE_ACT_RELU2, false);
     test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A4);
     test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A4_PER_TOKEN);
     test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A16);
     test_settings();
+    test_stream();
+    test_prefetch_settings();
     test_pool();
     return t_finish("test_cpu_fast");
 }

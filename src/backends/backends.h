@@ -43,6 +43,10 @@ static inline bool nvfp4moe_impl_runs_on_sm(const nvfp4moe_backend_impl *impl, i
     return false;
 }
 
+/* The state impl->create made for plan, when plan is a live plan of that backend; else NULL (the
+ * CPU benchmark reaches CPU_FAST's settings through it). src/plan/plan.c. */
+void *nvfp4moe_plan_backend_state(const nvfp4moe_plan *plan, const nvfp4moe_backend_impl *impl);
+
 /* src/backends/cpu_reference.c, cpu_fast.c */
 extern const nvfp4moe_backend_impl nvfp4moe_impl_cpu_reference;
 extern const nvfp4moe_backend_impl nvfp4moe_impl_cpu_fast;

@@ -29,6 +29,8 @@
 
 #include "core/internal.h"
 
+#include <stdatomic.h>
+
 // ---- the thread pool ----
 //
 // One pool per thread count, shared by every plan of the process that asks for that count (a
@@ -87,9 +89,85 @@ static inline int64_t nvfp4moe_cpu_superblocks(int64_t cols) { return NVFP4MOE_C
 static inline size_t nvfp4moe_cpu_tile_bytes(int64_t cols) {
     return (size_t)nvfp4moe_cpu_superblocks(cols) * NVFP4MOE_CPU_SB_BYTES;
 }
-/* Asks for n bytes at p to be brought into the cache (never faults). */
-static inline void nvfp4moe_cpu_prefetch(const void *p, size_t n) {
-    for (size_t i = 0; i < n; i += 64) __builtin_prefetch((const char *)p + i, 0, 3);
+// ---- software prefetch ----
+//
+// A thread's weight reads in a forward are a known sequence of contiguous segments (its tiles of
+// each active expert, GEMM1's then GEMM2's). A stream cursor walks that sequence `distance` bytes
+// ahead of the kernels: the kernels advance it by a superblock per superblock they read, and it
+// asks for one cache line every `stride` bytes it passes, with the hint of the setting. So the
+// prefetches follow the thread's own reads across tiles, experts and the two GEMMs, never touch
+// another thread's share, and come at the pace of the reads rather than in bursts.
+
+typedef enum nvfp4moe_cpu_pf_hint {
+    NVFP4MOE_CPU_PF_OFF = 0,   /* "off": the hardware prefetchers alone */
+    NVFP4MOE_CPU_PF_T0,        /* "t0": into every cache level (x86 prefetcht0) */
+    NVFP4MOE_CPU_PF_T1,        /* "t1": into L2 and beyond (prefetcht1) */
+    NVFP4MOE_CPU_PF_T2,        /* "t2": into the last level (prefetcht2) */
+    NVFP4MOE_CPU_PF_NTA,       /* "nta": non-temporal (prefetchnta) */
+    NVFP4MOE_CPU_PF_HINT_COUNT
+} nvfp4moe_cpu_pf_hint;
+
+/* A prefetch setting: NVFP4MOE_CPU_PREFETCH="off" | "HINT:DISTANCE[:STRIDE]" (bytes, DISTANCE
+ * a multiple of 64 up to 1 MiB, STRIDE a multiple of 64 up to DISTANCE, default 64). */
+typedef struct nvfp4moe_cpu_prefetch {
+    nvfp4moe_cpu_pf_hint hint;
+    int64_t distance;
+    int64_t stride;
+} nvfp4moe_cpu_prefetch;
+
+#define NVFP4MOE_CPU_PF_MAX_DISTANCE ((int64_t)1 << 20)
+/* Parses a setting (the form above; INVALID_ARGUMENT naming `what` when it is not one). */
+nvfp4moe_status nvfp4moe_cpu_prefetch_parse(const char *text, const char *what, nvfp4moe_cpu_prefetch *out);
+/* Writes a setting in the form the parser reads. */
+void nvfp4moe_cpu_prefetch_format(const nvfp4moe_cpu_prefetch *p, char *buf, size_t n);
+/* The setting plans use: NVFP4MOE_CPU_PREFETCH when set, else the built-in one (t0:4608). */
+nvfp4moe_status nvfp4moe_cpu_prefetch_default(nvfp4moe_cpu_prefetch *out);
+
+/* One contiguous run of a thread's weight reads. */
+typedef struct nvfp4moe_cpu_seg {
+    const uint8_t *p;
+    size_t n;
+} nvfp4moe_cpu_seg;
+
+typedef struct nvfp4moe_cpu_stream {
+    const nvfp4moe_cpu_seg *seg, *end;   /* the current segment, one past the last */
+    size_t off;                          /* the next line to ask for: seg->p + off */
+    size_t credit;                       /* bytes advanced not yet covered by a prefetch */
+    size_t stride;
+    nvfp4moe_cpu_pf_hint hint;
+} nvfp4moe_cpu_stream;
+
+/* A cursor at the start of segs [0, n) for setting pf; then `distance` bytes of it asked for at
+ * once (the warm-up, while the thread does other work). */
+void nvfp4moe_cpu_stream_start(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *segs, int64_t n,
+                               const nvfp4moe_cpu_prefetch *pf);
+
+#define NVFP4MOE_CPU_STREAM_LOOP(loc)                                                              \
+    while (s->credit >= s->stride) {                                                               \
+        s->credit -= s->stride;                                                                    \
+        __builtin_prefetch(s->seg->p + s->off, 0, loc);                                            \
+        s->off += s->stride;                                                                       \
+        while (s->off >= s->seg->n) {   /* into the next segment, carrying what is past the end */ \
+            const size_t over = s->off - s->seg->n;                                                \
+            if (++s->seg == s->end) {                                                              \
+                s->hint = NVFP4MOE_CPU_PF_OFF;                                                     \
+                return;                                                                            \
+            }                                                                                      \
+            s->off = over;                                                                         \
+        }                                                                                          \
+    }
+
+/* Moves the cursor `bytes` further (NULL, or a finished or "off" cursor: nothing). Prefetches
+ * never fault. */
+static inline void nvfp4moe_cpu_stream_advance(nvfp4moe_cpu_stream *s, size_t bytes) {
+    if (!s || s->hint == NVFP4MOE_CPU_PF_OFF) return;
+    s->credit += bytes;
+    switch (s->hint) {
+    case NVFP4MOE_CPU_PF_T0: NVFP4MOE_CPU_STREAM_LOOP(3) break;
+    case NVFP4MOE_CPU_PF_T1: NVFP4MOE_CPU_STREAM_LOOP(2) break;
+    case NVFP4MOE_CPU_PF_T2: NVFP4MOE_CPU_STREAM_LOOP(1) break;
+    default: NVFP4MOE_CPU_STREAM_LOOP(0) break;
+    }
 }
 /* Repacks tiles [t0, t1) of the matrix q [rows, cols/2], sf [rows, cols/16] (canonical layout)
  * into dst, the whole matrix's repacked buffer. */
@@ -118,13 +196,9 @@ typedef struct nvfp4moe_cpu_qblock {
 typedef struct nvfp4moe_cpu_qrow {
     nvfp4moe_cpu_qblock *blk;
     float gs;         /* the global scale it was quantized with */
-    bool  nan;        /* a block scale is NaN: every output of the row is NaN */
+    atomic_bool nan;  /* a block scale is NaN: every output of the row is NaN (threads quantizing
+                         parts of a row set it) */
 } nvfp4moe_cpu_qrow;
-
-/* Quantizes x [cols] with global scale gs exactly as the reference quantizes activations (the
- * codec's VLLM_TRITON quantizer: the same codes and block scales, for any gs) into r, whose blk has
- * room for the padded row. scratch holds cols/2 + cols/16 bytes. */
-void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch);
 
 // ---- kernels ----
 
@@ -138,18 +212,30 @@ typedef enum nvfp4moe_cpu_isa {
 typedef struct nvfp4moe_cpu_kernels {
     nvfp4moe_cpu_isa isa;
     /* One tile against nt <= NVFP4MOE_CPU_MAX_NT quantized rows (their blocks): out[t][r] = the
-     * exact integer sum over the tile's nsb superblocks of D * Sw * Sx (see the top of this file). */
-    void (*gemm_q)(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int nt, int64_t *out);
+     * exact integer sum over the tile's nsb superblocks of D * Sw * Sx (see the top of this file).
+     * pf (may be NULL): the thread's prefetch cursor, advanced by a superblock per superblock. */
+    void (*gemm_q)(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int nt, int64_t *out,
+                   nvfp4moe_cpu_stream *pf);
     /* One tile against nt <= NVFP4MOE_CPU_MAX_NT float rows (padded with zeros to the tile's
      * columns): out[t][r] = sum over blocks of the block sum times the block scale, in the float
      * path's order. */
-    void (*gemm_f)(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out);
+    void (*gemm_f)(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out,
+                   nvfp4moe_cpu_stream *pf);
     /* Reads n bytes (a multiple of 256, 64-byte aligned) with the widest loads: the benchmark's
      * read bandwidth. Returns a sum of them, so that the reads happen. */
     uint64_t (*read)(const uint8_t *p, size_t n);
-    /* nvfp4moe_cpu_quantize_row, with the same results. */
-    void (*quantize)(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch);
+    /* Quantizes nb blocks of 16 values x with global scale gs (never negative; 0 and +Inf as the
+     * codec's quantizer treats them) exactly as the reference quantizes activations (the codec's
+     * VLLM_TRITON quantizer: the same codes and block scales) into blk[0, nb). Returns whether a
+     * block's scale is NaN. Blocks are independent: a row may be quantized in parts. scratch
+     * holds 9 * nb bytes. */
+    bool (*quantize_blocks)(const float *x, int64_t nb, float gs, nvfp4moe_cpu_qblock *blk, uint8_t *scratch);
 } nvfp4moe_cpu_kernels;
+
+/* Quantizes a whole row x [cols] with global scale gs into r (blk with room for the row padded to
+ * whole superblocks; the padding blocks are zeroed), setting r->gs and r->nan. */
+void nvfp4moe_cpu_quantize_row(const nvfp4moe_cpu_kernels *k, const float *x, int64_t cols, float gs,
+                               nvfp4moe_cpu_qrow *r, uint8_t *scratch);
 
 const char *nvfp4moe_cpu_isa_name(nvfp4moe_cpu_isa isa);
 /* Whether this CPU (and its OS) runs isa. */
@@ -159,5 +245,39 @@ bool nvfp4moe_cpu_isa_supported(nvfp4moe_cpu_isa isa);
 nvfp4moe_status nvfp4moe_cpu_kernels_select(const nvfp4moe_cpu_kernels **out);
 /* The kernels of one ISA (tests and the benchmark); NULL when the CPU does not run it. */
 const nvfp4moe_cpu_kernels *nvfp4moe_cpu_kernels_of(nvfp4moe_cpu_isa isa);
+
+// ---- CPU_FAST's settings and timings, for the benchmark ----
+
+/* What one forward's last pass did when, per thread (CLOCK_MONOTONIC nanoseconds): */
+enum {
+    NVFP4MOE_CPU_AT_START = 0,   /* the thread's task began */
+    NVFP4MOE_CPU_AT_INPUTS,      /* its share of the routing and of the inputs done */
+    NVFP4MOE_CPU_AT_GEMM1_GO,    /* the barrier after the inputs passed */
+    NVFP4MOE_CPU_AT_GEMM1,       /* its grouping of the pairs, GEMM1 tiles and their activations done */
+    NVFP4MOE_CPU_AT_ROWS,        /* W4A4 per-token, W4A8: after a barrier, its rows of GEMM2's input
+                                    quantized (else = GEMM1) */
+    NVFP4MOE_CPU_AT_GEMM2_GO,    /* the barrier before GEMM2 passed */
+    NVFP4MOE_CPU_AT_END,         /* its GEMM2 tiles and their output columns done */
+    NVFP4MOE_CPU_AT_COUNT
+};
+typedef struct nvfp4moe_cpu_prof_thread {
+    int64_t t[8];   /* NVFP4MOE_CPU_AT_*; one cache line a thread */
+} nvfp4moe_cpu_prof_thread;
+typedef struct nvfp4moe_cpu_profile {
+    int64_t entry;    /* the forward began */
+    int64_t run;      /* its last pass's pool run began (routing and grouping done) */
+    int64_t joined;   /* that run returned */
+    int64_t exit;     /* the forward returned */
+    int64_t passes;
+    int nthreads;
+    nvfp4moe_cpu_prof_thread *thread;   /* [nthreads] */
+} nvfp4moe_cpu_profile;
+
+/* The prefetch setting of a CPU_FAST plan, and a new one for its next forwards (the results do not
+ * depend on it). INVALID_ARGUMENT when plan is not a CPU_FAST plan. */
+nvfp4moe_status nvfp4moe_cpu_fast_prefetch(nvfp4moe_plan *plan, const nvfp4moe_cpu_prefetch *set, nvfp4moe_cpu_prefetch *get);
+/* Starts (on) or stops recording a CPU_FAST plan's forwards' timings; returns the record each
+ * forward then rewrites (NULL when off, out of memory or not a CPU_FAST plan). */
+const nvfp4moe_cpu_profile *nvfp4moe_cpu_fast_profile(nvfp4moe_plan *plan, bool on);
 
 #endif // NVFP4MOE_BACKENDS_CPU_H

@@ -2,25 +2,38 @@
  * cpu_fast.c - CPU_FAST: the layer on the CPU at memory speed, W4A4 computed exactly.
  *
  * At plan creation the weights are repacked into 16-row tiles for the SIMD kernels (cpu.h), each
- * thread of the pool repacking the rows it will read (so that on a multi-node machine they live
- * on its node). A forward, per pass of up to `chunk` tokens, in one run of the pool:
- *   A  inputs: each token to float (router weight applied first when asked), then quantized to
+ * thread of the pool repacking the tiles it will read (so that on a multi-node machine they live
+ * on its node). A forward, per pass of up to `chunk` tokens, is one run of the pool (the caller
+ * only checks the io and lays out the workspace):
+ *   A  routing (the reference router, a token per thread; skipped when io gives the top-k) and the
+ *      inputs: each token to float (router weight applied first when asked: then after the
+ *      routing and a barrier), its NaN / infinity check, then quantized to
  *      NVFP4 for the integer kernels (W4A4: the layer's global scale; per-token: the row's), or
- *      kept float (W4A16) or quantize-dequantized (W4A8-MXFP8) for the float kernels;
- *   B  GEMM1: every thread takes the same share of every active expert's tiles (split by bytes of
- *      weights: at decode the few active experts still use every core); each tile meets its
- *      expert's tokens 8 at a time, so a weight block is decoded once per 8 tokens; the output is
- *      float64;
- *   C  activation (the reference's, in float64) and, for W4A4, rounding to the input dtype and
- *      quantization, per (token, slot) pair;
- *   D  GEMM2 like GEMM1, then E: each thread sums the slots of the output columns it computed
- *      (the same tiles for every expert: no barrier), in slot order, in float32, as the expert-
- *      parallel combine does.
+ *      kept float (W4A16) or quantize-dequantized (W4A8-MXFP8) for the float kernels. Blocks are
+ *      independent, so the tokens are cut in pieces of INPUT_COLS columns shared by all threads
+ *      (per-token scales need a whole row: there, whole tokens);
+ *   B  each thread groups the pairs by expert itself (the same counting sort, no barrier); GEMM1
+ *      and the activation: a thread owns the same columns [j0, j1) of the intermediate for
+ *      every active expert, that is its gate and up tiles (work split by bytes of weights: at decode
+ *      the few active experts still use every core); each tile meets its expert's tokens 8 at a
+ *      time, so a weight block is decoded once per 8 tokens; the float64 output goes straight
+ *      through the reference's activation and, for W4A4 and W4A16, into GEMM2's input blocks of
+ *      those columns. W4A4 per-token and W4A8 quantize whole rows: after a barrier, a pass over the
+ *      rows (split by rows);
+ *   C  GEMM2 like GEMM1 over the thread's output tiles, then each thread sums the slots of the
+ *      output columns it computed (the same tiles for every expert: no barrier), in slot order, in
+ *      float32, as the expert-parallel combine does (or NaN for a token with non-finite inputs:
+ *      the host backends' rule).
+ * So a forward has two barriers (three for per-token and W4A8). The weights a thread reads form one
+ * known sequence; its prefetch cursor (cpu.h) runs ahead of the kernels through it, across
+ * experts and from GEMM1 into GEMM2 (so that the barrier before GEMM2 waits with the memory busy).
  * Every sum has a fixed order (the integer ones are exact), so a token's output does not depend on
  * the batch it is in, the number of threads or the instruction set.
  */
+#define _GNU_SOURCE   /* clock_gettime */
 #include "backends/backends.h"
 #include "backends/cpu.h"
+#include "format/format.h"
 #include "reference/reference.h"
 
 #include <math.h>
@@ -28,9 +41,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* Workspace bytes a pass may use: more tokens go in several passes over the weights. */
 #define PASS_BYTES ((size_t)256 << 20)
+/* Columns of a token one input piece holds (a multiple of 64: whole superblocks and MXFP8 blocks). */
+#define INPUT_COLS 256
 
 typedef struct {
     nvfp4moe_config cfg;
@@ -38,20 +54,68 @@ typedef struct {
     float *vecs;                  /* their storage */
     uint8_t *w13, *w2;            /* repacked, expert after expert */
     size_t bytes13, bytes2;       /* one expert's repacked w13 / w2 */
+    size_t tb1, tb2;              /* one tile of w13 / w2 */
     int64_t kp1, kp2;             /* H and I padded to whole superblocks */
     bool qpath;                   /* W4A4 schemes: the integer kernels */
+    bool row_pass;                /* W4A4 per-token, W4A8: GEMM2's input quantized row by row */
     const nvfp4moe_cpu_kernels *k;
+    nvfp4moe_cpu_prefetch pf;
     nvfp4moe_cpu_pool *pool;
-    pthread_mutex_t lock;         /* one forward at a time (the workspace) */
+    pthread_mutex_t lock;         /* one forward at a time (the workspace, the profile) */
     char *ws;
     size_t ws_size;
+    float a1_gs, a2_gs;           /* W4A4's global scales (1 for the other schemes) */
     int64_t chunk;                /* tokens per pass */
-    size_t scratch;               /* per-thread scratch bytes */
+    size_t scratch;               /* per-thread scratch bytes (the fixed part) */
+    nvfp4moe_cpu_profile *prof;   /* when recording */
 } fast_state;
 
 static int64_t n1_of(const fast_state *s) { return nvfp4moe_config_n1(&s->cfg); }
 /* Bytes of a quantized row's blocks for kp (padded) columns. */
 static size_t qrow_bytes(int64_t kp) { return sizeof(nvfp4moe_cpu_qblock) * (size_t)(kp / 16); }
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// ---- who reads what ----
+
+/* A run of consecutive tiles of one matrix. */
+typedef struct {
+    int64_t t0, n;
+} tile_run;
+
+/* Thread tid's GEMM1 tiles (the same for every expert): the rows of its intermediate columns
+ * [16 j0, 16 j1), J = I / 16 split in nthreads parts. Gated layers hold the gate rows then the up
+ * rows ([g | u]: two runs), or interleave them (swigluoai: g0, u0, g1, ..., one run of twice the
+ * tiles). Returns the number of runs. */
+static int gemm1_runs(const fast_state *s, int tid, int nthreads, int64_t *j0, int64_t *j1, tile_run r[2]) {
+    const int64_t J = s->cfg.intermediate_size / 16;
+    nvfp4moe_cpu_split(J, tid, nthreads, j0, j1);
+    const int64_t n = *j1 - *j0;
+    if (n == 0) return 0;
+    if (!nvfp4moe_activation_is_gated(s->cfg.activation)) {
+        r[0] = (tile_run){*j0, n};
+        return 1;
+    }
+    if (s->cfg.activation == NVFP4MOE_ACT_SWIGLUOAI) {
+        r[0] = (tile_run){2 * *j0, 2 * n};
+        return 1;
+    }
+    r[0] = (tile_run){*j0, n};
+    r[1] = (tile_run){J + *j0, n};
+    return 2;
+}
+
+/* Thread tid's GEMM2 tiles: its share of the H / 16 output tiles. */
+static tile_run gemm2_run(const fast_state *s, int tid, int nthreads) {
+    int64_t a, b;
+    nvfp4moe_cpu_split(s->cfg.hidden_size / 16, tid, nthreads, &a, &b);
+    return (tile_run){a, b - a};
+}
 
 // ---- creation: copies of the small tensors, the repacking ----
 
@@ -91,15 +155,23 @@ static void repack_task(void *ctx, int tid, int nthreads) {
     const repack_job *j = ctx;
     const fast_state *s = j->s;
     const int64_t E = s->cfg.num_experts, H = s->cfg.hidden_size, I = s->cfg.intermediate_size, N1 = n1_of(s);
-    int64_t a, b;
+    int64_t j0, j1;
+    tile_run r1[2];
+    const int nr = gemm1_runs(s, tid, nthreads, &j0, &j1, r1);
+    const tile_run r2 = gemm2_run(s, tid, nthreads);
     for (int64_t e = 0; e < E; e++) {
-        nvfp4moe_cpu_split(N1 / 16, tid, nthreads, &a, &b);
-        nvfp4moe_cpu_repack(j->w->w13 + e * N1 * H / 2, j->w->w13_scale + e * N1 * H / 16, H, a, b,
-                            s->w13 + (size_t)e * s->bytes13);
-        nvfp4moe_cpu_split(H / 16, tid, nthreads, &a, &b);
-        nvfp4moe_cpu_repack(j->w->w2 + e * H * I / 2, j->w->w2_scale + e * H * I / 16, I, a, b,
+        for (int i = 0; i < nr; i++)
+            nvfp4moe_cpu_repack(j->w->w13 + e * N1 * H / 2, j->w->w13_scale + e * N1 * H / 16, H, r1[i].t0,
+                                r1[i].t0 + r1[i].n, s->w13 + (size_t)e * s->bytes13);
+        nvfp4moe_cpu_repack(j->w->w2 + e * H * I / 2, j->w->w2_scale + e * H * I / 16, I, r2.t0, r2.t0 + r2.n,
                             s->w2 + (size_t)e * s->bytes2);
     }
+}
+
+static void profile_free(nvfp4moe_cpu_profile *p) {
+    if (!p) return;
+    free(p->thread);
+    free(p);
 }
 
 static void fast_destroy(void *state) {
@@ -111,6 +183,7 @@ static void fast_destroy(void *state) {
     free(s->w2);
     free(s->vecs);
     free(s->ws);
+    profile_free(s->prof);
     free(s);
 }
 
@@ -136,18 +209,24 @@ static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_we
     if (nthreads == 0) NVFP4MOE_TRY(nvfp4moe_cpu_default_threads(&nthreads));
     const nvfp4moe_cpu_kernels *k;
     NVFP4MOE_TRY(nvfp4moe_cpu_kernels_select(&k));
+    nvfp4moe_cpu_prefetch pf;
+    NVFP4MOE_TRY(nvfp4moe_cpu_prefetch_default(&pf));
 
     fast_state *s = calloc(1, sizeof *s);
     NVFP4MOE_RETURN_IF(!s, NVFP4MOE_ERR_OUT_OF_MEMORY, "CPU_FAST: out of memory");
     pthread_mutex_init(&s->lock, NULL);
     s->cfg = *cfg;
     s->k = k;
+    s->pf = pf;
     s->qpath = cfg->scheme == NVFP4MOE_SCHEME_W4A4 || cfg->scheme == NVFP4MOE_SCHEME_W4A4_PER_TOKEN;
+    s->row_pass = cfg->scheme == NVFP4MOE_SCHEME_W4A4_PER_TOKEN || cfg->scheme == NVFP4MOE_SCHEME_W4A8_MXFP8;
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size, N1 = n1_of(s);
     s->kp1 = nvfp4moe_cpu_superblocks(H) * NVFP4MOE_CPU_SB_COLS;
     s->kp2 = nvfp4moe_cpu_superblocks(I) * NVFP4MOE_CPU_SB_COLS;
-    s->bytes13 = (size_t)(N1 / 16) * nvfp4moe_cpu_tile_bytes(H);
-    s->bytes2 = (size_t)(H / 16) * nvfp4moe_cpu_tile_bytes(I);
+    s->tb1 = nvfp4moe_cpu_tile_bytes(H);
+    s->tb2 = nvfp4moe_cpu_tile_bytes(I);
+    s->bytes13 = (size_t)(N1 / 16) * s->tb1;
+    s->bytes2 = (size_t)(H / 16) * s->tb2;
     nvfp4moe_status st = copy_vectors(s, w);
     if (st == NVFP4MOE_OK) {
         /* Not touched here: each page is first written by the thread that will read it. */
@@ -164,17 +243,23 @@ static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_we
     }
     repack_job j = {s, w};
     nvfp4moe_cpu_pool_run(s->pool, repack_task, &j);
+    nvfp4moe_w4a4_global_scales(cfg, &s->w, &s->a1_gs, &s->a2_gs);
 
-    /* Per token of a pass: its input row, and per pair GEMM1's output, GEMM2's input and output. */
+    /* Per token of a pass: its input row, a flag, and per pair GEMM1's output, GEMM2's input (and
+     * for the row pass its unquantized values) and output. */
     const int64_t K = cfg->top_k;
     const size_t in1 = s->qpath ? sizeof(nvfp4moe_cpu_qrow) + qrow_bytes(s->kp1) : sizeof(float) * (size_t)s->kp1;
-    const size_t in2 = s->qpath ? sizeof(nvfp4moe_cpu_qrow) + qrow_bytes(s->kp2) : sizeof(float) * (size_t)s->kp2;
-    const size_t per_token = in1 + 64 + (size_t)K * (sizeof(double) * (size_t)N1 + in2 + sizeof(float) * (size_t)H + 128);
+    const size_t in2 = (s->qpath ? sizeof(nvfp4moe_cpu_qrow) + qrow_bytes(s->kp2) : sizeof(float) * (size_t)s->kp2) +
+                       (s->row_pass ? sizeof(float) * (size_t)I : 0);
+    const size_t per_token = in1 + 64 + (size_t)K * (sizeof(double) * (size_t)N1 + in2 + sizeof(float) * (size_t)H + 128) +
+                             (size_t)nthreads * sizeof(int64_t) * (size_t)K;   /* each thread's grouping */
     s->chunk = (int64_t)NVFP4MOE_MAX((size_t)1, PASS_BYTES / per_token);
     const int64_t wide = NVFP4MOE_MAX(H, I);
-    s->scratch = (sizeof(double) * (size_t)I + sizeof(float) * (size_t)wide +
-                  (size_t)wide / 2 + (size_t)wide / 16 + sizeof(int64_t) * NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS +
-                  6 * 64 + 63) / 64 * 64;
+    s->scratch = round64(sizeof(double) * (size_t)I) + round64(sizeof(float) * (size_t)wide) +
+                 round64((size_t)wide / 2 + (size_t)wide / 16) +
+                 round64(sizeof(int64_t) * NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS) +
+                 round64(sizeof(nvfp4moe_cpu_seg) * (size_t)(3 * E)) + round64(nvfp4moe_route_scratch_bytes(cfg)) +
+                 round64(sizeof(float) * (size_t)E) + 2 * round64(sizeof(int64_t) * (size_t)(E + 1));
     *state = s;
     return NVFP4MOE_OK;
 }
@@ -187,22 +272,34 @@ typedef struct {
     const fast_state *s;
     const nvfp4moe_io *io;
     int64_t t0, m, P;                     /* this pass: tokens [t0, t0 + m), P = m * top_k pairs */
-    const float *wts;                     /* [M, top_k] */
-    int64_t *start, *order;               /* the pass's pairs grouped by expert */
-    float a1_gs, a2_gs;                   /* W4A4's global scales */
+    bool route;                           /* the routing is the task's (else io's top-k) */
+    const int32_t *ids;                   /* [m, top_k] the pass's routing */
+    const float *wts;                     /* [m, top_k] */
+    int32_t *route_ids;                   /* when the task routes: where (= ids, wts) */
+    float *route_wts;
+    bool logits;                          /* the routing reads io's logits (the non-finite rule) */
     nvfp4moe_cpu_qrow *x1q, *x2q;         /* integer path: inputs of GEMM1 (per token) and GEMM2 */
     float *x1f, *x2f;                     /* float path: the same, [m, kp1] and [P, kp2] */
+    float *x2raw;                         /* row pass: GEMM2's input before quantization [P, I] */
+    atomic_bool *bad;                     /* [m] the token's inputs hold a NaN or an infinity */
     double *h;                            /* [P, N1] GEMM1's output, by grouped position */
     float *y;                             /* [P, H] GEMM2's output, by pair */
     char *scratch;                        /* per thread, `stride` bytes each */
     size_t stride;
+    nvfp4moe_cpu_profile *prof;
 } pass;
 
 typedef struct {
+    int64_t *start, *order;               /* [E + 1], [P]: the pass's pairs grouped by expert (each
+                                             thread groups them itself, the same way) */
+    int64_t *fill;                        /* [E + 1] */
+    void *route;                          /* the router's scratch */
+    float *logit;                         /* [E] */
     double *act;                          /* [I] */
     float *row;                           /* [max(H, I)] */
     uint8_t *qs;                          /* the quantizer's [max(H, I) * 9/16] */
     void *out;                            /* a kernel's output */
+    nvfp4moe_cpu_seg *segs;               /* [3 E] the thread's weight reads */
     const nvfp4moe_cpu_qblock **qrows;    /* [P] one expert's rows */
     const float **frows;                  /* [P] */
     double *factor;                       /* [P] */
@@ -211,213 +308,383 @@ typedef struct {
 static scratch_view scratch_of(const pass *p, int tid) {
     const fast_state *s = p->s;
     const int64_t H = s->cfg.hidden_size, I = s->cfg.intermediate_size, wide = NVFP4MOE_MAX(H, I);
+    const int64_t E = s->cfg.num_experts;
     char *b = p->scratch + (size_t)tid * p->stride;
     scratch_view v;
+    v.start = (int64_t *)b;
+    b += round64(sizeof(int64_t) * (size_t)(E + 1));
+    v.fill = (int64_t *)b;
+    b += round64(sizeof(int64_t) * (size_t)(E + 1));
+    v.route = b;
+    b += round64(nvfp4moe_route_scratch_bytes(&s->cfg));
+    v.logit = (float *)b;
+    b += round64(sizeof(float) * (size_t)E);
     v.act = (double *)b;
-    v.row = (float *)(v.act + I);
-    v.qs = (uint8_t *)(v.row + wide);
-    v.out = (void *)(((uintptr_t)(v.qs + wide / 2 + wide / 16) + 63) / 64 * 64);
-    v.qrows = (const nvfp4moe_cpu_qblock **)((char *)v.out + sizeof(int64_t) * NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS);
-    v.frows = (const float **)v.qrows;
-    v.factor = (double *)(v.qrows + p->P);
+    b += round64(sizeof(double) * (size_t)I);
+    v.row = (float *)b;
+    b += round64(sizeof(float) * (size_t)wide);
+    v.qs = (uint8_t *)b;
+    b += round64((size_t)wide / 2 + (size_t)wide / 16);
+    v.out = b;
+    b += round64(sizeof(int64_t) * NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS);
+    v.segs = (nvfp4moe_cpu_seg *)b;
+    b += round64(sizeof(nvfp4moe_cpu_seg) * (size_t)(3 * s->cfg.num_experts));
+    v.qrows = (const nvfp4moe_cpu_qblock **)b;
+    v.frows = (const float **)b;
+    v.factor = (double *)(b + sizeof(void *) * (size_t)p->P);
+    v.order = (int64_t *)(b + (sizeof(void *) + sizeof(double)) * (size_t)p->P);
     return v;
 }
 
-/* A: token t of the pass to GEMM1's input. */
-static void prepare_token(const pass *p, int64_t t, scratch_view *sv) {
+/* The thread's weight reads of this pass, in the order it makes them. */
+static int64_t stream_segments(const pass *p, int tid, int nthreads, const scratch_view *sv, nvfp4moe_cpu_seg *segs) {
+    const fast_state *s = p->s;
+    const int64_t E = s->cfg.num_experts;
+    int64_t j0, j1, n = 0;
+    tile_run r1[2];
+    const int nr = gemm1_runs(s, tid, nthreads, &j0, &j1, r1);
+    const tile_run r2 = gemm2_run(s, tid, nthreads);
+    for (int64_t e = 0; e < E; e++)
+        for (int i = 0; i < nr && sv->start[e + 1] > sv->start[e]; i++)
+            segs[n++] = (nvfp4moe_cpu_seg){s->w13 + (size_t)e * s->bytes13 + (size_t)r1[i].t0 * s->tb1, (size_t)r1[i].n * s->tb1};
+    for (int64_t e = 0; e < E && r2.n > 0; e++)
+        if (sv->start[e + 1] > sv->start[e])
+            segs[n++] = (nvfp4moe_cpu_seg){s->w2 + (size_t)e * s->bytes2 + (size_t)r2.t0 * s->tb2, (size_t)r2.n * s->tb2};
+    return n;
+}
+
+/* A: columns [c0, c1) of token t of the pass to GEMM1's input (c0 = 0, c1 = H for per-token). */
+static void prepare_input(const pass *p, int64_t t, int64_t c0, int64_t c1, scratch_view *sv) {
     const fast_state *s = p->s;
     const nvfp4moe_config *c = &s->cfg;
-    const int64_t H = c->hidden_size, K = c->top_k, g = p->t0 + t;
-    const char *hidden = (const char *)p->io->hidden + (size_t)(g * H) * nvfp4moe_dtype_size(c->in_dtype);
-    if (s->qpath) {
-        /* The reference's inputs before its quantize-dequantize, then the codec's quantization. */
-        nvfp4moe_config raw = *c;
-        raw.scheme = NVFP4MOE_SCHEME_W4A16;
-        float unused;
-        nvfp4moe_prepare_inputs(&raw, &s->w, hidden, 1, p->wts + g * K, sv->row, &unused);
-        float gs = c->scheme == NVFP4MOE_SCHEME_W4A4 ? p->a1_gs : nvfp4moe_per_token_global_scale(sv->row, H);
-        s->k->quantize(sv->row, H, gs, &p->x1q[t], sv->qs);
-    } else {
-        float *x = p->x1f + t * s->kp1, unused;
-        nvfp4moe_prepare_inputs(c, &s->w, hidden, 1, p->wts + g * K, x, &unused);
-        memset(x + H, 0, sizeof(float) * (size_t)(s->kp1 - H));
+    const int64_t H = c->hidden_size, K = c->top_k, g = p->t0 + t, n = c1 - c0;
+    float *x = sv->row;
+    nvfp4moe_to_float(c->in_dtype, (const char *)p->io->hidden + (size_t)(g * H + c0) * nvfp4moe_dtype_size(c->in_dtype), n, x);
+    bool bad = false;
+    for (int64_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    if (c0 == 0 && p->logits)
+        bad |= nvfp4moe_values_nonfinite(c->router_logits_dtype,
+                                         (const char *)p->io->router_logits +
+                                             (size_t)(g * c->num_experts) * nvfp4moe_dtype_size(c->router_logits_dtype),
+                                         c->num_experts);
+    if (bad) atomic_store_explicit(&p->bad[t], true, memory_order_relaxed);
+    /* The router weight is applied first when the model asks for it (Llama4), in the input dtype,
+     * as the reference's inputs are made (nvfp4moe_prepare_inputs). */
+    if (c->apply_router_weight_on_input)
+        for (int64_t i = 0; i < n; i++) x[i] = nvfp4moe_round_to_dtype(c->in_dtype, x[i] * p->wts[t * K]);
+    switch (c->scheme) {
+    case NVFP4MOE_SCHEME_W4A4_PER_TOKEN:
+        nvfp4moe_cpu_quantize_row(s->k, x, H, nvfp4moe_per_token_global_scale(x, H), &p->x1q[t], sv->qs);
+        return;
+    case NVFP4MOE_SCHEME_W4A4: {
+        nvfp4moe_cpu_qrow *r = &p->x1q[t];
+        if (s->k->quantize_blocks(x, n / 16, s->a1_gs, r->blk + c0 / 16, sv->qs))
+            atomic_store_explicit(&r->nan, true, memory_order_relaxed);
+        if (c1 == H) memset(r->blk + H / 16, 0, sizeof(nvfp4moe_cpu_qblock) * (size_t)((s->kp1 - H) / 16));
+        return;
+    }
+    default: {
+        float *dst = p->x1f + t * s->kp1;
+        if (c->scheme == NVFP4MOE_SCHEME_W4A8_MXFP8) nvfp4moe_mxfp8_qdq_row(x, n, dst + c0);
+        else memcpy(dst + c0, x, sizeof(float) * (size_t)n);
+        if (c1 == H) memset(dst + H, 0, sizeof(float) * (size_t)(s->kp1 - H));
+        return;
+    }
     }
 }
 
-/* C: pair q (grouped position) from GEMM1's output to GEMM2's input. */
-static void activate_pair(const pass *p, int64_t q, scratch_view *sv) {
+static void inputs_phase(const pass *p, int tid, int nthreads, scratch_view *sv) {
+    const int64_t H = p->s->cfg.hidden_size;
+    const bool whole = p->s->cfg.scheme == NVFP4MOE_SCHEME_W4A4_PER_TOKEN;
+    const int64_t pieces = whole ? 1 : NVFP4MOE_CEIL_DIV(H, (int64_t)INPUT_COLS);
+    int64_t a, b;
+    nvfp4moe_cpu_split(p->m * pieces, tid, nthreads, &a, &b);
+    for (int64_t i = a; i < b; i++) {
+        const int64_t t = i / pieces, c0 = whole ? 0 : (i % pieces) * INPUT_COLS;
+        prepare_input(p, t, c0, whole ? H : NVFP4MOE_MIN(H, c0 + INPUT_COLS), sv);
+    }
+}
+
+/* B, after GEMM1's tiles of an expert: columns [lo, hi) of the activation of pair q (grouped
+ * position) into GEMM2's input. */
+static void activate(const pass *p, int64_t q, int64_t lo, int64_t hi, scratch_view *sv) {
     const fast_state *s = p->s;
     const nvfp4moe_config *c = &s->cfg;
     const int64_t I = c->intermediate_size;
-    nvfp4moe_activation_ref(c, p->h + q * n1_of(s), sv->act);
+    nvfp4moe_activation_ref_range(c, p->h + q * n1_of(s), lo, hi, sv->act);
     if (c->scheme == NVFP4MOE_SCHEME_W4A16) {
         float *x = p->x2f + q * s->kp2;
-        for (int64_t i = 0; i < I; i++) x[i] = (float)sv->act[i];
-        memset(x + I, 0, sizeof(float) * (size_t)(s->kp2 - I));
+        for (int64_t i = lo; i < hi; i++) x[i] = (float)sv->act[i];
+        if (hi == I) memset(x + I, 0, sizeof(float) * (size_t)(s->kp2 - I));
         return;
     }
     /* Quantizers read the intermediate in the activation dtype, as the reference does. */
-    for (int64_t i = 0; i < I; i++) sv->row[i] = nvfp4moe_round_to_dtype(c->in_dtype, (float)sv->act[i]);
+    float *x = s->row_pass ? p->x2raw + q * I + lo : sv->row;
+    for (int64_t i = lo; i < hi; i++) x[i - lo] = (float)sv->act[i];
+    nvfp4moe_round_row_to_dtype(c->in_dtype, x, hi - lo);
+    if (s->row_pass) return;
+    nvfp4moe_cpu_qrow *r = &p->x2q[q];
+    if (s->k->quantize_blocks(x, (hi - lo) / 16, s->a2_gs, r->blk + lo / 16, sv->qs))
+        atomic_store_explicit(&r->nan, true, memory_order_relaxed);
+    if (hi == I) memset(r->blk + I / 16, 0, sizeof(nvfp4moe_cpu_qblock) * (size_t)((s->kp2 - I) / 16));
+}
+
+/* W4A4 per-token and W4A8: pair q's row of GEMM2's input, whole. */
+static void quantize_pair(const pass *p, int64_t q, scratch_view *sv) {
+    const fast_state *s = p->s;
+    const int64_t I = s->cfg.intermediate_size;
+    const float *x = p->x2raw + q * I;
     if (s->qpath) {
-        float gs = c->scheme == NVFP4MOE_SCHEME_W4A4 ? p->a2_gs : nvfp4moe_per_token_global_scale(sv->row, I);
-        s->k->quantize(sv->row, I, gs, &p->x2q[q], sv->qs);
+        nvfp4moe_cpu_quantize_row(s->k, x, I, nvfp4moe_per_token_global_scale(x, I), &p->x2q[q], sv->qs);
     } else {
-        float *x = p->x2f + q * s->kp2;
-        nvfp4moe_quantize_activation_row(c->scheme, sv->row, I, 1.0f, x);
-        memset(x + I, 0, sizeof(float) * (size_t)(s->kp2 - I));
+        float *dst = p->x2f + q * s->kp2;
+        nvfp4moe_quantize_activation_row(s->cfg.scheme, x, I, 1.0f, dst);
+        memset(dst + I, 0, sizeof(float) * (size_t)(s->kp2 - I));
     }
 }
 
-/* B and D: this thread's tiles of every active expert's matrix against the expert's pairs. GEMM1
- * writes h (float64, by grouped position); GEMM2 writes y (float32, by pair). */
-static void gemm_phase(const pass *p, int tid, int nthreads, bool gemm1, scratch_view *sv) {
+/* Expert e's rows of activations for a GEMM, and per row the factor of the integer sums: exact sum
+ * * 2^-20 * scale_2 / gs, the only roundings, in float64. */
+static void expert_rows(const pass *p, int64_t e, bool gemm1, scratch_view *sv) {
+    const fast_state *s = p->s;
+    const int64_t q0 = sv->start[e], n = sv->start[e + 1] - q0, K = s->cfg.top_k;
+    const float *scale_2 = gemm1 ? s->w.w13_scale_2 : s->w.w2_scale_2;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t q = q0 + i, tok = sv->order[q] / K;
+        if (s->qpath) {
+            const nvfp4moe_cpu_qrow *x = gemm1 ? &p->x1q[tok] : &p->x2q[q];
+            sv->qrows[i] = x->blk;
+            sv->factor[i] = atomic_load_explicit(&x->nan, memory_order_relaxed) ? NAN
+                                                                              : (double)scale_2[e] / (double)x->gs * 0x1p-20;
+        } else {
+            sv->frows[i] = gemm1 ? p->x1f + tok * s->kp1 : p->x2f + q * s->kp2;
+        }
+    }
+}
+
+/* Tile t of expert e's matrix (GEMM1: w13, into h; GEMM2: w2, into y) against the expert's rows,
+ * 8 at a time; the first 8 advance the prefetch cursor. */
+static void gemm_tile(const pass *p, int64_t e, bool gemm1, int64_t t, scratch_view *sv, nvfp4moe_cpu_stream *pf) {
     const fast_state *s = p->s;
     const nvfp4moe_config *c = &s->cfg;
-    const int64_t E = c->num_experts, K = c->top_k, H = c->hidden_size, N1 = n1_of(s);
-    const int64_t rows = gemm1 ? N1 : H, nsb = nvfp4moe_cpu_superblocks(gemm1 ? H : c->intermediate_size);
-    const size_t tb = nvfp4moe_cpu_tile_bytes(gemm1 ? H : c->intermediate_size);
-    const uint8_t *wbase = gemm1 ? s->w13 : s->w2;
-    const size_t wbytes = gemm1 ? s->bytes13 : s->bytes2;
+    const int64_t H = c->hidden_size, N1 = n1_of(s), rows = gemm1 ? N1 : H;
+    const int64_t q0 = sv->start[e], n = sv->start[e + 1] - q0;
+    const int64_t nsb = nvfp4moe_cpu_superblocks(gemm1 ? H : c->intermediate_size);
+    const uint8_t *tile = (gemm1 ? s->w13 + (size_t)e * s->bytes13 + (size_t)t * s->tb1
+                                 : s->w2 + (size_t)e * s->bytes2 + (size_t)t * s->tb2);
     const float *scale_2 = gemm1 ? s->w.w13_scale_2 : s->w.w2_scale_2;
-    const float *bias = !c->has_bias ? NULL : gemm1 ? s->w.w13_bias : s->w.w2_bias;
-    int64_t t0, t1;
-    nvfp4moe_cpu_split(rows / 16, tid, nthreads, &t0, &t1);
+    const float *bias = !c->has_bias ? NULL : (gemm1 ? s->w.w13_bias : s->w.w2_bias) + e * rows + 16 * t;
     int64_t *qout = sv->out;
     float *fout = sv->out;
-    for (int64_t e = 0; e < E; e++) {
-        const int64_t q0 = p->start[e], n = p->start[e + 1] - q0;
-        if (n == 0) continue;
-        /* The expert's rows of activations, and per row the factor of the integer sums: exact sum *
-         * 2^-20 * scale_2 / gs, the only roundings, in float64. */
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t q = q0 + i, tok = p->order[q] / K;
-            if (s->qpath) {
-                const nvfp4moe_cpu_qrow *x = gemm1 ? &p->x1q[tok] : &p->x2q[q];
-                sv->qrows[i] = x->blk;
-                sv->factor[i] = x->nan ? NAN : (double)scale_2[e] / (double)x->gs * 0x1p-20;
-            } else {
-                sv->frows[i] = gemm1 ? p->x1f + tok * s->kp1 : p->x2f + q * s->kp2;
-            }
-        }
-        const uint8_t *we = wbase + (size_t)e * wbytes;
-        int64_t enext = e + 1;   /* the next active expert: its first tile follows this one's last */
-        while (enext < E && p->start[enext] == p->start[enext + 1]) enext++;
-        /* Tile by tile, so that a tile stays in cache while all the expert's rows go by. With several
-         * rows the next tile is asked for as this one starts (the kernels alone then leave the memory
-         * idle half the time); with any, the next expert's first tile as this one's last starts. */
-        for (int64_t t = t0; t < t1; t++) {
-            const uint8_t *tile = we + (size_t)t * tb;
-            if (t + 1 < t1 && n > 2) nvfp4moe_cpu_prefetch(tile + tb, tb);
-            else if (t + 1 == t1 && enext < E) nvfp4moe_cpu_prefetch(wbase + (size_t)enext * wbytes + (size_t)t0 * tb, tb);
-            for (int64_t c0 = 0; c0 < n; c0 += NVFP4MOE_CPU_MAX_NT) {
-                const int nt = (int)NVFP4MOE_MIN((int64_t)NVFP4MOE_CPU_MAX_NT, n - c0);
-                if (s->qpath) s->k->gemm_q(tile, nsb, sv->qrows + c0, nt, qout);
-                else s->k->gemm_f(tile, nsb, sv->frows + c0, nt, fout);
-                for (int i = 0; i < nt; i++) {
-                    const int64_t q = q0 + c0 + i;
-                    double *h = p->h + q * N1 + 16 * t;
-                    float *y = p->y + p->order[q] * H + 16 * t;
-                    const float *b = bias ? bias + e * rows + 16 * t : NULL;
-                    for (int r = 0; r < NVFP4MOE_CPU_TILE_ROWS; r++) {
-                        const double v = s->qpath ? (double)qout[16 * i + r] * sv->factor[c0 + i]
-                                                  : (double)(fout[16 * i + r] * scale_2[e]);
-                        const double out = v + (b ? (double)b[r] : 0.0);
-                        if (gemm1) h[r] = out;
-                        else y[r] = (float)out;
-                    }
-                }
+    for (int64_t c0 = 0; c0 < n; c0 += NVFP4MOE_CPU_MAX_NT) {
+        const int nt = (int)NVFP4MOE_MIN((int64_t)NVFP4MOE_CPU_MAX_NT, n - c0);
+        if (s->qpath) s->k->gemm_q(tile, nsb, sv->qrows + c0, nt, qout, c0 == 0 ? pf : NULL);
+        else s->k->gemm_f(tile, nsb, sv->frows + c0, nt, fout, c0 == 0 ? pf : NULL);
+        for (int i = 0; i < nt; i++) {
+            const int64_t q = q0 + c0 + i;
+            double *h = p->h + q * N1 + 16 * t;
+            float *y = p->y + sv->order[q] * H + 16 * t;
+            for (int r = 0; r < NVFP4MOE_CPU_TILE_ROWS; r++) {
+                const double v = s->qpath ? (double)qout[16 * i + r] * sv->factor[c0 + i]
+                                          : (double)(fout[16 * i + r] * scale_2[e]);
+                const double out = v + (bias ? (double)bias[r] : 0.0);
+                if (gemm1) h[r] = out;
+                else y[r] = (float)out;
             }
         }
     }
 }
 
-/* E: the weighted sum of each token's slots over this thread's output columns (GEMM2's tiles). */
-static void combine_phase(const pass *p, int tid, int nthreads, scratch_view *sv) {
-    const nvfp4moe_config *c = &p->s->cfg;
-    const int64_t H = c->hidden_size, K = c->top_k;
+/* B: the thread's GEMM1 tiles of every active expert, then their activations. */
+static void gemm1_phase(const pass *p, int tid, int nthreads, scratch_view *sv, nvfp4moe_cpu_stream *pf) {
+    const fast_state *s = p->s;
+    int64_t j0, j1;
+    tile_run r[2];
+    const int nr = gemm1_runs(s, tid, nthreads, &j0, &j1, r);
+    if (nr == 0) return;
+    for (int64_t e = 0; e < s->cfg.num_experts; e++) {
+        if (sv->start[e + 1] == sv->start[e]) continue;
+        expert_rows(p, e, true, sv);
+        for (int i = 0; i < nr; i++)
+            for (int64_t t = r[i].t0; t < r[i].t0 + r[i].n; t++) gemm_tile(p, e, true, t, sv, pf);
+        for (int64_t q = sv->start[e]; q < sv->start[e + 1]; q++) activate(p, q, 16 * j0, 16 * j1, sv);
+    }
+}
+
+/* C: the thread's GEMM2 tiles of every active expert, then the weighted sum of each token's slots
+ * over those output columns. */
+static void gemm2_phase(const pass *p, int tid, int nthreads, scratch_view *sv, nvfp4moe_cpu_stream *pf) {
+    const fast_state *s = p->s;
+    const nvfp4moe_config *c = &s->cfg;
+    const tile_run r = gemm2_run(s, tid, nthreads);
+    if (r.n == 0) return;
+    for (int64_t e = 0; e < c->num_experts; e++) {
+        if (sv->start[e + 1] == sv->start[e]) continue;
+        expert_rows(p, e, false, sv);
+        for (int64_t t = r.t0; t < r.t0 + r.n; t++) gemm_tile(p, e, false, t, sv, pf);
+    }
+    const int64_t H = c->hidden_size, K = c->top_k, c0 = 16 * r.t0, n = 16 * r.n;
     const size_t osz = nvfp4moe_dtype_size(c->out_dtype);
-    int64_t t0, t1;
-    nvfp4moe_cpu_split(H / 16, tid, nthreads, &t0, &t1);
-    const int64_t c0 = 16 * t0, n = 16 * (t1 - t0);
-    if (n == 0) return;
     float *a = sv->row;
     for (int64_t t = 0; t < p->m; t++) {
         const int64_t g = p->t0 + t;
-        for (int64_t i = 0; i < n; i++) a[i] = 0.0f;
-        for (int64_t j = 0; j < K; j++) {   /* slot order, as the expert-parallel combine */
-            const float w = c->apply_router_weight_on_input ? 1.0f : p->wts[g * K + j], *y = p->y + (t * K + j) * H + c0;
-            for (int64_t i = 0; i < n; i++) a[i] += w * y[i];
+        if (atomic_load_explicit(&p->bad[t], memory_order_relaxed)) {
+            /* the host backends' rule (nvfp4moe_nan_rows): whatever the arithmetic made of it */
+            for (int64_t i = 0; i < n; i++) a[i] = NAN;
+        } else {
+            for (int64_t i = 0; i < n; i++) a[i] = 0.0f;
+            for (int64_t j = 0; j < K; j++) {   /* slot order, as the expert-parallel combine */
+                const float w = c->apply_router_weight_on_input ? 1.0f : p->wts[t * K + j];
+                const float *y = p->y + (t * K + j) * H + c0;
+                for (int64_t i = 0; i < n; i++) a[i] += w * y[i];
+            }
         }
         nvfp4moe_from_float(c->out_dtype, a, n, (char *)p->io->output + (size_t)(g * H + c0) * osz);
     }
 }
 
+static void stamp(nvfp4moe_cpu_prof_thread *pr, int at) {
+    if (pr) pr->t[at] = now_ns();
+}
+
+/* Tokens [a, b) of the pass through the reference router (io's logits, converted to float). */
+static void route_tokens(const pass *p, int64_t a, int64_t b, scratch_view *sv) {
+    const nvfp4moe_config *c = &p->s->cfg;
+    const int64_t E = c->num_experts, K = c->top_k;
+    const size_t lsz = nvfp4moe_dtype_size(c->router_logits_dtype);
+    for (int64_t t = a; t < b; t++) {
+        const int64_t g = p->t0 + t;
+        const bool read = p->io->router_logits != NULL;
+        if (read) nvfp4moe_to_float(c->router_logits_dtype, (const char *)p->io->router_logits + (size_t)(g * E) * lsz, E, sv->logit);
+        nvfp4moe_route_token(c, read ? sv->logit : NULL, g, p->s->w.correction_bias, sv->route, p->route_ids + t * K,
+                             p->route_wts + t * K);
+    }
+}
+
+/* The pass's pairs grouped by expert, as nvfp4moe_group_by_expert groups them (a counting sort,
+ * token order kept within an expert), into this thread's start and order. */
+static void group_pairs(const pass *p, scratch_view *sv) {
+    const int64_t E = p->s->cfg.num_experts;
+    memset(sv->start, 0, sizeof(int64_t) * (size_t)(E + 1));
+    for (int64_t q = 0; q < p->P; q++) sv->start[p->ids[q] + 1]++;
+    for (int64_t e = 0; e < E; e++) sv->start[e + 1] += sv->start[e];
+    memcpy(sv->fill, sv->start, sizeof(int64_t) * (size_t)E);
+    for (int64_t q = 0; q < p->P; q++) sv->order[sv->fill[p->ids[q]]++] = q;
+}
+
 static void forward_task(void *ctx, int tid, int nthreads) {
     const pass *p = ctx;
+    const fast_state *s = p->s;
+    nvfp4moe_cpu_prof_thread *pr = p->prof ? &p->prof->thread[tid] : NULL;
+    stamp(pr, NVFP4MOE_CPU_AT_START);
     scratch_view sv = scratch_of(p, tid);
-    int64_t a, b;
-    nvfp4moe_cpu_split(p->m, tid, nthreads, &a, &b);
-    for (int64_t t = a; t < b; t++) prepare_token(p, t, &sv);
-    nvfp4moe_cpu_pool_barrier(p->s->pool);
-    gemm_phase(p, tid, nthreads, true, &sv);
-    nvfp4moe_cpu_pool_barrier(p->s->pool);
-    nvfp4moe_cpu_split(p->P, tid, nthreads, &a, &b);
-    for (int64_t q = a; q < b; q++) activate_pair(p, q, &sv);
-    nvfp4moe_cpu_pool_barrier(p->s->pool);
-    gemm_phase(p, tid, nthreads, false, &sv);
-    combine_phase(p, tid, nthreads, &sv);
+    /* A: the routing (when it is ours) and the inputs, which need the routing only when the router
+     * weight goes on the input */
+    if (p->route) {
+        /* the routing's shares from the last thread back, the inputs' from the first: at decode
+         * the thread that routes the token quantizes none of it */
+        int64_t a, b;
+        nvfp4moe_cpu_split(p->m, nthreads - 1 - tid, nthreads, &a, &b);
+        route_tokens(p, a, b, &sv);
+        if (s->cfg.apply_router_weight_on_input) nvfp4moe_cpu_pool_barrier(s->pool);
+    }
+    inputs_phase(p, tid, nthreads, &sv);
+    stamp(pr, NVFP4MOE_CPU_AT_INPUTS);
+    nvfp4moe_cpu_pool_barrier(s->pool);
+    stamp(pr, NVFP4MOE_CPU_AT_GEMM1_GO);
+    group_pairs(p, &sv);
+    nvfp4moe_cpu_stream pf;
+    nvfp4moe_cpu_stream_start(&pf, sv.segs, stream_segments(p, tid, nthreads, &sv, sv.segs), &s->pf);
+    gemm1_phase(p, tid, nthreads, &sv, &pf);
+    stamp(pr, NVFP4MOE_CPU_AT_GEMM1);
+    if (s->row_pass) {
+        nvfp4moe_cpu_pool_barrier(s->pool);
+        int64_t a, b;
+        nvfp4moe_cpu_split(p->P, tid, nthreads, &a, &b);
+        for (int64_t q = a; q < b; q++) quantize_pair(p, q, &sv);
+    }
+    stamp(pr, NVFP4MOE_CPU_AT_ROWS);
+    nvfp4moe_cpu_pool_barrier(s->pool);
+    stamp(pr, NVFP4MOE_CPU_AT_GEMM2_GO);
+    gemm2_phase(p, tid, nthreads, &sv, &pf);
+    stamp(pr, NVFP4MOE_CPU_AT_END);
 }
 
 /* Per-thread scratch bytes for a pass of P pairs: the fixed part, then per pair a row pointer and
  * a factor. */
 static size_t scratch_stride(const fast_state *s, int64_t P) {
-    return s->scratch + ((size_t)P * (sizeof(void *) + sizeof(double)) + 63) / 64 * 64;
+    return s->scratch + round64((size_t)P * (sizeof(void *) + sizeof(double) + sizeof(int64_t)));
 }
 
 /* Carves the workspace of a pass of m tokens out of s->ws (growing it); NULL pointers when count
  * is 0. Returns false when out of memory. */
 static bool carve(fast_state *s, int64_t m, int nthreads, pass *p) {
     const nvfp4moe_config *c = &s->cfg;
-    const int64_t E = c->num_experts, K = c->top_k, H = c->hidden_size, N1 = n1_of(s), P = m * K;
+    const int64_t K = c->top_k, H = c->hidden_size, I = c->intermediate_size, N1 = n1_of(s);
+    const int64_t P = m * K;
     const size_t qb1 = qrow_bytes(s->kp1), qb2 = qrow_bytes(s->kp2);
-    size_t sizes[9] = {
-        sizeof(int64_t) * (size_t)(E + 1),                               /* start */
-        sizeof(int64_t) * (size_t)P,                                     /* order */
-        s->qpath ? sizeof(nvfp4moe_cpu_qrow) * (size_t)m : 0,            /* x1q */
-        s->qpath ? qb1 * (size_t)m : sizeof(float) * (size_t)(m * s->kp1), /* x1 data */
-        sizeof(double) * (size_t)(P * N1),                               /* h */
-        s->qpath ? sizeof(nvfp4moe_cpu_qrow) * (size_t)P : 0,            /* x2q */
-        s->qpath ? qb2 * (size_t)P : sizeof(float) * (size_t)(P * s->kp2), /* x2 data */
-        sizeof(float) * (size_t)(P * H),                                 /* y */
-        scratch_stride(s, P) * (size_t)nthreads,                         /* scratch */
+    enum { IDS, WTS, X1Q, X1, H1, X2Q, X2, X2RAW, Y, BAD, SCRATCH, NPARTS };
+    size_t sizes[NPARTS] = {
+        [IDS] = p->route ? sizeof(int32_t) * (size_t)P : 0,
+        [WTS] = p->route ? sizeof(float) * (size_t)P : 0,
+        [X1Q] = s->qpath ? sizeof(nvfp4moe_cpu_qrow) * (size_t)m : 0,
+        [X1] = s->qpath ? qb1 * (size_t)m : sizeof(float) * (size_t)(m * s->kp1),
+        [H1] = sizeof(double) * (size_t)(P * N1),
+        [X2Q] = s->qpath ? sizeof(nvfp4moe_cpu_qrow) * (size_t)P : 0,
+        [X2] = s->qpath ? qb2 * (size_t)P : sizeof(float) * (size_t)(P * s->kp2),
+        [X2RAW] = s->row_pass ? sizeof(float) * (size_t)(P * I) : 0,
+        [Y] = sizeof(float) * (size_t)(P * H),
+        [BAD] = sizeof(atomic_bool) * (size_t)m,
+        [SCRATCH] = scratch_stride(s, P) * (size_t)nthreads,
     };
-    size_t off[9], total = 0;
-    for (int i = 0; i < 9; i++) {
+    size_t off[NPARTS], total = 0;
+    for (int i = 0; i < NPARTS; i++) {
         off[i] = total;
-        total += (sizes[i] + 63) / 64 * 64;
+        total += round64(sizes[i]);
     }
     if (total > s->ws_size) {
+        /* In 2 MiB pages even when small: what the caller touches before the threads start (and
+         * they first) are then one TLB entry, not a page walk each after other work evicted them. */
+        const size_t huge = (size_t)2 << 20;
         free(s->ws);
         s->ws_size = 0;
-        s->ws = alloc_big(total);
+        s->ws = total <= SIZE_MAX - huge ? alloc_big((total + huge - 1) / huge * huge) : NULL;
         if (!s->ws) return false;
-        s->ws_size = total;
+        s->ws_size = (total + huge - 1) / huge * huge;
     }
     char *w = s->ws;
-    p->start = (int64_t *)(w + off[0]);
-    p->order = (int64_t *)(w + off[1]);
-    p->h = (double *)(w + off[4]);
-    p->y = (float *)(w + off[7]);
-    p->scratch = w + off[8];
-    p->stride = scratch_stride(s, P);
-    if (s->qpath) {
-        p->x1q = (nvfp4moe_cpu_qrow *)(w + off[2]);
-        p->x2q = (nvfp4moe_cpu_qrow *)(w + off[5]);
-        for (int64_t t = 0; t < m; t++) p->x1q[t].blk = (nvfp4moe_cpu_qblock *)(w + off[3] + (size_t)t * qb1);
-        for (int64_t q = 0; q < P; q++) p->x2q[q].blk = (nvfp4moe_cpu_qblock *)(w + off[6] + (size_t)q * qb2);
+    if (p->route) {
+        p->ids = p->route_ids = (int32_t *)(w + off[IDS]);
+        p->wts = p->route_wts = (float *)(w + off[WTS]);
     } else {
-        p->x1f = (float *)(w + off[3]);
-        p->x2f = (float *)(w + off[6]);
+        p->ids = p->io->topk_ids + p->t0 * K;
+        p->wts = p->io->topk_weights + p->t0 * K;
+    }
+    p->h = (double *)(w + off[H1]);
+    p->y = (float *)(w + off[Y]);
+    p->x2raw = s->row_pass ? (float *)(w + off[X2RAW]) : NULL;
+    p->bad = (atomic_bool *)(w + off[BAD]);
+    p->scratch = w + off[SCRATCH];
+    p->stride = scratch_stride(s, P);
+    for (int64_t t = 0; t < m; t++) atomic_init(&p->bad[t], false);
+    if (s->qpath) {
+        p->x1q = (nvfp4moe_cpu_qrow *)(w + off[X1Q]);
+        p->x2q = (nvfp4moe_cpu_qrow *)(w + off[X2Q]);
+        /* The headers: W4A4's rows are quantized in parts by several threads, which only raise the
+         * NaN flag; per-token rows are written whole by one. */
+        for (int64_t t = 0; t < m; t++) {
+            p->x1q[t].blk = (nvfp4moe_cpu_qblock *)(w + off[X1] + (size_t)t * qb1);
+            p->x1q[t].gs = s->a1_gs;
+            atomic_init(&p->x1q[t].nan, false);
+        }
+        for (int64_t q = 0; q < P; q++) {
+            p->x2q[q].blk = (nvfp4moe_cpu_qblock *)(w + off[X2] + (size_t)q * qb2);
+            p->x2q[q].gs = s->a2_gs;
+            atomic_init(&p->x2q[q].nan, false);
+        }
+    } else {
+        p->x1f = (float *)(w + off[X1]);
+        p->x2f = (float *)(w + off[X2]);
     }
     return true;
 }
@@ -426,37 +693,36 @@ static nvfp4moe_status fast_forward(void *state, const nvfp4moe_io *io, void *st
     fast_state *s = state;
     const nvfp4moe_config *c = &s->cfg;
     NVFP4MOE_TRY(nvfp4moe_check_io(c, io));
-    const int64_t M = io->num_tokens, K = c->top_k, E = c->num_experts;
+    const int64_t M = io->num_tokens;
     if (M == 0) return NVFP4MOE_OK;
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(M * K));
-    float *wts = malloc(sizeof(float) * (size_t)(M * K));
-    nvfp4moe_status st = NVFP4MOE_OK;
-    if (!ids || !wts) {
-        st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "CPU_FAST: out of memory for %lld tokens", (long long)M);
-        goto done;
-    }
-    if ((st = nvfp4moe_routing_for_io(c, &s->w, io, ids, wts)) != NVFP4MOE_OK) goto done;
-    pass p = {.s = s, .io = io, .wts = wts};
-    nvfp4moe_w4a4_global_scales(c, &s->w, &p.a1_gs, &p.a2_gs);
+    if (io->topk_ids) NVFP4MOE_TRY(nvfp4moe_check_topk(c, io));
     pthread_mutex_lock(&s->lock);
+    nvfp4moe_cpu_profile *prof = s->prof;
+    if (prof) {
+        prof->entry = now_ns();
+        prof->passes = 0;
+    }
+    /* The routing, the inputs and everything after are the threads' (the task's phase A). */
+    pass p = {.s = s, .io = io, .route = !io->topk_ids, .logits = nvfp4moe_routing_reads_logits(c, io), .prof = prof};
     const int nthreads = nvfp4moe_cpu_pool_size(s->pool);
-    for (int64_t t0 = 0; t0 < M && st == NVFP4MOE_OK; t0 += s->chunk) {
+    nvfp4moe_status st = NVFP4MOE_OK;
+    for (int64_t t0 = 0; t0 < M; t0 += s->chunk) {
         p.t0 = t0;
         p.m = NVFP4MOE_MIN(s->chunk, M - t0);
-        p.P = p.m * K;
+        p.P = p.m * c->top_k;
         if (!carve(s, p.m, nthreads, &p)) {
             st = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "CPU_FAST: out of memory for %lld tokens", (long long)p.m);
             break;
         }
-        if ((st = nvfp4moe_group_by_expert(ids + t0 * K, p.P, E, p.start, p.order)) != NVFP4MOE_OK)
-            break;
+        if (prof) prof->run = now_ns();
         nvfp4moe_cpu_pool_run(s->pool, forward_task, &p);
+        if (prof) {
+            prof->joined = now_ns();
+            prof->passes++;
+        }
     }
+    if (prof) prof->exit = now_ns();
     pthread_mutex_unlock(&s->lock);
-    if (st == NVFP4MOE_OK) nvfp4moe_nan_rows(c, io);
-done:
-    free(ids);
-    free(wts);
     return st;
 }
 
@@ -470,3 +736,39 @@ const nvfp4moe_backend_impl nvfp4moe_impl_cpu_fast = {
     .forward = fast_forward,
     .destroy = fast_destroy,
 };
+
+// ---- settings and timings, for the benchmark ----
+
+nvfp4moe_status nvfp4moe_cpu_fast_prefetch(nvfp4moe_plan *plan, const nvfp4moe_cpu_prefetch *set, nvfp4moe_cpu_prefetch *get) {
+    fast_state *s = nvfp4moe_plan_backend_state(plan, &nvfp4moe_impl_cpu_fast);
+    NVFP4MOE_RETURN_IF(!s, NVFP4MOE_ERR_INVALID_ARGUMENT, "not a CPU_FAST plan");
+    pthread_mutex_lock(&s->lock);
+    if (get) *get = s->pf;
+    if (set) s->pf = *set;
+    pthread_mutex_unlock(&s->lock);
+    return NVFP4MOE_OK;
+}
+
+const nvfp4moe_cpu_profile *nvfp4moe_cpu_fast_profile(nvfp4moe_plan *plan, bool on) {
+    fast_state *s = nvfp4moe_plan_backend_state(plan, &nvfp4moe_impl_cpu_fast);
+    if (!s) return NULL;
+    pthread_mutex_lock(&s->lock);
+    if (!on) {
+        profile_free(s->prof);
+        s->prof = NULL;
+    } else if (!s->prof) {
+        nvfp4moe_cpu_profile *p = calloc(1, sizeof *p);
+        const int n = nvfp4moe_cpu_pool_size(s->pool);
+        if (p) p->thread = aligned_alloc(64, sizeof(nvfp4moe_cpu_prof_thread) * (size_t)n);
+        if (p && p->thread) {
+            memset(p->thread, 0, sizeof(nvfp4moe_cpu_prof_thread) * (size_t)n);
+            p->nthreads = n;
+            s->prof = p;
+        } else {
+            profile_free(p);
+        }
+    }
+    nvfp4moe_cpu_profile *r = s->prof;
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}

@@ -12,7 +12,9 @@
 #include "backends/cpu.h"
 #include "nvfp4moe.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,46 +66,44 @@ void nvfp4moe_cpu_repack(const uint8_t *q, const uint8_t *sf, int64_t cols, int6
 
 // ---- activation rows ----
 
-/* Starts quantizing a row: zeroes it and records gs. Returns true when gs leaves nothing to
- * quantize, having set the row's NaN flag: the codec's quantizer in those cases (gs is never
- * negative or NaN here: the W4A4 scale is 1 / a positive input scale, the per-token one 2688 /
- * amax) dequantizes every finite block to zeros when gs = +Inf (step s / gs = 0) and gives a block
- * with amax 0 or NaN the NaN scale; when gs = 0 (amax = Inf) every step is NaN. */
-static bool quantize_start(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r) {
-    memset(r->blk, 0, sizeof(nvfp4moe_cpu_qblock) * (size_t)(nvfp4moe_cpu_superblocks(cols) * 4));
-    r->gs = gs;
-    r->nan = false;
+/* The global scales without a finite positive step: gs = +Inf dequantizes every finite block to
+ * zeros (step s / gs = 0) and gives a block with amax 0 or NaN the NaN scale; gs = 0 (a row amax of
+ * Inf) makes every step NaN (gs is never negative or NaN here: the W4A4 scale is 1 / a positive
+ * input scale, the per-token one 2688 / amax). Returns true when gs is one of those, having zeroed
+ * the blocks and set *nan as the codec's quantizer would. */
+static bool quantize_special(const float *x, int64_t nb, float gs, nvfp4moe_cpu_qblock *blk, bool *nan) {
     if (gs > 0.0f && isfinite(gs)) return false;
-    bool nan = !(gs > 0.0f);
-    for (int64_t b = 0; b < cols / 16 && !nan; b++) {
+    memset(blk, 0, sizeof(nvfp4moe_cpu_qblock) * (size_t)nb);
+    bool n = !(gs > 0.0f);
+    for (int64_t b = 0; b < nb && !n; b++) {
         float amax = 0.0f;
         for (int i = 0; i < 16; i++) {
             float a = fabsf(x[16 * b + i]);
             if (a > amax || isnan(a)) amax = a;
         }
-        nan = !(amax > 0.0f);
+        n = !(amax > 0.0f);
     }
-    r->nan = nan;
+    *nan = n;
     return true;
 }
 
-/* A block's scale code into the row's block record and NaN flag. */
-static void set_block_scale(nvfp4moe_cpu_qrow *r, nvfp4moe_cpu_qblock *o, uint8_t sc) {
-    if ((sc & 0x7F) == 0x7F) r->nan = true;
+/* A block's scale code into its record; returns whether it is NaN. */
+static bool set_block_scale(nvfp4moe_cpu_qblock *o, uint8_t sc) {
     const int64_t v = nvfp4moe_cpu_e4m3_int(sc);
     o->sx = (sc & 0x80) ? -v : v;
+    return (sc & 0x7F) == 0x7F;
 }
 
-void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch) {
-    const int64_t kb = cols / 16;
-    uint8_t *packed = scratch, *scales = scratch + cols / 2;
-    if (quantize_start(x, cols, gs, r)) return;
+static bool quantize_blocks_portable(const float *x, int64_t nb, float gs, nvfp4moe_cpu_qblock *blk, uint8_t *scratch) {
+    bool nan = false;
+    if (quantize_special(x, nb, gs, blk, &nan)) return nan;
+    uint8_t *packed = scratch, *scales = scratch + 8 * nb;
     /* the quantizer the reference's activations go through (vLLM EMULATION's Triton kernel); it
-     * cannot fail: cols % 16 == 0, gs > 0 */
-    nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, cols, gs, packed, scales);
-    for (int64_t b = 0; b < kb; b++) {
-        nvfp4moe_cpu_qblock *o = &r->blk[b];
-        set_block_scale(r, o, scales[b]);
+     * cannot fail: 16 * nb columns, gs finite and > 0 */
+    nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, 16 * nb, gs, packed, scales);
+    for (int64_t b = 0; b < nb; b++) {
+        nvfp4moe_cpu_qblock *o = &blk[b];
+        nan |= set_block_scale(o, scales[b]);
         int32_t sum = 0;
         for (int i = 0; i < 8; i++) {
             const uint8_t byte = packed[8 * b + i];
@@ -112,7 +112,17 @@ void nvfp4moe_cpu_quantize_row(const float *x, int64_t cols, float gs, nvfp4moe_
             sum += o->q[2 * i] + o->q[2 * i + 1];
         }
         o->corr = -12 * sum;
+        o->pad = 0;
     }
+    return nan;
+}
+
+void nvfp4moe_cpu_quantize_row(const nvfp4moe_cpu_kernels *k, const float *x, int64_t cols, float gs,
+                               nvfp4moe_cpu_qrow *r, uint8_t *scratch) {
+    const int64_t nb = cols / 16, padded = nvfp4moe_cpu_superblocks(cols) * 4;
+    memset(r->blk + nb, 0, sizeof(nvfp4moe_cpu_qblock) * (size_t)(padded - nb));
+    r->gs = gs;
+    atomic_store_explicit(&r->nan, k->quantize_blocks(x, nb, gs, r->blk, scratch), memory_order_relaxed);
 }
 
 // ---- portable C ----
@@ -133,10 +143,11 @@ static int32_t tile_scale(const uint8_t *sb, int j, int r) {
 }
 
 static void gemm_q_portable(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int nt,
-                            int64_t *out) {
+                            int64_t *out, nvfp4moe_cpu_stream *pf) {
     memset(out, 0, sizeof(int64_t) * (size_t)nt * NVFP4MOE_CPU_TILE_ROWS);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
+        nvfp4moe_cpu_stream_advance(pf, NVFP4MOE_CPU_SB_BYTES);
         for (int j = 0; j < 4; j++) {
             const int64_t b = 4 * s + j;
             for (int r = 0; r < NVFP4MOE_CPU_TILE_ROWS; r++) {
@@ -154,10 +165,12 @@ static void gemm_q_portable(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu
     }
 }
 
-static void gemm_f_portable(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out) {
+static void gemm_f_portable(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out,
+                            nvfp4moe_cpu_stream *pf) {
     memset(out, 0, sizeof(float) * (size_t)nt * NVFP4MOE_CPU_TILE_ROWS);
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
+        nvfp4moe_cpu_stream_advance(pf, NVFP4MOE_CPU_SB_BYTES);
         for (int j = 0; j < 4; j++) {
             const int64_t b = 4 * s + j;
             for (int r = 0; r < NVFP4MOE_CPU_TILE_ROWS; r++) {
@@ -191,7 +204,7 @@ static uint64_t read_portable(const uint8_t *p, size_t n) {
 }
 
 static const nvfp4moe_cpu_kernels k_portable = {NVFP4MOE_CPU_PORTABLE, gemm_q_portable, gemm_f_portable, read_portable,
-                                                 nvfp4moe_cpu_quantize_row};
+                                                 quantize_blocks_portable};
 
 #ifdef CPU_X86
 
@@ -223,25 +236,11 @@ static inline int32_t load_i32(const void *p) {
     }
 #define UNROLL _Pragma("GCC unroll 8")
 
-/* Weights stream from memory once per forward: the superblock PF_SB ahead is asked for now (the
- * hardware prefetcher alone leaves a thread at half the read bandwidth). Prefetches never fault,
- * past the end of the weights included. */
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
-#ifndef PF_SB
-#define PF_SB 8
-#endif
-static inline void prefetch_sb(const uint8_t *sb) {
-    const char *p = (const char *)sb + PF_SB * NVFP4MOE_CPU_SB_BYTES;
-    for (int i = 0; i < NVFP4MOE_CPU_SB_BYTES; i += 64) _mm_prefetch(p + i, PF_HINT);
-}
-
 /* The float kernels keep 16 decoded weight vectors live: 4 activation rows per pass at most. */
 #define F_PASSES(body)                                                                             \
     for (int t0 = 0; t0 < nt; t0 += 4) {                                                           \
         const int n = nt - t0 < 4 ? nt - t0 : 4;                                                   \
-        body(tile, nsb, rows + t0, n, out + t0 * NVFP4MOE_CPU_TILE_ROWS);                          \
+        body(tile, nsb, rows + t0, n, out + t0 * NVFP4MOE_CPU_TILE_ROWS, t0 == 0 ? pf : NULL);     \
     }
 
 // ---- AVX2 ----
@@ -256,7 +255,7 @@ AVX2_INLINE __m256i scales_avx2(const uint8_t *sb, int j, int h) {
 }
 
 AVX2_INLINE void q_avx2_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int64_t *out,
-                             const int NT) {
+                             nvfp4moe_cpu_stream *pf, const int NT) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_w_u8));
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     for (int h = 0; h < 2; h++) {   /* rows 8h .. 8h + 7 */
@@ -264,7 +263,7 @@ AVX2_INLINE void q_avx2_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cp
         UNROLL for (int t = 0; t < NT; t++) ae[t] = ao[t] = _mm256_setzero_si256();
         for (int64_t s = 0; s < nsb; s++) {
             const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
-            if (h == 0) prefetch_sb(sb);
+            if (h == 0) nvfp4moe_cpu_stream_advance(pf, NVFP4MOE_CPU_SB_BYTES);
             for (int j = 0; j < 4; j++) {
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 32 * h));
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 64 + 32 * h));
@@ -301,8 +300,8 @@ AVX2_INLINE void q_avx2_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cp
 }
 
 AVX2 static void gemm_q_avx2(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int nt,
-                             int64_t *out) {
-    NT_SWITCH(q_avx2_body, tile, nsb, rows, out)
+                             int64_t *out, nvfp4moe_cpu_stream *pf) {
+    NT_SWITCH(q_avx2_body, tile, nsb, rows, out, pf)
 }
 
 /* The E2M1 value of the code in bits 0..3 of each lane (AVX2 has 8-entry permutes: the
@@ -312,14 +311,15 @@ AVX2_INLINE __m256 e2m1_avx2(__m256i idx, __m256 mag) {
     return _mm256_xor_ps(_mm256_permutevar8x32_ps(mag, idx), _mm256_castsi256_ps(sign));
 }
 
-AVX2_INLINE void f_avx2_body(const uint8_t *tile, int64_t nsb, const float *const *rows, float *out, const int NT) {
+AVX2_INLINE void f_avx2_body(const uint8_t *tile, int64_t nsb, const float *const *rows, float *out,
+                             nvfp4moe_cpu_stream *pf, const int NT) {
     const __m256 mag = _mm256_loadu_ps(k_e2m1_f);
     for (int h = 0; h < 2; h++) {
         __m256 acc[4];
         UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
         for (int64_t s = 0; s < nsb; s++) {
             const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
-            if (h == 0) prefetch_sb(sb);
+            if (h == 0) nvfp4moe_cpu_stream_advance(pf, NVFP4MOE_CPU_SB_BYTES);
             for (int j = 0; j < 4; j++) {
                 const __m256i v0 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 32 * h));
                 const __m256i v1 = _mm256_loadu_si256((const __m256i *)(sb + 128 * j + 64 + 32 * h));
@@ -346,11 +346,13 @@ AVX2_INLINE void f_avx2_body(const uint8_t *tile, int64_t nsb, const float *cons
     }
 }
 
-AVX2 static void f_avx2(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out) {
-    NT_SWITCH4(f_avx2_body, tile, nsb, rows, out)
+AVX2 static void f_avx2(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out,
+                        nvfp4moe_cpu_stream *pf) {
+    NT_SWITCH4(f_avx2_body, tile, nsb, rows, out, pf)
 }
 
-AVX2 static void gemm_f_avx2(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out) {
+AVX2 static void gemm_f_avx2(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out,
+                             nvfp4moe_cpu_stream *pf) {
     F_PASSES(f_avx2)
 }
 
@@ -367,7 +369,7 @@ AVX2 static uint64_t read_avx2(const uint8_t *p, size_t n) {
     return (uint64_t)(v[0] + v[1] + v[2] + v[3]);
 }
 
-static const nvfp4moe_cpu_kernels k_avx2 = {NVFP4MOE_CPU_AVX2, gemm_q_avx2, gemm_f_avx2, read_avx2, nvfp4moe_cpu_quantize_row};
+static const nvfp4moe_cpu_kernels k_avx2 = {NVFP4MOE_CPU_AVX2, gemm_q_avx2, gemm_f_avx2, read_avx2, quantize_blocks_portable};
 
 // ---- AVX-512 ----
 
@@ -381,14 +383,14 @@ AVX512_INLINE __m512i scales_avx512(const uint8_t *sb, int j) {
 }
 
 AVX512_INLINE void q_avx512_body(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows,
-                                 int64_t *out, const int NT) {
+                                 int64_t *out, nvfp4moe_cpu_stream *pf, const int NT) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)k_w_u8));
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i ae[NVFP4MOE_CPU_MAX_NT], ao[NVFP4MOE_CPU_MAX_NT];
     UNROLL for (int t = 0; t < NT; t++) ae[t] = ao[t] = _mm512_setzero_si512();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
-        prefetch_sb(sb);
+        nvfp4moe_cpu_stream_advance(pf, NVFP4MOE_CPU_SB_BYTES);
         for (int j = 0; j < 4; j++) {
             const __m512i v0 = _mm512_loadu_si512(sb + 128 * j), v1 = _mm512_loadu_si512(sb + 128 * j + 64);
             const __m512i w0 = _mm512_shuffle_epi8(lut, _mm512_and_si512(v0, m4));
@@ -420,17 +422,18 @@ AVX512_INLINE void q_avx512_body(const uint8_t *tile, int64_t nsb, const nvfp4mo
 }
 
 AVX512 static void gemm_q_avx512(const uint8_t *tile, int64_t nsb, const nvfp4moe_cpu_qblock *const *rows, int nt,
-                                 int64_t *out) {
-    NT_SWITCH(q_avx512_body, tile, nsb, rows, out)
+                                 int64_t *out, nvfp4moe_cpu_stream *pf) {
+    NT_SWITCH(q_avx512_body, tile, nsb, rows, out, pf)
 }
 
-AVX512_INLINE void f_avx512_body(const uint8_t *tile, int64_t nsb, const float *const *rows, float *out, const int NT) {
+AVX512_INLINE void f_avx512_body(const uint8_t *tile, int64_t nsb, const float *const *rows, float *out,
+                                 nvfp4moe_cpu_stream *pf, const int NT) {
     const __m512 lut = _mm512_loadu_ps(k_e2m1_f);
     __m512 acc[4];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *sb = tile + s * NVFP4MOE_CPU_SB_BYTES;
-        prefetch_sb(sb);
+        nvfp4moe_cpu_stream_advance(pf, NVFP4MOE_CPU_SB_BYTES);
         for (int j = 0; j < 4; j++) {
             const __m512i v0 = _mm512_loadu_si512(sb + 128 * j), v1 = _mm512_loadu_si512(sb + 128 * j + 64);
             const __m512 sw = _mm512_mul_ps(_mm512_cvtepi32_ps(scales_avx512(sb, j)), _mm512_set1_ps(1.0f / 512.0f));
@@ -456,11 +459,13 @@ AVX512_INLINE void f_avx512_body(const uint8_t *tile, int64_t nsb, const float *
     UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + t * NVFP4MOE_CPU_TILE_ROWS, acc[t]);
 }
 
-AVX512 static void f_avx512(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out) {
-    NT_SWITCH4(f_avx512_body, tile, nsb, rows, out)
+AVX512 static void f_avx512(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out,
+                            nvfp4moe_cpu_stream *pf) {
+    NT_SWITCH4(f_avx512_body, tile, nsb, rows, out, pf)
 }
 
-AVX512 static void gemm_f_avx512(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out) {
+AVX512 static void gemm_f_avx512(const uint8_t *tile, int64_t nsb, const float *const *rows, int nt, float *out,
+                                 nvfp4moe_cpu_stream *pf) {
     F_PASSES(f_avx512)
 }
 
@@ -481,12 +486,14 @@ AVX512 static uint64_t read_avx512(const uint8_t *p, size_t n) {
  * then each element's E2M1 code from x * inv clamped to +-6 keeping NaN, by counting the rounding
  * thresholds it passes; NaN codes 0. test_cpu_fast compares it with nvfp4moe_quantize_as bit for
  * bit. */
-AVX512 static void quantize_avx512(const float *x, int64_t cols, float gs, nvfp4moe_cpu_qrow *r, uint8_t *scratch) {
-    if (quantize_start(x, cols, gs, r)) return;
+AVX512 static bool quantize_blocks_avx512(const float *x, int64_t nb, float gs, nvfp4moe_cpu_qblock *blk,
+                                          uint8_t *scratch) {
+    bool nan = false;
+    if (quantize_special(x, nb, gs, blk, &nan)) return nan;
     const __m512i lut = _mm512_setr_epi32(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
     const __m512i one = _mm512_set1_epi32(1);
-    for (int64_t b = 0; b < cols / 16; b++) {
-        nvfp4moe_cpu_qblock *o = &r->blk[b];
+    for (int64_t b = 0; b < nb; b++) {
+        nvfp4moe_cpu_qblock *o = &blk[b];
         const __m512 v = _mm512_loadu_ps(x + 16 * b);
         const __m512 a = _mm512_abs_ps(v);
         float amax = _mm512_reduce_max_ps(a);
@@ -494,7 +501,7 @@ AVX512 static void quantize_avx512(const float *x, int64_t cols, float gs, nvfp4
         float s = gs * (amax * (float)(1.0 / 6.0));
         s = s < -448.0f ? -448.0f : s > 448.0f ? 448.0f : s;
         const uint8_t sc = nvfp4moe_e4m3_encode(s);
-        set_block_scale(r, o, sc);
+        nan |= set_block_scale(o, sc);
         const float sd = nvfp4moe_e4m3_decode(sc);
         const float inv = sd == 0.0f ? 0.0f : gs / sd;
         __m512 y = _mm512_mul_ps(v, _mm512_set1_ps(inv));
@@ -516,11 +523,13 @@ AVX512 static void quantize_avx512(const float *x, int64_t cols, float gs, nvfp4
         const __m512i q = _mm512_permutexvar_epi32(code, lut);
         _mm_storeu_si128((__m128i *)o->q, _mm512_cvtepi32_epi8(q));
         o->corr = -12 * _mm512_reduce_add_epi32(q);
+        o->pad = 0;
     }
+    return nan;
 }
 
 static const nvfp4moe_cpu_kernels k_avx512 = {NVFP4MOE_CPU_AVX512, gemm_q_avx512, gemm_f_avx512, read_avx512,
-                                              quantize_avx512};
+                                              quantize_blocks_avx512};
 
 #endif // CPU_X86
 
@@ -582,4 +591,64 @@ nvfp4moe_status nvfp4moe_cpu_kernels_select(const nvfp4moe_cpu_kernels **out) {
     }
     *out = &k_portable;
     return NVFP4MOE_OK;
+}
+
+// ---- prefetch settings ----
+
+static const char *const k_pf_names[NVFP4MOE_CPU_PF_HINT_COUNT] = {"off", "t0", "t1", "t2", "nta"};
+
+/* The built-in setting: the line a superblock's kernel work ends on asks for the line 8
+ * superblocks (4608 bytes) further on, into every level. */
+static const nvfp4moe_cpu_prefetch k_pf_default = {NVFP4MOE_CPU_PF_T0, 8 * NVFP4MOE_CPU_SB_BYTES, 64};
+
+static bool parse_bytes(const char *p, char **end, int64_t *v) {
+    if (*p < '0' || *p > '9') return false;
+    errno = 0;
+    long long x = strtoll(p, end, 10);
+    if (errno || x < 0) return false;
+    *v = x;
+    return true;
+}
+
+nvfp4moe_status nvfp4moe_cpu_prefetch_parse(const char *text, const char *what, nvfp4moe_cpu_prefetch *out) {
+    const char *form = "off, or HINT:DISTANCE[:STRIDE] with HINT t0, t1, t2 or nta and byte counts that are multiples of 64 "
+                       "(DISTANCE at most 1048576, STRIDE 64 by default and at most DISTANCE)";
+    NVFP4MOE_RETURN_IF(!text, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+    if (nvfp4moe_name_eq(text, "off")) {
+        *out = (nvfp4moe_cpu_prefetch){NVFP4MOE_CPU_PF_OFF, 0, 64};
+        return NVFP4MOE_OK;
+    }
+    const char *colon = strchr(text, ':');
+    int hint = -1;
+    for (int i = 1; colon && i < NVFP4MOE_CPU_PF_HINT_COUNT; i++)
+        if ((size_t)(colon - text) == strlen(k_pf_names[i]) && !strncmp(text, k_pf_names[i], (size_t)(colon - text))) hint = i;
+    int64_t dist = 0, stride = 64;
+    char *end = NULL;
+    bool ok = hint > 0 && parse_bytes(colon + 1, &end, &dist);
+    if (ok && *end == ':') ok = parse_bytes(end + 1, &end, &stride);
+    ok = ok && *end == '\0' && dist % 64 == 0 && dist >= 64 && dist <= NVFP4MOE_CPU_PF_MAX_DISTANCE && stride % 64 == 0 &&
+         stride >= 64 && stride <= dist;
+    NVFP4MOE_RETURN_IF(!ok, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s='%s' is not a prefetch setting: %s", what, text, form);
+    *out = (nvfp4moe_cpu_prefetch){(nvfp4moe_cpu_pf_hint)hint, dist, stride};
+    return NVFP4MOE_OK;
+}
+
+void nvfp4moe_cpu_prefetch_format(const nvfp4moe_cpu_prefetch *p, char *buf, size_t n) {
+    if (p->hint == NVFP4MOE_CPU_PF_OFF || p->hint >= NVFP4MOE_CPU_PF_HINT_COUNT) snprintf(buf, n, "off");
+    else if (p->stride == 64) snprintf(buf, n, "%s:%lld", k_pf_names[p->hint], (long long)p->distance);
+    else snprintf(buf, n, "%s:%lld:%lld", k_pf_names[p->hint], (long long)p->distance, (long long)p->stride);
+}
+
+nvfp4moe_status nvfp4moe_cpu_prefetch_default(nvfp4moe_cpu_prefetch *out) {
+    const char *env = getenv("NVFP4MOE_CPU_PREFETCH");
+    if (env && *env) return nvfp4moe_cpu_prefetch_parse(env, "NVFP4MOE_CPU_PREFETCH", out);
+    *out = k_pf_default;
+    return NVFP4MOE_OK;
+}
+
+void nvfp4moe_cpu_stream_start(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *segs, int64_t n,
+                               const nvfp4moe_cpu_prefetch *pf) {
+    *s = (nvfp4moe_cpu_stream){.seg = segs, .end = segs + n, .stride = (size_t)pf->stride, .hint = pf->hint};
+    if (n == 0) s->hint = NVFP4MOE_CPU_PF_OFF;
+    nvfp4moe_cpu_stream_advance(s, (size_t)pf->distance);
 }

@@ -75,6 +75,10 @@ const char *nvfp4moe_plan_kernel(const nvfp4moe_plan *plan) { return plan ? plan
 const nvfp4moe_report *nvfp4moe_plan_report(const nvfp4moe_plan *plan) { return plan ? &plan->report : NULL; }
 bool nvfp4moe_plan_uses_device_memory(const nvfp4moe_plan *plan) { return plan && plan->impl->device_memory; }
 
+void *nvfp4moe_plan_backend_state(const nvfp4moe_plan *plan, const nvfp4moe_backend_impl *impl) {
+    return plan && nvfp4moe_handle_live(plan, NVFP4MOE_HANDLE_PLAN) && plan->impl == impl ? plan->state : NULL;
+}
+
 nvfp4moe_scheme nvfp4moe_plan_effective_scheme(const nvfp4moe_plan *plan) {
     if (!plan) return NVFP4MOE_SCHEME_COUNT;   // its name is "?"
     return plan->impl->effective_scheme(plan->cfg.scheme);
