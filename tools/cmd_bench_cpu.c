@@ -13,6 +13,16 @@
  * scales). The read bandwidth of a point is the median over its timed forwards of the 1 GiB read
  * that precedes each (the same threads, the kernels' own load width): on a shared machine the
  * bandwidth moves, and this measures it at the moment of each forward.
+ *
+ * --prefetch LIST repeats every point with each prefetch setting (the plan keeps its weights; the
+ * results do not depend on the setting). --profile adds, per point, where a forward's time goes:
+ * the medians of the phases each thread records (the caller before the run, the wake-up of the
+ * workers, the routing and the inputs, the barriers, GEMM1 and GEMM2 of the fastest and the slowest thread, the
+ * join) and the weight bytes over the time the GEMM phases take. --stream measures the kernels
+ * alone instead of the layer: each thread runs the integer kernel over its share of the 1 GiB
+ * buffer (tiles of 2048 columns, one or two activation rows: decode's case) with each prefetch
+ * setting, against the plain read of the same buffer; then the kernel on one tile that stays in
+ * the cache, per activation row count: the compute rate without memory.
  */
 #define _GNU_SOURCE   /* memfd_create */
 #include "cli_ep.h"
@@ -39,14 +49,27 @@ static const struct { const char *preset; int64_t M; double ms; } k_ggml[] = {
 #define GGML_BW_GBS 104.0
 #define GGML_THREADS 16
 
+/* A forward's phases (microseconds), from its profile; see phases_of. */
+enum { PH_ROUTE, PH_WAKE, PH_INPUTS, PH_BAR1, PH_G1_MIN, PH_G1_MAX, PH_ROWS, PH_BAR2, PH_G2_MIN, PH_G2_MAX, PH_JOIN,
+       PH_POST, PH_GEMM_GBS, PH_COUNT };
+static const char *const k_phase_names[PH_COUNT] = {"before", "wake", "inputs", "barrier1", "gemm1 min", "gemm1 max", "rows",
+                                                   "barrier2", "gemm2 min", "gemm2 max", "join", "after", "GEMM GB/s"};
+/* The same as CSV columns and JSON keys. */
+static const char *const k_phase_keys[PH_COUNT] = {"before_us", "wake_us", "inputs_us", "barrier1_us", "gemm1_min_us",
+                                                  "gemm1_max_us", "rows_us", "barrier2_us", "gemm2_min_us", "gemm2_max_us",
+                                                  "join_us", "after_us", "gemm_gb_s"};
+
 typedef struct {
     const cli_layer_preset *p;
     int64_t M;
     int threads;
     const char *isa;
+    char prefetch[32];
     int64_t experts;          /* touched */
     double mb, ms, ms_min, gbs, pct, bw_gbs;
     double ggml_ms, ggml_pct; /* 0: no figure */
+    bool profiled;
+    double phase[PH_COUNT];   /* medians */
 } point;
 
 // ---- random layers ----
@@ -117,6 +140,54 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+/* One forward's phases from its profile (the last pass's): the caller before the run, the time
+ * until the last worker started, the longest routing and inputs share, each barrier from the last
+ * arrival to the first departure, the shortest and longest GEMM1 (with its activations) and GEMM2
+ * (with its sums), the per-token / W4A8 row pass (with its barrier), the join after the last
+ * thread, the caller after the run; and the weight bytes over the two GEMM phases' spans (first
+ * thread in to last thread out). */
+static void phases_of(const nvfp4moe_cpu_profile *pr, double mb, double *ph) {
+    enum { S = NVFP4MOE_CPU_AT_START, IN = NVFP4MOE_CPU_AT_INPUTS, G1GO = NVFP4MOE_CPU_AT_GEMM1_GO, G1 = NVFP4MOE_CPU_AT_GEMM1,
+           RW = NVFP4MOE_CPU_AT_ROWS, G2GO = NVFP4MOE_CPU_AT_GEMM2_GO, END = NVFP4MOE_CPU_AT_END };
+    int64_t lo[NVFP4MOE_CPU_AT_COUNT], hi[NVFP4MOE_CPU_AT_COUNT];
+    for (int k = 0; k < NVFP4MOE_CPU_AT_COUNT; k++) {
+        lo[k] = INT64_MAX;
+        hi[k] = INT64_MIN;
+        for (int t = 0; t < pr->nthreads; t++) {
+            lo[k] = NVFP4MOE_MIN(lo[k], pr->thread[t].t[k]);
+            hi[k] = NVFP4MOE_MAX(hi[k], pr->thread[t].t[k]);
+        }
+    }
+    double in = 0, g1lo = 1e300, g1hi = 0, rows = 0, g2lo = 1e300, g2hi = 0;
+    for (int t = 0; t < pr->nthreads; t++) {
+        const int64_t *x = pr->thread[t].t;
+        in = NVFP4MOE_MAX(in, (double)(x[IN] - x[S]));
+        g1lo = NVFP4MOE_MIN(g1lo, (double)(x[G1] - x[G1GO]));
+        g1hi = NVFP4MOE_MAX(g1hi, (double)(x[G1] - x[G1GO]));
+        rows = NVFP4MOE_MAX(rows, (double)(x[RW] - x[G1]));
+        g2lo = NVFP4MOE_MIN(g2lo, (double)(x[END] - x[G2GO]));
+        g2hi = NVFP4MOE_MAX(g2hi, (double)(x[END] - x[G2GO]));
+    }
+    ph[PH_ROUTE] = (double)(pr->run - pr->entry) / 1e3;
+    ph[PH_WAKE] = (double)(hi[S] - pr->run) / 1e3;
+    ph[PH_INPUTS] = in / 1e3;
+    ph[PH_BAR1] = (double)(lo[G1GO] - hi[IN]) / 1e3;
+    ph[PH_G1_MIN] = g1lo / 1e3;
+    ph[PH_G1_MAX] = g1hi / 1e3;
+    ph[PH_ROWS] = rows / 1e3;
+    ph[PH_BAR2] = (double)(lo[G2GO] - hi[RW]) / 1e3;
+    ph[PH_G2_MIN] = g2lo / 1e3;
+    ph[PH_G2_MAX] = g2hi / 1e3;
+    ph[PH_JOIN] = (double)(pr->joined - hi[END]) / 1e3;
+    ph[PH_POST] = (double)(pr->exit - pr->joined) / 1e3;
+    ph[PH_GEMM_GBS] = mb * 1e6 / ((double)(hi[G1] - lo[G1GO]) + (double)(hi[END] - lo[G2GO]));   /* bytes / ns */
+}
+
 // ---- one preset ----
 
 typedef struct {
@@ -126,6 +197,10 @@ typedef struct {
     int nM;
     int64_t threads[16];
     int nthreads;
+    nvfp4moe_cpu_prefetch prefetch[16];
+    bool prefetch_default[16];   /* the plan's own setting (NVFP4MOE_CPU_PREFETCH or the built-in) */
+    int nprefetch;
+    bool profile, stream;
     int iters;
     nvfp4moe_scheme scheme;
     point pts[16 * 16 * 16];
@@ -136,6 +211,154 @@ typedef struct {
 static double expected_ggml_experts(const cli_layer_preset *p, int64_t M) {
     /* the expected number of experts uniform top-k routing touches */
     return p->E * (1.0 - pow(1.0 - (double)p->k / p->E, (double)M));
+}
+
+// ---- the kernels alone (--stream) ----
+
+#define STREAM_K 2048   /* columns of the stream's tiles (Qwen3-30B-A3B's GEMM1) */
+#define CACHED_MACS ((int64_t)1 << 28)   /* multiply-adds per thread of a cached-tile measurement */
+
+typedef struct {
+    const nvfp4moe_cpu_kernels *k;
+    const uint8_t *buf;
+    size_t len;
+    const nvfp4moe_cpu_qblock *rows[NVFP4MOE_CPU_MAX_NT];
+    int nt;
+    bool cached;                 /* one tile again and again, no prefetch */
+    nvfp4moe_cpu_prefetch pf;
+    nvfp4moe_cpu_seg segs[1024];
+    int64_t sums[1024][8];       /* a thread's results, one cache line each */
+} stream_job;
+
+static void stream_task(void *ctx, int tid, int n) {
+    stream_job *j = ctx;
+    const size_t tb = nvfp4moe_cpu_tile_bytes(STREAM_K);
+    const int64_t nsb = nvfp4moe_cpu_superblocks(STREAM_K);
+    int64_t a, b;
+    nvfp4moe_cpu_split((int64_t)(j->len / tb), tid, n, &a, &b);
+    int64_t out[NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS], acc = 0;
+    if (j->cached) {
+        const int64_t reps = CACHED_MACS / ((int64_t)j->nt * NVFP4MOE_CPU_TILE_ROWS * STREAM_K);
+        for (int64_t r = 0; r < reps; r++) {
+            j->k->gemm_q(j->buf + (size_t)a * tb, nsb, j->rows, j->nt, out, NULL);
+            acc += out[0];
+        }
+    } else {
+        j->segs[tid] = (nvfp4moe_cpu_seg){j->buf + (size_t)a * tb, (size_t)(b - a) * tb};
+        nvfp4moe_cpu_stream pf;
+        nvfp4moe_cpu_stream_start(&pf, &j->segs[tid], b > a, &j->pf);
+        for (int64_t t = a; t < b; t++) {
+            j->k->gemm_q(j->buf + (size_t)t * tb, nsb, j->rows, j->nt, out, &pf);
+            acc += out[0];
+        }
+    }
+    j->sums[tid][0] = acc;
+}
+
+/* Seconds of one run of job on pool. */
+static double time_run(nvfp4moe_cpu_pool *pool, nvfp4moe_cpu_task fn, void *job) {
+    double a = cli_now_s();
+    nvfp4moe_cpu_pool_run(pool, fn, job);
+    return cli_now_s() - a;
+}
+
+typedef struct {
+    int threads;
+    char prefetch[32];
+    double read_gbs, gbs[2];      /* the kernel streaming with 1 and 2 rows */
+} stream_point;
+
+typedef struct {
+    int threads, nt;
+    double gmacs;                 /* all threads together */
+} cached_point;
+
+static int run_stream(const bench_cpu *b, read_job *rj, FILE *md, FILE *csv) {
+    enum { REPS = 5 };
+    stream_job *j = calloc(1, sizeof *j);
+    nvfp4moe_cpu_qrow rows[NVFP4MOE_CPU_MAX_NT];
+    nvfp4moe_cpu_qblock *blk = malloc(sizeof(nvfp4moe_cpu_qblock) * (STREAM_K / 16) * NVFP4MOE_CPU_MAX_NT);
+    float *x = malloc(sizeof(float) * STREAM_K);
+    uint8_t *scratch = malloc(STREAM_K);
+    if (!j || !blk || !x || !scratch) {
+        fprintf(stderr, "nvfp4moe bench --cpu --stream: out of memory\n");
+        free(j); free(blk); free(x); free(scratch);
+        return -1;
+    }
+    *j = (stream_job){.k = rj->k, .buf = rj->buf, .len = rj->len};
+    for (int t = 0; t < NVFP4MOE_CPU_MAX_NT; t++) {
+        rows[t].blk = blk + t * (STREAM_K / 16);
+        nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_F32, STREAM_K, 900 + (uint64_t)t);
+        nvfp4moe_cpu_quantize_row(j->k, x, STREAM_K, 1.0f, &rows[t], scratch);
+        j->rows[t] = rows[t].blk;
+    }
+    fprintf(md, "## The integer kernel streaming from memory\n\nEach thread runs the %s kernel over its contiguous "
+                "share of a 1 GiB buffer, tiles of %d columns (%zu bytes), with 1 or 2 activation rows (decode); "
+                "medians of %d runs. read: the plain read of the same buffer by the same threads.\n\n"
+                "| threads | prefetch | read GB/s | 1 row GB/s | %% of read | 2 rows GB/s | %% of read |\n"
+                "|---:|---|---:|---:|---:|---:|---:|\n",
+            nvfp4moe_cpu_isa_name(j->k->isa), STREAM_K, nvfp4moe_cpu_tile_bytes(STREAM_K), REPS);
+    fprintf(csv, "kind,threads,prefetch,rows,gb_s,read_gb_s,gmacs\n");
+    cached_point cps[16 * 4];
+    int ncp = 0, rc = 0;
+    for (int ti = 0; ti < b->nthreads && rc == 0; ti++) {
+        nvfp4moe_cpu_pool *pool = NULL;
+        if (nvfp4moe_cpu_pool_get((int)b->threads[ti], &pool) != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe bench --cpu --stream: %s\n", nvfp4moe_last_error());
+            rc = -1;
+            break;
+        }
+        const int T = nvfp4moe_cpu_pool_size(pool);
+        for (int pi = 0; pi < b->nprefetch; pi++) {
+            stream_point sp = {.threads = T};
+            j->pf = b->prefetch[pi];
+            nvfp4moe_cpu_prefetch_format(&j->pf, sp.prefetch, sizeof sp.prefetch);
+            double rd[REPS], st[2][REPS];
+            time_run(pool, read_task, rj);   /* awake, warm TLB */
+            for (int r = 0; r < REPS; r++) {
+                rd[r] = (double)rj->len / time_run(pool, read_task, rj) / 1e9;
+                for (int nt = 1; nt <= 2; nt++) {
+                    j->nt = nt;
+                    j->cached = false;
+                    time_run(pool, read_task, rj);   /* the same cold start for each */
+                    st[nt - 1][r] = (double)j->len / time_run(pool, stream_task, j) / 1e9;
+                }
+            }
+            sp.read_gbs = median(rd, REPS);
+            sp.gbs[0] = median(st[0], REPS);
+            sp.gbs[1] = median(st[1], REPS);
+            fprintf(cli_bench_text, "  stream %2d threads prefetch %-14s read %6.1f GB/s  1 row %6.1f GB/s (%3.0f %%)  2 rows %6.1f GB/s (%3.0f %%)\n",
+                   T, sp.prefetch, sp.read_gbs, sp.gbs[0], 100 * sp.gbs[0] / sp.read_gbs, sp.gbs[1],
+                   100 * sp.gbs[1] / sp.read_gbs);
+            fflush(cli_bench_text);
+            fprintf(md, "| %d | %s | %.1f | %.1f | %.0f %% | %.1f | %.0f %% |\n", T, sp.prefetch, sp.read_gbs, sp.gbs[0],
+                    100 * sp.gbs[0] / sp.read_gbs, sp.gbs[1], 100 * sp.gbs[1] / sp.read_gbs);
+            for (int nt = 1; nt <= 2; nt++)
+                fprintf(csv, "stream,%d,%s,%d,%.2f,%.2f,\n", T, sp.prefetch, nt, sp.gbs[nt - 1], sp.read_gbs);
+        }
+        for (int nt = 1; nt <= NVFP4MOE_CPU_MAX_NT; nt *= 2) {
+            j->nt = nt;
+            j->cached = true;
+            double g[REPS];
+            const int64_t reps = CACHED_MACS / ((int64_t)nt * NVFP4MOE_CPU_TILE_ROWS * STREAM_K);
+            const double macs = (double)reps * nt * NVFP4MOE_CPU_TILE_ROWS * STREAM_K * T;
+            for (int r = 0; r < REPS; r++) g[r] = macs / time_run(pool, stream_task, j) / 1e9;
+            cps[ncp++] = (cached_point){T, nt, median(g, REPS)};
+            fprintf(cli_bench_text, "  cached tile %2d threads %d rows: %7.1f G multiply-adds/s (%.1f a thread)\n", T, nt, cps[ncp - 1].gmacs,
+                   cps[ncp - 1].gmacs / T);
+            fprintf(csv, "cached,%d,,%d,,,%.2f\n", T, nt, cps[ncp - 1].gmacs);
+        }
+        nvfp4moe_cpu_pool_put(pool);
+    }
+    fprintf(md, "\n## The integer kernel on a tile in the cache\n\nOne tile of %d columns (%zu bytes, first-level cache) "
+                "again and again on every thread, no prefetch: multiply-adds per second (16 weight rows x columns x "
+                "activation rows), medians of %d runs.\n\n| threads | rows | G multiply-adds/s | a thread |\n"
+                "|---:|---:|---:|---:|\n",
+            STREAM_K, nvfp4moe_cpu_tile_bytes(STREAM_K), REPS);
+    for (int i = 0; i < ncp; i++)
+        fprintf(md, "| %d | %d | %.1f | %.1f |\n", cps[i].threads, cps[i].nt, cps[i].gmacs, cps[i].gmacs / cps[i].threads);
+    free(j); free(blk); free(x); free(scratch);
+    return rc;
 }
 
 static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
@@ -171,8 +394,9 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
     uint16_t *outb = malloc(sizeof(uint16_t) * (size_t)(Mmax * H));
     bool *seen = malloc((size_t)E);
     double *times = malloc(sizeof(double) * (size_t)b->iters), *bws = malloc(sizeof(double) * (size_t)b->iters);
+    double *phs = malloc(sizeof(double) * PH_COUNT * (size_t)b->iters);
     int rc = 0;
-    if (!hidden || !logits || !tw || !ids || !outb || !seen || !times || !bws) {
+    if (!hidden || !logits || !tw || !ids || !outb || !seen || !times || !bws || !phs) {
         fprintf(stderr, "nvfp4moe bench --cpu: out of memory\n");
         rc = -1;
         goto done;
@@ -197,26 +421,16 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
         }
         fprintf(cli_bench_text, "%s: %d threads: plan in %.1f s (%.2f GB repacked)\n", pr->name, T, cli_now_s() - t0,
                (double)E * (double)per_expert / 1e9);
-        for (int mi = 0; mi < b->nM; mi++) {
+        nvfp4moe_cpu_prefetch own;
+        nvfp4moe_cpu_fast_prefetch(plan, NULL, &own);
+        const nvfp4moe_cpu_profile *prof = b->profile ? nvfp4moe_cpu_fast_profile(plan, true) : NULL;
+        if (b->profile && !prof) {
+            fprintf(stderr, "nvfp4moe bench --cpu: out of memory for the profile\n");
+            rc = -1;
+        }
+        for (int mi = 0; mi < b->nM && rc == 0; mi++) {
             const int64_t M = b->Ms[mi];
             nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = outb};
-            for (int it = 0; it < 2 && st == NVFP4MOE_OK; it++) st = nvfp4moe_plan_forward(plan, &io, NULL);
-            for (int it = 0; it < b->iters && st == NVFP4MOE_OK; it++) {
-                double a = cli_now_s();
-                nvfp4moe_cpu_pool_run(pool, read_task, rj);
-                double r = cli_now_s();
-                st = nvfp4moe_plan_forward(plan, &io, NULL);
-                times[it] = cli_now_s() - r;
-                bws[it] = (double)rj->len / (r - a) / 1e9;
-            }
-            if (st != NVFP4MOE_OK) {
-                fprintf(stderr, "nvfp4moe bench --cpu: %s M=%lld: %s\n", pr->name, (long long)M, nvfp4moe_last_error());
-                rc = -1;
-                break;
-            }
-            qsort(times, (size_t)b->iters, sizeof times[0], cmp_double);
-            qsort(bws, (size_t)b->iters, sizeof bws[0], cmp_double);
-            const double bw = bws[b->iters / 2];
             nvfp4moe_route(&c, logits, M, NULL, ids, tw);
             memset(seen, 0, (size_t)E);
             int64_t touched = 0;
@@ -225,31 +439,69 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
                     seen[ids[i]] = true;
                     touched++;
                 }
-            point *pt = &b->pts[b->npts++];
-            *pt = (point){.p = pr, .M = M, .threads = nvfp4moe_cpu_pool_size(pool), .experts = touched, .bw_gbs = bw};
-            const nvfp4moe_cpu_kernels *k = NULL;
-            nvfp4moe_cpu_kernels_select(&k);
-            pt->isa = nvfp4moe_cpu_isa_name(k->isa);
-            pt->mb = (double)touched * (double)per_expert / 1e6;
-            pt->ms = times[b->iters / 2] * 1e3;
-            pt->ms_min = times[0] * 1e3;
-            pt->gbs = pt->mb / pt->ms;
-            pt->pct = 100.0 * pt->gbs / bw;
-            for (size_t g = 0; g < sizeof k_ggml / sizeof k_ggml[0]; g++)
-                if (!strcmp(k_ggml[g].preset, pr->name) && k_ggml[g].M == M) {
-                    pt->ggml_ms = k_ggml[g].ms;
-                    pt->ggml_pct = 100.0 * expected_ggml_experts(pr, M) * (double)per_expert / 1e6 / k_ggml[g].ms / GGML_BW_GBS;
+            const double mb = (double)touched * (double)per_expert / 1e6;
+            for (int pi = 0; pi < NVFP4MOE_MAX(1, b->nprefetch) && st == NVFP4MOE_OK; pi++) {
+                const nvfp4moe_cpu_prefetch *set = b->nprefetch == 0 || b->prefetch_default[pi] ? &own : &b->prefetch[pi];
+                nvfp4moe_cpu_fast_prefetch(plan, set, NULL);
+                for (int it = 0; it < 2 && st == NVFP4MOE_OK; it++) st = nvfp4moe_plan_forward(plan, &io, NULL);
+                for (int it = 0; it < b->iters && st == NVFP4MOE_OK; it++) {
+                    double a = cli_now_s();
+                    nvfp4moe_cpu_pool_run(pool, read_task, rj);
+                    double r = cli_now_s();
+                    st = nvfp4moe_plan_forward(plan, &io, NULL);
+                    times[it] = cli_now_s() - r;
+                    bws[it] = (double)rj->len / (r - a) / 1e9;
+                    if (prof) phases_of(prof, mb, &phs[it * PH_COUNT]);
                 }
-            fprintf(cli_bench_text, "  M=%-5lld %3lld experts %8.1f MB  %9.3f ms (min %.3f)  %6.1f GB/s  read %5.1f GB/s  %5.1f %%\n",
-                   (long long)M, (long long)touched, pt->mb, pt->ms, pt->ms_min, pt->gbs, bw, pt->pct);
-            fflush(cli_bench_text);
+                if (st != NVFP4MOE_OK) {
+                    fprintf(stderr, "nvfp4moe bench --cpu: %s M=%lld: %s\n", pr->name, (long long)M, nvfp4moe_last_error());
+                    rc = -1;
+                    break;
+                }
+                if (b->npts == (int)(sizeof b->pts / sizeof b->pts[0])) {
+                    fprintf(stderr, "nvfp4moe bench --cpu: more than %d points\n", b->npts);
+                    rc = -1;
+                    break;
+                }
+                qsort(times, (size_t)b->iters, sizeof times[0], cmp_double);
+                const double bw = median(bws, b->iters);
+                point *pt = &b->pts[b->npts++];
+                *pt = (point){.p = pr, .M = M, .threads = nvfp4moe_cpu_pool_size(pool), .experts = touched, .bw_gbs = bw};
+                const nvfp4moe_cpu_kernels *k = NULL;
+                nvfp4moe_cpu_kernels_select(&k);
+                pt->isa = nvfp4moe_cpu_isa_name(k->isa);
+                nvfp4moe_cpu_prefetch_format(set, pt->prefetch, sizeof pt->prefetch);
+                pt->mb = mb;
+                pt->ms = times[b->iters / 2] * 1e3;
+                pt->ms_min = times[0] * 1e3;
+                pt->gbs = pt->mb / pt->ms;
+                pt->pct = 100.0 * pt->gbs / bw;
+                for (size_t g = 0; g < sizeof k_ggml / sizeof k_ggml[0]; g++)
+                    if (!strcmp(k_ggml[g].preset, pr->name) && k_ggml[g].M == M) {
+                        pt->ggml_ms = k_ggml[g].ms;
+                        pt->ggml_pct = 100.0 * expected_ggml_experts(pr, M) * (double)per_expert / 1e6 / k_ggml[g].ms / GGML_BW_GBS;
+                    }
+                fprintf(cli_bench_text, "  M=%-5lld %3lld experts %8.1f MB  prefetch %-14s %9.3f ms (min %.3f)  %6.1f GB/s  read %5.1f GB/s  %5.1f %%\n",
+                       (long long)M, (long long)touched, pt->mb, pt->prefetch, pt->ms, pt->ms_min, pt->gbs, bw, pt->pct);
+                if (prof) {
+                    pt->profiled = true;
+                    double col[1000];
+                    for (int q = 0; q < PH_COUNT; q++) {
+                        for (int it = 0; it < b->iters; it++) col[it] = phs[it * PH_COUNT + q];
+                        pt->phase[q] = median(col, b->iters);
+                    }
+                    fprintf(cli_bench_text, "         us:");
+                    for (int q = 0; q < PH_COUNT; q++) fprintf(cli_bench_text, " %s %.1f%s", k_phase_names[q], pt->phase[q], q + 1 < PH_COUNT ? "," : "\n");
+                }
+                fflush(cli_bench_text);
+            }
         }
         nvfp4moe_cpu_pool_put(pool);
         nvfp4moe_plan_destroy(plan);
     }
 done:
     tensor_free(&w13); tensor_free(&s13); tensor_free(&w2); tensor_free(&s2);
-    free(vec); free(hidden); free(logits); free(tw); free(ids); free(outb); free(seen); free(times); free(bws);
+    free(vec); free(hidden); free(logits); free(tw); free(ids); free(outb); free(seen); free(times); free(bws); free(phs);
     return rc;
 }
 
@@ -263,15 +515,22 @@ static int write_outputs(const bench_cpu *b, bool json) {
         fprintf(stderr, "nvfp4moe bench --cpu: cannot write %s\n", path);
         return -1;
     }
-    fprintf(f, "preset,scheme,M,threads,isa,experts,mb_read,ms_median,ms_min,gb_s,read_bw_gb_s,pct_read_bw,"
-               "ggml_16c_ms,ggml_16c_pct_read_bw\n");
+    fprintf(f, "preset,scheme,M,threads,isa,prefetch,experts,mb_read,ms_median,ms_min,gb_s,read_bw_gb_s,pct_read_bw,"
+               "ggml_16c_ms,ggml_16c_pct_read_bw");
+    for (int q = 0; q < PH_COUNT; q++) fprintf(f, ",%s", k_phase_keys[q]);
+    fprintf(f, "\n");
     for (int i = 0; i < b->npts; i++) {
         const point *p = &b->pts[i];
-        fprintf(f, "%s,%s,%lld,%d,%s,%lld,%.2f,%.4f,%.4f,%.2f,%.2f,%.1f,", p->p->name, nvfp4moe_scheme_name(b->scheme),
-                (long long)p->M, p->threads, p->isa, (long long)p->experts, p->mb, p->ms, p->ms_min, p->gbs, p->bw_gbs,
-                p->pct);
-        if (p->ggml_ms > 0) fprintf(f, "%.2f,%.1f\n", p->ggml_ms, p->ggml_pct);
-        else fprintf(f, ",\n");
+        fprintf(f, "%s,%s,%lld,%d,%s,%s,%lld,%.2f,%.4f,%.4f,%.2f,%.2f,%.1f,", p->p->name, nvfp4moe_scheme_name(b->scheme),
+                (long long)p->M, p->threads, p->isa, p->prefetch, (long long)p->experts, p->mb, p->ms, p->ms_min, p->gbs,
+                p->bw_gbs, p->pct);
+        if (p->ggml_ms > 0) fprintf(f, "%.2f,%.1f", p->ggml_ms, p->ggml_pct);
+        else fprintf(f, ",");
+        for (int q = 0; q < PH_COUNT; q++) {
+            if (p->profiled) fprintf(f, ",%.2f", p->phase[q]);
+            else fprintf(f, ",");
+        }
+        fprintf(f, "\n");
     }
     fclose(f);
     snprintf(path, sizeof path, "%s.md", b->out);
@@ -290,14 +549,37 @@ static int write_outputs(const bench_cpu *b, bool json) {
                "threads, the kernels' loads)\n");
     fprintf(f, "- ggml: the figures of a 16-core x86 host (read bandwidth 104 GB/s at 16 threads), quoted, not "
                "measured here; its %% assumes the experts uniform routing touches on average\n\n");
-    fprintf(f, "| preset | M | threads | ISA | experts | MB read | ms | GB/s | read BW GB/s | %% of read BW | "
-               "ggml 16 cores ms | ggml %% of its read BW |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(f, "| preset | M | threads | ISA | prefetch | experts | MB read | ms | GB/s | read BW GB/s | %% of read BW | "
+               "ggml 16 cores ms | ggml %% of its read BW |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    bool profiled = false;
     for (int i = 0; i < b->npts; i++) {
         const point *p = &b->pts[i];
-        fprintf(f, "| %s | %lld | %d | %s | %lld | %.1f | %.3f | %.1f | %.1f | %.0f %% |", p->p->name, (long long)p->M,
-                p->threads, p->isa, (long long)p->experts, p->mb, p->ms, p->gbs, p->bw_gbs, p->pct);
+        profiled |= p->profiled;
+        fprintf(f, "| %s | %lld | %d | %s | %s | %lld | %.1f | %.3f | %.1f | %.1f | %.0f %% |", p->p->name, (long long)p->M,
+                p->threads, p->isa, p->prefetch, (long long)p->experts, p->mb, p->ms, p->gbs, p->bw_gbs, p->pct);
         if (p->ggml_ms > 0) fprintf(f, " %.2f | %.0f %% |\n", p->ggml_ms, p->ggml_pct);
         else fprintf(f, " | |\n");
+    }
+    if (profiled) {
+        fprintf(f, "\nWhere the time goes (--profile; microseconds, medians over the timed forwards): before = the caller "
+                   "before the threads' run (checks, workspace); wake = until the last thread started; inputs = the "
+                   "longest share of the routing and the input quantization; barrier = from the last arrival to the "
+                   "first departure; gemm min / max = the fastest and the slowest thread's GEMM1 (with its grouping "
+                   "and activations) and GEMM2 (with its sums); rows = the row pass of per-token / W4A8 with its "
+                   "barrier; join = after the last thread; after = the caller after the run. GEMM GB/s: the weight "
+                   "bytes over the spans of the two GEMM phases.\n\n");
+        fprintf(f, "| preset | M | threads | prefetch | ms |");
+        for (int q = 0; q < PH_COUNT; q++) fprintf(f, " %s |", k_phase_names[q]);
+        fprintf(f, "\n|---|---:|---:|---|---:|");
+        for (int q = 0; q < PH_COUNT; q++) fprintf(f, "---:|");
+        fprintf(f, "\n");
+        for (int i = 0; i < b->npts; i++) {
+            const point *p = &b->pts[i];
+            if (!p->profiled) continue;
+            fprintf(f, "| %s | %lld | %d | %s | %.3f |", p->p->name, (long long)p->M, p->threads, p->prefetch, p->ms);
+            for (int q = 0; q < PH_COUNT; q++) fprintf(f, " %.1f |", p->phase[q]);
+            fprintf(f, "\n");
+        }
     }
     fclose(f);
     json_t *rows[16 * 16 * 16];
@@ -309,6 +591,7 @@ static int write_outputs(const bench_cpu *b, bool json) {
         json_object_set_new(o, "M", json_integer(p->M));
         json_object_set_new(o, "threads", json_integer(p->threads));
         json_object_set_new(o, "isa", json_string(p->isa));
+        json_object_set_new(o, "prefetch", json_string(p->prefetch));
         json_object_set_new(o, "experts", json_integer(p->experts));
         json_object_set_new(o, "mb_read", json_real(p->mb));
         json_object_set_new(o, "ms_median", json_real(p->ms));
@@ -321,15 +604,45 @@ static int write_outputs(const bench_cpu *b, bool json) {
         json_object_set_new(o, "cpu", json_string(b->cpu));
         json_object_set_new(o, "commit", json_string(b->commit));
         json_object_set_new(o, "date", json_string(b->date));
+        for (int q = 0; q < PH_COUNT && p->profiled; q++) json_object_set_new(o, k_phase_keys[q], json_real(p->phase[q]));
     }
     if (cli_bench_write_jsonl(b->out, rows, b->npts, json) != 0) return -1;
     fprintf(cli_bench_text, "wrote %s.csv, %s.md and %s.jsonl\n", b->out, b->out, b->out);
     return 0;
 }
 
+/* --stream: the sweep when no --prefetch is given, then the measurement into PREFIX.md / .csv. */
+static int write_stream(bench_cpu *b, read_job *rj) {
+    static const char *const sweep[] = {"off",         "t0:2304",      "t0:4608",      "t0:9216",        "t0:18432",
+                                        "t1:4608",     "t1:9216",      "t1:18432",     "t2:9216",        "nta:4608",
+                                        "t0:8192:4096", "t1:8192:4096", "t1:16384:4096", "t2:16384:4096"};
+    if (b->nprefetch == 0)
+        for (size_t i = 0; i < sizeof sweep / sizeof sweep[0]; i++)
+            nvfp4moe_cpu_prefetch_parse(sweep[i], "sweep", &b->prefetch[b->nprefetch++]);
+    char path[600];
+    snprintf(path, sizeof path, "%s.md", b->out);
+    FILE *md = fopen(path, "w");
+    snprintf(path, sizeof path, "%s.csv", b->out);
+    FILE *csv = fopen(path, "w");
+    if (!md || !csv) {
+        fprintf(stderr, "nvfp4moe bench --cpu: cannot write %s.md / .csv\n", b->out);
+        if (md) fclose(md);
+        if (csv) fclose(csv);
+        return 1;
+    }
+    fprintf(md, "# CPU_FAST's integer kernel on %s\n\n- date: %s\n- commit: %s\n- command: `%s`\n\n", b->cpu, b->date,
+            b->commit, b->command);
+    const int rc = run_stream(b, rj, md, csv);
+    fclose(md);
+    fclose(csv);
+    if (rc == 0) fprintf(cli_bench_text, "wrote %s.csv and %s.md\n", b->out, b->out);
+    return rc != 0;
+}
+
 // ---- the command ----
 
-enum { O_CPU, O_PRESET, O_M, O_THREADS, O_SCHEME, O_ITERS, O_OUT, O_COMMIT, O_JSON, O_COUNT };
+enum { O_CPU, O_PRESET, O_M, O_THREADS, O_SCHEME, O_ITERS, O_OUT, O_COMMIT, O_JSON, O_PREFETCH, O_PROFILE, O_STREAM,
+       O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_CPU] = {"--cpu", NULL, "this mode: the CPU backend"},
     [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default qwen3-30b-a3b,deepseek-v3)"},
@@ -342,6 +655,13 @@ static const cli_opt k_opts[O_COUNT] = {
                                   "missing folders are created, existing files replaced"},
     [O_COMMIT] = {"--commit", "SHA", "recorded in the markdown (default: $NVFP4MOE_COMMIT or git rev-parse)"},
     [O_JSON] = {"--json", NULL, "print the points as JSON lines on stdout (the progress goes to stderr)"},
+    [O_PREFETCH] = {"--prefetch", "LIST", "prefetch settings to run each point with: default (the plan's), off,\n"
+                                          "or HINT:DISTANCE[:STRIDE] (HINT t0|t1|t2|nta, bytes; as\n"
+                                          "NVFP4MOE_CPU_PREFETCH)"},
+    [O_PROFILE] = {"--profile", NULL, "also where each point's time goes (the forward's phases, per thread)"},
+    [O_STREAM] = {"--stream", NULL, "the integer kernel alone instead of the layers: streaming from memory\n"
+                                    "with each --prefetch setting (default: a sweep) and on a tile in the\n"
+                                    "cache; writes PREFIX.csv and PREFIX.md"},
 };
 
 static void usage(FILE *f, const cli_layer_preset *presets, int n) {
@@ -353,7 +673,35 @@ static void usage(FILE *f, const cli_layer_preset *presets, int n) {
     fprintf(f, "\n\n");
     cli_opts_help(f, k_opts, O_COUNT);
     fprintf(f, "  -h, --help                this text\n\n"
-               "Environment: NVFP4MOE_CPU_ISA=portable|avx2|avx512 forces the kernels.\n");
+               "Environment: NVFP4MOE_CPU_ISA=portable|avx2|avx512 forces the kernels, NVFP4MOE_CPU_PREFETCH\n"
+               "the plans' prefetch setting.\n");
+}
+
+/* --prefetch: a comma-separated list of settings, "default" for the plan's own. Returns nonzero
+ * after a message. */
+static int parse_prefetch(bench_cpu *b, const char *v) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", v);
+    b->nprefetch = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (b->nprefetch == 16) {
+            fprintf(stderr, "nvfp4moe bench --cpu: --prefetch: at most 16 settings\n");
+            return 1;
+        }
+        const int i = b->nprefetch++;
+        b->prefetch_default[i] = nvfp4moe_name_eq(tok, "default");
+        const nvfp4moe_status st = b->prefetch_default[i] ? nvfp4moe_cpu_prefetch_default(&b->prefetch[i])
+                                                          : nvfp4moe_cpu_prefetch_parse(tok, "--prefetch", &b->prefetch[i]);
+        if (st != NVFP4MOE_OK) {
+            fprintf(stderr, "nvfp4moe bench --cpu: %s\n", nvfp4moe_last_error());
+            return 1;
+        }
+    }
+    if (b->nprefetch == 0) {
+        fprintf(stderr, "nvfp4moe bench --cpu: --prefetch: no setting in '%s'\n", v);
+        return 1;
+    }
+    return 0;
 }
 
 /* Parses a comma-separated list of integers in [min, max] into out (at most cap); returns the
@@ -430,6 +778,11 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
         case O_OUT: out = v; break;
         case O_COMMIT: commit = v; break;
         case O_JSON: json = true; break;
+        case O_PREFETCH:
+            if (parse_prefetch(b, v)) goto done;
+            break;
+        case O_PROFILE: b->profile = true; break;
+        case O_STREAM: b->stream = true; break;
         }
     }
     cli_bench_text = json ? stderr : stdout;
@@ -482,10 +835,14 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
     *rj = (read_job){.k = k, .buf = evict, .len = EVICT_BYTES};
     fprintf(cli_bench_text, "nvfp4moe bench --cpu on %s, kernels %s, commit %s\n", b->cpu, nvfp4moe_cpu_isa_name(k->isa), b->commit);
     int bad = 0;
-    for (int p = 0; p < b->npresets; p++) bad |= run_preset(b, b->presets[p], rj);
+    if (b->stream) {
+        bad = write_stream(b, rj);
+    } else {
+        for (int p = 0; p < b->npresets; p++) bad |= run_preset(b, b->presets[p], rj);
+    }
     free(evict);
     free(rj);
-    if (b->npts && write_outputs(b, json) != 0) bad = 1;
+    if (!b->stream && b->npts && write_outputs(b, json) != 0) bad = 1;
     rc = bad ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 done:
     free(b);
