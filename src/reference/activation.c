@@ -27,9 +27,13 @@ void nvfp4moe_activation_ref(const nvfp4moe_config *cfg, const double *in, doubl
 void nvfp4moe_activation_ref_range(const nvfp4moe_config *cfg, const double *in, int64_t lo, int64_t hi, double *out) {
     const int64_t I = cfg->intermediate_size;
     const nvfp4moe_act_params p = nvfp4moe_config_act_params(cfg);
+    /* Output i reads its own gate and up values only: in[i] and in[I + i], or in[2i] and
+     * in[2i + 1] when interleaved (a caller may own just those). */
+    const bool interleaved = cfg->activation == NVFP4MOE_ACT_SWIGLUOAI;
     const double *g = in, *u = in + I;
     for (int64_t i = lo; i < hi; i++) {
-        double gi = g[i], ui = nvfp4moe_activation_is_gated(cfg->activation) ? u[i] : 0.0;
+        double gi = interleaved ? 0.0 : g[i];
+        double ui = !interleaved && nvfp4moe_activation_is_gated(cfg->activation) ? u[i] : 0.0;
         switch (cfg->activation) {
         case NVFP4MOE_ACT_SILU:
             if (p.has_limit) {
