@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,8 +27,9 @@
 #endif
 
 enum {
-    SPIN_IDLE = 200000,    /* polls of an idle worker before it sleeps (about a millisecond) */
-    SPIN_WAIT = 4000,      /* polls in a barrier or a join before each yield */
+    SPIN_IDLE_NS = 1000000,   /* how long an idle worker polls before it sleeps */
+    SPIN_CLOCK = 256,         /* polls between two looks at the clock */
+    SPIN_WAIT = 4000,         /* polls in a barrier or a join before each yield */
     MAX_THREADS = 1024,
 };
 
@@ -91,17 +93,33 @@ nvfp4moe_status nvfp4moe_cpu_default_threads(int *n) {
 
 // ---- workers ----
 
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Polls gen for about SPIN_IDLE_NS (by the clock: a pause lasts 10 to 140 cycles depending on the
+ * CPU); returns its value, == seen if nothing came. */
+static unsigned poll_gen(nvfp4moe_cpu_pool *p, unsigned seen) {
+    const int64_t until = now_ns() + SPIN_IDLE_NS;
+    for (;;) {
+        for (int i = 0; i < SPIN_CLOCK; i++) {
+            unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+            if (g != seen) return g;
+            CPU_RELAX();
+        }
+        if (now_ns() >= until) return seen;
+    }
+}
+
 static void *worker_main(void *arg) {
     worker_arg a = *(worker_arg *)arg;
     free(arg);
     nvfp4moe_cpu_pool *p = a.pool;
     unsigned seen = 0;
     for (;;) {
-        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
-        for (int i = 0; g == seen && i < SPIN_IDLE; i++) {
-            CPU_RELAX();
-            g = atomic_load_explicit(&p->gen, memory_order_acquire);
-        }
+        unsigned g = poll_gen(p, seen);
         if (g == seen) {
             pthread_mutex_lock(&p->lock);
             while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) pthread_cond_wait(&p->wake, &p->lock);
