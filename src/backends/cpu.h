@@ -159,8 +159,24 @@ void nvfp4moe_cpu_stream_start(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *s
 
 /* Moves the cursor `bytes` further (NULL, or a finished or "off" cursor: nothing). Prefetches
  * never fault. */
-static inline void nvfp4moe_cpu_stream_advance(nvfp4moe_cpu_stream *s, size_t bytes) {
+#define NVFP4MOE_CPU_PF_SB(loc)                                                                    \
+    for (int i_ = 0; i_ < NVFP4MOE_CPU_SB_BYTES; i_ += 64) __builtin_prefetch(p_ + i_, 0, loc)
+
+static inline __attribute__((always_inline)) void nvfp4moe_cpu_stream_advance(nvfp4moe_cpu_stream *s, size_t bytes) {
     if (!s || s->hint == NVFP4MOE_CPU_PF_OFF) return;
+    /* The kernels' case: a superblock, every line, inside the segment (segments are whole
+     * superblocks, so the cursor stays on superblock boundaries). */
+    if (bytes == NVFP4MOE_CPU_SB_BYTES && s->stride == 64 && s->credit == 0 && s->off + bytes < s->seg->n) {
+        const uint8_t *p_ = s->seg->p + s->off;
+        switch (s->hint) {
+        case NVFP4MOE_CPU_PF_T0: NVFP4MOE_CPU_PF_SB(3); break;
+        case NVFP4MOE_CPU_PF_T1: NVFP4MOE_CPU_PF_SB(2); break;
+        case NVFP4MOE_CPU_PF_T2: NVFP4MOE_CPU_PF_SB(1); break;
+        default: NVFP4MOE_CPU_PF_SB(0); break;
+        }
+        s->off += bytes;
+        return;
+    }
     s->credit += bytes;
     switch (s->hint) {
     case NVFP4MOE_CPU_PF_T0: NVFP4MOE_CPU_STREAM_LOOP(3) break;
