@@ -13,9 +13,12 @@
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
 # --gpu: torch.ops.nvfp4moe.moe against the C API, stream order, CUDA graphs, torch.compile).
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
-# cpu: CPU_FAST on the host's cores (bench --cpu).
+# cpu: CPU_FAST on the host's cores: test_cpu_fast (every ISA the host runs, then each forced),
+# bench --cpu --profile, the kernel alone (--stream: a prefetch sweep over 1, 2, 4 .. nproc threads),
+# the decode layers per prefetch setting and per thread count.
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
-# TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS (default: all CPUs).
+# TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS (default: all CPUs),
+# CPU_PREFETCH (the layer's prefetch sweep, default default,off,t0:9216,t1:9216,t1:18432,t2:16384:4096).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +26,7 @@ if [ "${1:-}" = pack ]; then
     set -e
     make -j"$(nproc)" BUILD=build-dev build-all >/dev/null
     rm -rf .devbin && mkdir -p .devbin/b
-    cp build-dev/nvfp4moe build-dev/tests/gpu_test build-dev/tests/gpu_hopper_decode \
+    cp build-dev/nvfp4moe build-dev/tests/test_cpu_fast build-dev/tests/gpu_test build-dev/tests/gpu_hopper_decode \
        build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback \
        build-dev/tests/gpu_emulation .devbin/b/
     strip .devbin/b/*
@@ -119,11 +122,39 @@ if has others; then
     done
 fi
 if has cpu; then
-    lscpu >"$R/lscpu.txt" 2>&1
-    timeout 400 $B/nvfp4moe bench --cpu --preset qwen3-30b-a3b,deepseek-v3 --m "${CPU_M:-1,16,256}" \
-        ${CPU_THREADS:+--threads "$CPU_THREADS"} --iters 10 --commit "$commit" --out "$R/bench-cpu" \
+    { lscpu; echo; grep -E 'MemTotal' /proc/meminfo; echo "transparent_hugepage: $(cat /sys/kernel/mm/transparent_hugepage/enabled)";
+      echo "nproc: $(nproc)"; } >"$R/lscpu.txt" 2>&1
+    log "cpu: $(grep -m1 'Model name' "$R/lscpu.txt" | tr -s ' '); $(grep -E '^(Thread|Core)' "$R/lscpu.txt" | tr -s ' ' | tr '\n' ';')"
+    # correctness first: every ISA this CPU runs (the test iterates them), then each one forced
+    timeout 120 $B/test_cpu_fast >"$R/test_cpu_fast.txt" 2>&1
+    log "test_cpu_fast rc=$?: $(head -1 "$R/test_cpu_fast.txt"); $(tail -1 "$R/test_cpu_fast.txt")"
+    for isa in avx512 avx2 portable; do
+        NVFP4MOE_CPU_ISA=$isa timeout 120 $B/test_cpu_fast >"$R/test_cpu_fast_$isa.txt" 2>&1
+        log "test_cpu_fast NVFP4MOE_CPU_ISA=$isa rc=$?: $(tail -1 "$R/test_cpu_fast_$isa.txt")"
+    done
+    grep -E "^FAIL" "$R"/test_cpu_fast*.txt | head -10 | tee -a "$out/summary.txt"
+    n=$(nproc); sweep=1; t=2; while [ "$t" -lt "$n" ]; do sweep="$sweep,$t"; t=$((t * 2)); done; sweep="$sweep,$n"
+    # the layers as the targets measure them, with where the time goes
+    timeout 300 $B/nvfp4moe bench --cpu --preset qwen3-30b-a3b,deepseek-v3 --m "${CPU_M:-1,16,256}" \
+        ${CPU_THREADS:+--threads "$CPU_THREADS"} --iters 10 --profile --commit "$commit" --out "$R/bench-cpu" \
         >"$R/bench-cpu.log" 2>&1
-    log "bench --cpu rc=$?: $(grep -m1 'Model name' "$R/lscpu.txt" | tr -s ' ')"
+    log "bench --cpu --profile rc=$?"
+    grep -E "^  M=|^ +us:" "$R/bench-cpu.log" | tee -a "$out/summary.txt"
+    # the kernel alone: streaming per prefetch setting and thread count, and on a cached tile
+    timeout 240 $B/nvfp4moe bench --cpu --stream --threads "$sweep" --commit "$commit" --out "$R/bench-cpu-stream" \
+        >"$R/bench-cpu-stream.log" 2>&1
+    log "bench --cpu --stream (threads $sweep) rc=$?"
+    grep -E "stream +$n threads|cached tile +($n|1) threads" "$R/bench-cpu-stream.log" | tee -a "$out/summary.txt"
+    # the decode layers per prefetch setting (one plan per preset), then per thread count
+    timeout 240 $B/nvfp4moe bench --cpu --preset qwen3-30b-a3b,deepseek-v3 --m 1,16 \
+        --prefetch "${CPU_PREFETCH:-default,off,t0:9216,t1:9216,t1:18432,t2:16384:4096}" --iters 10 --profile \
+        --commit "$commit" --out "$R/bench-cpu-prefetch" >"$R/bench-cpu-prefetch.log" 2>&1
+    log "bench --cpu --prefetch rc=$?"
+    grep -E "^  M=" "$R/bench-cpu-prefetch.log" | tee -a "$out/summary.txt"
+    timeout 400 $B/nvfp4moe bench --cpu --preset qwen3-30b-a3b,deepseek-v3 --m 1,16 --threads "$sweep" --iters 10 \
+        --profile --commit "$commit" --out "$R/bench-cpu-threads" >"$R/bench-cpu-threads.log" 2>&1
+    log "bench --cpu --threads $sweep rc=$?"
+    grep -E "threads: plan|^  M=" "$R/bench-cpu-threads.log" | tee -a "$out/summary.txt"
 fi
 if has cli; then
     # the tool's files through the GPU backends: run --output, routing from files, compare
