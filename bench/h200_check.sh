@@ -18,7 +18,7 @@
 # the decode layers per prefetch setting and per thread count.
 # Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
 # TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS (default: all CPUs),
-# CPU_PREFETCH (the layer's prefetch sweep, default default,off,t0:9216,t1:9216,t1:18432,t2:16384:4096).
+# CPU_PREFETCH (the layer's prefetch sweep, default default,off,t0:4608,t1:18432,t2:18432,t2:16384:4096).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -147,7 +147,7 @@ if has cpu; then
     grep -E "stream +$n threads|cached tile +($n|1) threads" "$R/bench-cpu-stream.log" | tee -a "$out/summary.txt"
     # the decode layers per prefetch setting (one plan per preset), then per thread count
     timeout 240 $B/nvfp4moe bench --cpu --preset qwen3-30b-a3b,deepseek-v3 --m 1,16 \
-        --prefetch "${CPU_PREFETCH:-default,off,t0:9216,t1:9216,t1:18432,t2:16384:4096}" --iters 10 --profile \
+        --prefetch "${CPU_PREFETCH:-default,off,t0:4608,t1:18432,t2:18432,t2:16384:4096}" --iters 10 --profile \
         --commit "$commit" --out "$R/bench-cpu-prefetch" >"$R/bench-cpu-prefetch.log" 2>&1
     log "bench --cpu --prefetch rc=$?"
     grep -E "^  M=" "$R/bench-cpu-prefetch.log" | tee -a "$out/summary.txt"

@@ -613,9 +613,9 @@ static int write_outputs(const bench_cpu *b, bool json) {
 
 /* --stream: the sweep when no --prefetch is given, then the measurement into PREFIX.md / .csv. */
 static int write_stream(bench_cpu *b, read_job *rj) {
-    static const char *const sweep[] = {"off",         "t0:2304",      "t0:4608",      "t0:9216",        "t0:18432",
-                                        "t1:4608",     "t1:9216",      "t1:18432",     "t2:9216",        "nta:4608",
-                                        "t0:8192:4096", "t1:8192:4096", "t1:16384:4096", "t2:16384:4096"};
+    static const char *const sweep[] = {"off",      "t0:4608",  "t0:9216",  "t0:18432", "t1:4608",      "t1:9216",
+                                        "t1:18432", "t1:36864", "t2:9216",  "t2:18432", "t2:36864",     "nta:4608",
+                                        "nta:9216", "t0:8192:4096", "t2:16384:4096"};
     if (b->nprefetch == 0)
         for (size_t i = 0; i < sizeof sweep / sizeof sweep[0]; i++)
             nvfp4moe_cpu_prefetch_parse(sweep[i], "sweep", &b->prefetch[b->nprefetch++]);

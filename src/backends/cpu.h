@@ -120,7 +120,7 @@ typedef struct nvfp4moe_cpu_prefetch {
 nvfp4moe_status nvfp4moe_cpu_prefetch_parse(const char *text, const char *what, nvfp4moe_cpu_prefetch *out);
 /* Writes a setting in the form the parser reads. */
 void nvfp4moe_cpu_prefetch_format(const nvfp4moe_cpu_prefetch *p, char *buf, size_t n);
-/* The setting plans use: NVFP4MOE_CPU_PREFETCH when set, else the built-in one (t0:4608). */
+/* The setting plans use: NVFP4MOE_CPU_PREFETCH when set, else the built-in one (t1:9216). */
 nvfp4moe_status nvfp4moe_cpu_prefetch_default(nvfp4moe_cpu_prefetch *out);
 
 /* One contiguous run of a thread's weight reads. */

@@ -597,9 +597,11 @@ nvfp4moe_status nvfp4moe_cpu_kernels_select(const nvfp4moe_cpu_kernels **out) {
 
 static const char *const k_pf_names[NVFP4MOE_CPU_PF_HINT_COUNT] = {"off", "t0", "t1", "t2", "nta"};
 
-/* The built-in setting: the line a superblock's kernel work ends on asks for the line 8
- * superblocks (4608 bytes) further on, into every level. */
-static const nvfp4moe_cpu_prefetch k_pf_default = {NVFP4MOE_CPU_PF_T0, 8 * NVFP4MOE_CPU_SB_BYTES, 64};
+/* The built-in setting: every line 16 superblocks (9216 bytes) ahead, into L2. On the test
+ * machine's Zen 5 the kernel then streams at 84 - 95 % of the plain read bandwidth on one thread
+ * (tiles of 768, 2048 and 7168 columns, one activation row; medians of interleaved runs), against
+ * 60 - 87 % with the earlier t0:4608. */
+static const nvfp4moe_cpu_prefetch k_pf_default = {NVFP4MOE_CPU_PF_T1, 16 * NVFP4MOE_CPU_SB_BYTES, 64};
 
 static bool parse_bytes(const char *p, char **end, int64_t *v) {
     if (*p < '0' || *p > '9') return false;
