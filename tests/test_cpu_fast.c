@@ -568,6 +568,64 @@ static void test_settings(void) {
     nvfp4moe_layer_free(l);
 }
 
+/* The benchmark's handles on a plan: its prefetch setting, and the phase times of a forward, in
+ * the order the phases run. */
+static void test_plan_internals(void) {
+    T_CASE("prefetch setting and profile of a plan");
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 8;
+    c.top_k = 2;
+    c.hidden_size = 128;
+    c.intermediate_size = 64;
+    c.scheme = NVFP4MOE_SCHEME_W4A4;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, 9, &l));
+    if (!l) return;
+    nvfp4moe_device dev = t_cpu();
+    nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &dev, .num_threads = 3};
+    nvfp4moe_plan *plan = NULL, *ref = NULL;
+    CHECK_OK(nvfp4moe_plan_create(&c, &l->w, &po, &plan));
+    po.backend = "cpu_reference";
+    CHECK_OK(nvfp4moe_plan_create(&c, &l->w, &po, &ref));
+    if (!plan || !ref) goto out;
+    nvfp4moe_cpu_prefetch set, got;
+    CHECK_OK(nvfp4moe_cpu_prefetch_parse("t2:2048:128", "test", &set));
+    CHECK_OK(nvfp4moe_cpu_fast_prefetch(plan, &set, NULL));
+    CHECK_OK(nvfp4moe_cpu_fast_prefetch(plan, NULL, &got));
+    CHECK(got.hint == set.hint && got.distance == set.distance && got.stride == set.stride, "the setting reads back");
+    CHECK_ERR(nvfp4moe_cpu_fast_prefetch(ref, &set, NULL), NVFP4MOE_ERR_INVALID_ARGUMENT, "not a CPU_FAST plan");
+    CHECK(nvfp4moe_cpu_fast_profile(ref, true) == NULL, "no profile of another backend");
+    const nvfp4moe_cpu_profile *pr = nvfp4moe_cpu_fast_profile(plan, true);
+    CHECK(pr && pr->nthreads == 3, "a profile of 3 threads");
+    enum { M = 5 };
+    uint16_t hidden[M * 128], out[M * 128];
+    float logits[M * 8];
+    nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, M * 128, 10);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * 8, 11);
+    nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out};
+    CHECK_OK(nvfp4moe_plan_forward(plan, &io, NULL));
+    if (pr) {
+        int bad = !(pr->entry <= pr->run && pr->run <= pr->joined && pr->joined <= pr->exit && pr->passes == 1);
+        for (int t = 0; t < pr->nthreads; t++) {
+            bad += pr->thread[t].t[0] < pr->run || pr->thread[t].t[NVFP4MOE_CPU_AT_END] > pr->joined;
+            for (int k = 1; k < NVFP4MOE_CPU_AT_COUNT; k++) bad += pr->thread[t].t[k] < pr->thread[t].t[k - 1];
+        }
+        /* no thread leaves a barrier before the last one reached it */
+        for (int t = 0; t < pr->nthreads; t++)
+            for (int u = 0; u < pr->nthreads; u++)
+                bad += pr->thread[t].t[NVFP4MOE_CPU_AT_GEMM1_GO] < pr->thread[u].t[NVFP4MOE_CPU_AT_INPUTS] ||
+                       pr->thread[t].t[NVFP4MOE_CPU_AT_GEMM2_GO] < pr->thread[u].t[NVFP4MOE_CPU_AT_ROWS];
+        CHECK(bad == 0, "%d times out of order", bad);
+    }
+    CHECK(nvfp4moe_cpu_fast_profile(plan, false) == NULL, "recording off");
+    CHECK_OK(nvfp4moe_plan_forward(plan, &io, NULL));
+out:
+    nvfp4moe_plan_destroy(plan);
+    nvfp4moe_plan_destroy(ref);
+    nvfp4moe_layer_free(l);
+}
+
 // ---- the pool ----
 
 typedef struct {
@@ -669,6 +727,7 @@ int main(void) {
     test_settings();
     test_stream();
     test_prefetch_settings();
+    test_plan_internals();
     test_pool();
     return t_finish("test_cpu_fast");
 }
