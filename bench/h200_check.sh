@@ -140,6 +140,8 @@ if has cpu; then
         >"$R/bench-cpu.log" 2>&1
     log "bench --cpu --profile rc=$?"
     grep -E "^  M=|^ +us:" "$R/bench-cpu.log" | tee -a "$out/summary.txt"
+    # CPU_SWEEPS=0 stops here
+    if [ "${CPU_SWEEPS:-1}" = 1 ]; then
     # the kernel alone: streaming per prefetch setting and thread count, and on a cached tile
     timeout 240 $B/nvfp4moe bench --cpu --stream --threads "$sweep" --commit "$commit" --out "$R/bench-cpu-stream" \
         >"$R/bench-cpu-stream.log" 2>&1
@@ -155,6 +157,7 @@ if has cpu; then
         --profile --commit "$commit" --out "$R/bench-cpu-threads" >"$R/bench-cpu-threads.log" 2>&1
     log "bench --cpu --threads $sweep rc=$?"
     grep -E "threads: plan|^  M=" "$R/bench-cpu-threads.log" | tee -a "$out/summary.txt"
+    fi
 fi
 if has cli; then
     # the tool's files through the GPU backends: run --output, routing from files, compare
