@@ -225,6 +225,56 @@ static void test_fused_transposed(void) {
     nvfp4moe_ckpt_layer_free(q);
 }
 
+/* Every decoder-layer prefix a published MoE checkpoint uses loads, whatever config.json's model
+ * type suggests: plain causal LMs (model.layers), Llama-4's multimodal wrapper
+ * (language_model.model.layers) and Qwen3-VL-MoE / Qwen3.5-MoE's (model.language_model.layers). */
+static void test_layer_prefixes(void) {
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 13);
+    if (!q) return;
+    const char *prefixes[] = {"model.layers", "language_model.model.layers", "model.language_model.layers"};
+    for (int i = 0; i < 3; i++) {
+        char name[96], sub[16];
+        snprintf(name, sizeof name, "layer prefix %s", prefixes[i]);
+        T_CASE(name);
+        snprintf(sub, sizeof sub, "prefix%d", i);
+        const char *d = dir_in(sub);
+        nvfp4moe_st_writer *w = NULL;
+        CHECK_OK(nvfp4moe_st_writer_create(&w));
+        CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_MODELOPT, prefixes[i], 1, q, NULL));
+        char p[700];
+        snprintf(p, sizeof p, "%s/model.safetensors", d);
+        CHECK_OK(nvfp4moe_st_writer_save(w, p));
+        nvfp4moe_st_writer_free(w);
+        CHECK_OK(nvfp4moe_model_config_write(d, &q->layer.cfg, 2, 1, NVFP4MOE_CKPT_MODELOPT, NULL, NULL));
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(d, 1, &l));
+        if (l) {
+            same_weights(&cfg, &q->layer.w, &l->layer.w);
+            CHECK(l->router && same_floats(l->router, q->router, (size_t)(cfg.num_experts * cfg.hidden_size)),
+                  "router under %s", prefixes[i]);
+        }
+        nvfp4moe_ckpt_layer_free(l);
+    }
+    T_CASE("a prefix no checkpoint uses: the message lists the ones tried");
+    {
+        const char *d = dir_in("prefix_other");
+        nvfp4moe_st_writer *w = NULL;
+        CHECK_OK(nvfp4moe_st_writer_create(&w));
+        CHECK_OK(nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_MODELOPT, "transformer.h", 1, q, NULL));
+        char p[700];
+        snprintf(p, sizeof p, "%s/model.safetensors", d);
+        CHECK_OK(nvfp4moe_st_writer_save(w, p));
+        nvfp4moe_st_writer_free(w);
+        CHECK_OK(nvfp4moe_model_config_write(d, &q->layer.cfg, 2, 1, NVFP4MOE_CKPT_MODELOPT, NULL, NULL));
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_ERR(nvfp4moe_ckpt_layer_load(d, 1, &l), NVFP4MOE_ERR_NOT_FOUND,
+                  "{model.layers,language_model.model.layers,model.language_model.layers}.1.{mlp,");
+        CHECK(l == NULL, "output written on failure");
+    }
+    nvfp4moe_ckpt_layer_free(q);
+}
+
 // ---- broken checkpoints ----
 
 /* Halves every block scale of one projection: exact for normal E4M3 values. Returns a malloc'd
@@ -580,6 +630,19 @@ static void test_model_configs(void) {
                   !nvfp4moe_model_info_is_excluded(i, "model.layers.7.mlp.experts"),
               "re: exclusions");
     }
+    nvfp4moe_model_info_free(i);
+
+    T_CASE("Qwen3-VL-MoE: the language model's fields in text_config, layers under model.language_model");
+    i = parse("{\"model_type\":\"qwen3_vl_moe\",\"architectures\":[\"Qwen3VLMoeForConditionalGeneration\"],"
+              "\"text_config\":{\"model_type\":\"qwen3_vl_moe_text\",\"hidden_size\":2048,"
+              "\"moe_intermediate_size\":768,\"num_experts\":128,\"num_experts_per_tok\":8,"
+              "\"num_hidden_layers\":48,\"decoder_sparse_step\":1,\"norm_topk_prob\":true,"
+              "\"hidden_act\":\"silu\"},\"vision_config\":{\"depth\":27}}",
+              NULL);
+    if (i)
+        CHECK(!strcmp(i->prefix, "model.language_model.layers") && i->cfg.num_experts == 128 &&
+                  i->num_moe_layers == 48 && i->cfg.routing == NVFP4MOE_ROUTING_RENORMALIZE,
+              "prefix '%s', %d experts", i->prefix, i->cfg.num_experts);
     nvfp4moe_model_info_free(i);
 
     T_CASE("compressed-tensors W4A16 (no input_activations)");
@@ -1453,6 +1516,7 @@ int main(void) {
     test_model_configs();
     test_round_trip_formats();
     test_fused_transposed();
+    test_layer_prefixes();
     test_reconcile();
     test_broken_layers();
     test_schemes_and_bias();

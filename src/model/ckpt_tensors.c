@@ -328,11 +328,13 @@ static bool has_prefix(const nvfp4moe_st_model *m, const char *prefix) {
     return t && !strncmp(t->name, prefix, strlen(prefix));
 }
 
-/* Sets c->base to the layer's MoE module ("model.layers.3.mlp."), or NOT_FOUND. */
+/* Sets c->base to the layer's MoE module ("model.layers.3.mlp."), or NOT_FOUND. The config's
+ * prefix is tried first, then every one of k_prefixes. */
 nvfp4moe_status nvfp4moe_ckpt_find_layer(load_ctx *c) {
     char probe[256];
     const char *first = c->info ? c->info->prefix : NULL;
-    for (int p = -1; k_prefixes[p + 1] || p < 0; p++) {
+    const int n_prefixes = (int)(sizeof k_prefixes / sizeof k_prefixes[0]) - 1;
+    for (int p = -1; p < n_prefixes; p++) {
         const char *pre = p < 0 ? first : k_prefixes[p];
         if (!pre || !*pre) continue;
         for (int m = 0; k_modules[m]; m++) {
@@ -343,11 +345,17 @@ nvfp4moe_status nvfp4moe_ckpt_find_layer(load_ctx *c) {
             }
         }
     }
+    char tried[256] = "";
+    size_t n = 0;
+    for (int p = -1; p < n_prefixes && n < sizeof tried; p++) {
+        const char *pre = p < 0 ? first : k_prefixes[p];
+        if (!pre || !*pre || (p >= 0 && first && !strcmp(pre, first))) continue;
+        n += (size_t)snprintf(tried + n, sizeof tried - n, "%s%s", n ? "," : "", pre);
+    }
     return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND,
                               "%s: layer %d: no expert tensors (looked for "
-                              "%s.%d.{mlp,feed_forward,block_sparse_moe}.experts.*)",
-                              c->where, c->layer, first && *first ? first : "model.layers",
-                              c->layer);
+                              "{%s}.%d.{mlp,feed_forward,block_sparse_moe}.experts.*)",
+                              c->where, c->layer, tried, c->layer);
 }
 
 /* What the layer's tensors are: sets *fmt, *quantized, and the projection names. */

@@ -531,10 +531,14 @@ static nvfp4moe_status parse_model(json_t *root, json_t *hfq, const char *name,
     NVFP4MOE_TRY(get_str(c, "model_type", src, &mt));
     if (!mt) NVFP4MOE_TRY(get_str(root, "model_type", src, &mt));
     nvfp4moe_strlcpy(info->model_type, mt ? mt : "", sizeof info->model_type);
-    nvfp4moe_strlcpy(info->prefix,
-                     mt && !strcmp(mt, "llama4") ? "language_model.model.layers"
-                                                     : "model.layers",
-                     sizeof info->prefix);
+    // Where the decoder layers' tensors are (the loaders try the others too): Llama-4's multimodal
+    // wrapper, Qwen3-VL-MoE's and Qwen3.5-MoE's (model_type qwen3_vl_moe_text / qwen3_5_moe_text in
+    // text_config), else the plain causal LM's.
+    const char *prefix = "model.layers";
+    if (mt && !strcmp(mt, "llama4")) prefix = "language_model.model.layers";
+    else if (mt && (!strncmp(mt, "qwen3_vl_moe", 12) || !strncmp(mt, "qwen3_5_moe", 11)))
+        prefix = "model.language_model.layers";
+    nvfp4moe_strlcpy(info->prefix, prefix, sizeof info->prefix);
 
     static const char *const k_experts[] = {"num_experts", "n_routed_experts", "num_local_experts",
                                             "moe_num_experts", NULL};
