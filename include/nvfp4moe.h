@@ -809,8 +809,9 @@ typedef struct nvfp4moe_float_layer {
 NVFP4MOE_API nvfp4moe_status nvfp4moe_float_layer_random(const nvfp4moe_config *cfg, uint64_t seed,
                                                          nvfp4moe_float_layer **out);
 /* Reads layer `layer` of an unquantized (BF16/F16/F32) checkpoint: per-expert
- * experts.E.{gate,up,down}_proj.weight, or fused experts.gate_up_proj [E, H, N1] / down_proj
- * [E, I, H] (the Hugging Face [in, out] layout), and the router (gate.weight or router.weight,
+ * experts.E.{gate,up,down}_proj.weight (or w1/w3/w2, or experts.{gate,up,down}_proj.E.weight), or
+ * fused experts.gate_up_proj [E, H, N1] / down_proj [E, I, H] (the Hugging Face [in, out] layout)
+ * or [E, N1, H] / [E, H, I] (Transformers v5, Qwen3.5-MoE), and the router (gate.weight or router.weight,
  * with its bias gate.bias / router.bias when present; router_name says which). Expert biases
  * (per-expert experts.E.{gate,up,down}_proj.bias, or fused experts.gate_up_proj_bias [E, N1] and
  * down_proj_bias [E, H], gpt-oss) set cfg.has_bias; a bias without its counterparts, or on some

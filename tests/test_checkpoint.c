@@ -60,6 +60,17 @@ static bool same_floats(const float *a, const float *b, size_t n) {
     return memcmp(a, b, n * sizeof(float)) == 0;
 }
 
+/* Whether dir/model.safetensors holds a tensor of that name. */
+static bool file_has_tensor(const char *dir, const char *name) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    nvfp4moe_st_file *f = NULL;
+    if (nvfp4moe_st_open(p, &f) != NVFP4MOE_OK) return false;
+    bool has = nvfp4moe_st_file_find(f, name) != NULL;
+    nvfp4moe_st_close(f);
+    return has;
+}
+
 // ---- round trips ----
 
 
@@ -273,6 +284,184 @@ static void test_layer_prefixes(void) {
         CHECK(l == NULL, "output written on failure");
     }
     nvfp4moe_ckpt_layer_free(q);
+}
+
+/* dir_src/model.safetensors copied to dir_dst with every tensor renamed by rename (NULL: dropped),
+ * and dir_src's configs. */
+static void copy_renamed(const char *src_dir, const char *dst_dir, void (*rename)(const char *, char *, size_t)) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", src_dir);
+    nvfp4moe_st_file *f = NULL;
+    CHECK_OK(nvfp4moe_st_open(p, &f));
+    nvfp4moe_st_writer *w = NULL;
+    CHECK_OK(nvfp4moe_st_writer_create(&w));
+    for (size_t i = 0; f && i < nvfp4moe_st_file_count(f); i++) {
+        const nvfp4moe_st_tensor *t = nvfp4moe_st_file_tensor(f, i);
+        char name[320];
+        rename(t->name, name, sizeof name);
+        CHECK_OK(nvfp4moe_st_writer_add(w, name, t->dtype, t->ndim, t->shape, t->data));
+    }
+    nvfp4moe_st_close(f);
+    snprintf(p, sizeof p, "%s/model.safetensors", dst_dir);
+    CHECK_OK(nvfp4moe_st_writer_save(w, p));
+    nvfp4moe_st_writer_free(w);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "cp '%s'/*.json '%s'/", src_dir, dst_dir);
+    CHECK(system(cmd) == 0, "copy configs");
+}
+
+/* "model.layers.L.mlp.experts.E.P.leaf" -> "model.language_model.layers.L.mlp.experts.P.E.leaf", as
+ * ModelOpt writes Qwen3-VL-MoE (the projection before the expert index). */
+static void rename_proj_first(const char *in, char *out, size_t len) {
+    const char *x = strstr(in, ".experts.");
+    const char *rest = in + strlen("model.layers");
+    if (!x) {
+        snprintf(out, len, "model.language_model.layers%s", rest);
+        return;
+    }
+    const char *e = x + strlen(".experts."), *dot = strchr(e, '.'), *leaf = dot ? strchr(dot + 1, '.') : NULL;
+    if (!dot || !leaf) {
+        snprintf(out, len, "model.language_model.layers%s", rest);
+        return;
+    }
+    snprintf(out, len, "model.language_model.layers%.*s.experts.%.*s.%.*s%s", (int)(x - rest), rest,
+             (int)(leaf - dot - 1), dot + 1, (int)(dot - e), e, leaf);
+}
+
+/* "mlp." -> "block_sparse_moe.", gate_proj/up_proj/down_proj -> w1/w3/w2: Mixtral's and MiniMax-M2's
+ * names. */
+static void rename_mixtral(const char *in, char *out, size_t len) {
+    char tmp[320];
+    const char *m = strstr(in, ".mlp.");
+    if (m) snprintf(tmp, sizeof tmp, "%.*s.block_sparse_moe.%s", (int)(m - in), in, m + 5);
+    else snprintf(tmp, sizeof tmp, "%s", in);
+    const char *from[3] = {"gate_proj", "up_proj", "down_proj"}, *to[3] = {"w1", "w3", "w2"};
+    for (int i = 0; i < 3; i++) {
+        char *at = strstr(tmp, from[i]);
+        if (!at) continue;
+        snprintf(out, len, "%.*s%s%s", (int)(at - tmp), tmp, to[i], at + strlen(from[i]));
+        return;
+    }
+    snprintf(out, len, "%s", tmp);
+}
+
+/* The expert naming vLLM's loaders accept: each one loads to the same layer. */
+static void test_expert_names(void) {
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 17);
+    if (!q) return;
+    const int64_t E = cfg.num_experts, H = cfg.hidden_size;
+    const nvfp4moe_ckpt_format fmts[2] = {NVFP4MOE_CKPT_MODELOPT, NVFP4MOE_CKPT_COMPRESSED_TENSORS};
+    for (int i = 0; i < 2; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s, experts.<proj>.<e> under model.language_model.layers",
+                 nvfp4moe_ckpt_format_name(fmts[i]));
+        T_CASE(name);
+        const char *src = dir_in(i ? "names_ct" : "names_mo"), *dst = dir_in(i ? "names_ct_pf" : "names_mo_pf");
+        save_layer(src, fmts[i], q, 0);
+        copy_renamed(src, dst, rename_proj_first);
+        CHECK(file_has_tensor(dst, "model.language_model.layers.0.mlp.experts.up_proj.3.weight_scale"),
+              "the fixture is named projection first");
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(dst, 0, &l));
+        if (l) {
+            same_weights(&cfg, &q->layer.w, &l->layer.w);
+            CHECK(l->router && same_floats(l->router, q->router, (size_t)(E * H)), "router");
+            CHECK(l->warnings.count == 0, "warning: %s", l->warnings.text[0]);
+        }
+        nvfp4moe_ckpt_layer_free(l);
+        // A missing tensor is named in the layout's own order.
+        const char *bad = dir_in(i ? "names_ct_bad" : "names_mo_bad");
+        const edit drop = {i ? "model.language_model.layers.0.mlp.experts.down_proj.2.weight_global_scale"
+                             : "model.language_model.layers.0.mlp.experts.down_proj.2.weight_scale_2",
+                           0, 0, 0, {0}, NULL};
+        rewrite(dst, bad, &drop, 1);
+        ckpt_load_fails(bad, NVFP4MOE_ERR_NOT_FOUND, drop.name);
+    }
+    T_CASE("Mixtral / MiniMax-M2: block_sparse_moe.experts.<e>.{w1,w3,w2}");
+    {
+        const char *src = dir_in("names_mo"), *dst = dir_in("names_mixtral");
+        copy_renamed(src, dst, rename_mixtral);
+        CHECK(file_has_tensor(dst, "model.layers.0.block_sparse_moe.experts.1.w3.weight") &&
+                  file_has_tensor(dst, "model.layers.0.block_sparse_moe.gate.weight"),
+              "the fixture has Mixtral's names");
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(dst, 0, &l));
+        if (l) {
+            same_weights(&cfg, &q->layer.w, &l->layer.w);
+            CHECK(l->router && same_floats(l->router, q->router, (size_t)(E * H)), "router");
+        }
+        nvfp4moe_ckpt_layer_free(l);
+    }
+    nvfp4moe_ckpt_layer_free(q);
+
+    // Unquantized sources (quantize --in): per expert projection first, and fused experts in both
+    // orientations.
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(&cfg, 19, &f));
+    if (!f) return;
+    const int64_t I = cfg.intermediate_size, N1 = 2 * I;
+    T_CASE("BF16 source, experts.<proj>.<e>");
+    {
+        const char *src = dir_in("names_f"), *dst = dir_in("names_f_pf");
+        write_float_model(src, &cfg, f);
+        copy_renamed(src, dst, rename_proj_first);
+        nvfp4moe_model_info *info = NULL;
+        nvfp4moe_st_model *m = NULL;
+        nvfp4moe_float_layer *g = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(dst, &info));
+        CHECK_OK(nvfp4moe_st_model_open(dst, &m));
+        if (info && m) CHECK_OK(nvfp4moe_float_layer_load(info, m, 0, &g));
+        if (g)
+            CHECK(same_floats(g->w13, f->w13, (size_t)(E * N1 * H)) && same_floats(g->w2, f->w2, (size_t)(E * H * I)),
+                  "weights differ");
+        nvfp4moe_float_layer_free(g);
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+    }
+    for (int t = 0; t < 2; t++) {
+        T_CASE(t ? "BF16 source, fused [E, H, 2I] / [E, I, H] (Qwen3-VL-MoE)"
+                 : "BF16 source, fused [E, 2I, H] / [E, H, I] (Transformers v5, Qwen3.5-MoE)");
+        const char *dst = dir_in(t ? "names_fused_t" : "names_fused_n");
+        nvfp4moe_st_writer *w = NULL;
+        CHECK_OK(nvfp4moe_st_writer_create(&w));
+        uint16_t *gu = malloc(sizeof(uint16_t) * (size_t)(E * N1 * H)), *dn = malloc(sizeof(uint16_t) * (size_t)(E * H * I));
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t n = 0; n < N1; n++)
+                for (int64_t k = 0; k < H; k++)
+                    gu[t ? (e * H + k) * N1 + n : (e * N1 + n) * H + k] =
+                        nvfp4moe_bf16_from_float(f->w13[(e * N1 + n) * H + k]);
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t n = 0; n < H; n++)
+                for (int64_t k = 0; k < I; k++)
+                    dn[t ? (e * I + k) * H + n : (e * H + n) * I + k] =
+                        nvfp4moe_bf16_from_float(f->w2[(e * H + n) * I + k]);
+        int64_t dgu[3] = {E, t ? H : N1, t ? N1 : H}, ddn[3] = {E, t ? I : H, t ? H : I};
+        CHECK_OK(nvfp4moe_st_writer_add(w, "model.language_model.layers.0.mlp.experts.gate_up_proj", NVFP4MOE_ST_BF16,
+                                        3, dgu, gu));
+        CHECK_OK(nvfp4moe_st_writer_add(w, "model.language_model.layers.0.mlp.experts.down_proj", NVFP4MOE_ST_BF16, 3,
+                                        ddn, dn));
+        char p[700];
+        snprintf(p, sizeof p, "%s/model.safetensors", dst);
+        CHECK_OK(nvfp4moe_st_writer_save(w, p));
+        nvfp4moe_st_writer_free(w);
+        free(gu);
+        free(dn);
+        CHECK_OK(nvfp4moe_model_config_write(dst, &cfg, 1, 0, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL));
+        nvfp4moe_model_info *info = NULL;
+        nvfp4moe_st_model *m = NULL;
+        nvfp4moe_float_layer *g = NULL;
+        CHECK_OK(nvfp4moe_model_info_read(dst, &info));
+        CHECK_OK(nvfp4moe_st_model_open(dst, &m));
+        if (info && m) CHECK_OK(nvfp4moe_float_layer_load(info, m, 0, &g));
+        if (g)
+            CHECK(same_floats(g->w13, f->w13, (size_t)(E * N1 * H)) && same_floats(g->w2, f->w2, (size_t)(E * H * I)),
+                  "weights differ");
+        nvfp4moe_float_layer_free(g);
+        nvfp4moe_st_model_close(m);
+        nvfp4moe_model_info_free(info);
+    }
+    nvfp4moe_float_layer_free(f);
 }
 
 // ---- broken checkpoints ----
@@ -1517,6 +1706,7 @@ int main(void) {
     test_round_trip_formats();
     test_fused_transposed();
     test_layer_prefixes();
+    test_expert_names();
     test_reconcile();
     test_broken_layers();
     test_schemes_and_bias();

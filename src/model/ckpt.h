@@ -23,6 +23,8 @@ typedef struct {
     nvfp4moe_config cfg;
     char base[160];             /* "model.layers.3.mlp." */
     const char *gate, *up, *down; /* projection names: gate_proj/up_proj/down_proj or w1/w3/w2 */
+    bool proj_first;            /* per-expert tensors named experts.<proj>.<e>.* (ModelOpt's
+                                   Qwen3-VL-MoE), not experts.<e>.<proj>.* */
     bool check_only;
     nvfp4moe_warnings *warn;
     ckpt_storage *st;
@@ -59,6 +61,10 @@ nvfp4moe_status nvfp4moe_ckpt_check_finite(const nvfp4moe_st_tensor *t);
  * compressed-tensors). */
 nvfp4moe_status nvfp4moe_ckpt_scalar(const nvfp4moe_st_tensor *t, float *v);
 nvfp4moe_status nvfp4moe_ckpt_global_scale(const nvfp4moe_st_tensor *t, float v, bool reciprocal, float *out);
+/* The suffix of expert e's tensor <leaf> of projection proj under the layer's module, in the
+ * layer's order: "experts.3.up_proj.weight" (or "experts.up_proj.3.weight"). */
+void nvfp4moe_ckpt_expert_suffix(const load_ctx *c, int32_t e, const char *proj, const char *leaf, char *buf,
+                                 size_t len);
 /* Canonical w13 row of element i of a half (0 gate, 1 up). */
 int64_t nvfp4moe_ckpt_w13_row(const nvfp4moe_config *cfg, int half, int64_t i);
 /* Whether the layer has expert biases: all of them (every projection of every expert, or both

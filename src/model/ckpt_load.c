@@ -91,16 +91,16 @@ static nvfp4moe_status proj_resolve(load_ctx *c, int32_t e, const char *proj, in
                                     int64_t cols, bool ct, proj_view *v) {
     char suf[160];
     const bool w4a16 = c->cfg.scheme == NVFP4MOE_SCHEME_W4A16;
-    snprintf(suf, sizeof suf, "experts.%d.%s.%s", e, proj, ct ? "weight_packed" : "weight");
+    nvfp4moe_ckpt_expert_suffix(c, e, proj, ct ? "weight_packed" : "weight", suf, sizeof suf);
     NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, suf, &v->w));
-    snprintf(suf, sizeof suf, "experts.%d.%s.weight_scale", e, proj);
+    nvfp4moe_ckpt_expert_suffix(c, e, proj, "weight_scale", suf, sizeof suf);
     NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, suf, &v->s));
-    snprintf(suf, sizeof suf, "experts.%d.%s.%s", e, proj, ct ? "weight_global_scale" : "weight_scale_2");
+    nvfp4moe_ckpt_expert_suffix(c, e, proj, ct ? "weight_global_scale" : "weight_scale_2", suf, sizeof suf);
     NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, suf, &v->s2));
-    snprintf(suf, sizeof suf, "experts.%d.%s.%s", e, proj, ct ? "input_global_scale" : "input_scale");
+    nvfp4moe_ckpt_expert_suffix(c, e, proj, ct ? "input_global_scale" : "input_scale", suf, sizeof suf);
     v->in = NULL;
     if (!w4a16) NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, suf, &v->in));
-    snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
+    nvfp4moe_ckpt_expert_suffix(c, e, proj, "bias", suf, sizeof suf);
     v->bias = nvfp4moe_ckpt_maybe(c, suf);
 
     NVFP4MOE_TRY(nvfp4moe_ckpt_want_dtype(v->w, NVFP4MOE_ST_U8, NVFP4MOE_ST_U8));

@@ -191,6 +191,12 @@ nvfp4moe_status nvfp4moe_ckpt_global_scale(const nvfp4moe_st_tensor *t, float v,
     return NVFP4MOE_OK;
 }
 
+void nvfp4moe_ckpt_expert_suffix(const load_ctx *c, int32_t e, const char *proj, const char *leaf, char *buf,
+                                 size_t len) {
+    if (c->proj_first) snprintf(buf, len, "experts.%s.%d.%s", proj, e, leaf);
+    else snprintf(buf, len, "experts.%d.%s.%s", e, proj, leaf);
+}
+
 /* Canonical w13 row of element i of a half (0 gate, 1 up). Gated activations stack gate then up,
  * except swigluoai, which interleaves them as gpt-oss does; non-gated ones only have "up". */
 int64_t nvfp4moe_ckpt_w13_row(const nvfp4moe_config *cfg, int half, int64_t i) {
@@ -213,8 +219,8 @@ nvfp4moe_status nvfp4moe_ckpt_bias_presence(const load_ctx *c, bool fused, bool 
         for (int p = fused || gated ? 0 : 1; p < 3; p++) {
             if (fused && p == 2) break;
             if (fused) snprintf(suf, sizeof suf, "experts.%s_bias", p ? "down_proj" : "gate_up_proj");
-            else snprintf(suf, sizeof suf, "experts.%d.%s.bias", e,
-                          p == 0 ? c->gate : p == 1 ? c->up : c->down);
+            else nvfp4moe_ckpt_expert_suffix(c, e, p == 0 ? c->gate : p == 1 ? c->up : c->down, "bias", suf,
+                                             sizeof suf);
             const nvfp4moe_st_tensor *t = nvfp4moe_ckpt_maybe(c, suf);
             if (t && !present) present = t;
             if (!t && !missing[0]) snprintf(missing, sizeof missing, "%s%s", c->base, suf);
@@ -368,27 +374,33 @@ nvfp4moe_status nvfp4moe_ckpt_detect_format(load_ctx *c, nvfp4moe_ckpt_format *f
         c->gate = "gate_proj", c->up = "up_proj", c->down = "down_proj";
         return NVFP4MOE_OK;
     }
+    // Per-expert tensors: Hugging Face's projection names or Mixtral's, the expert index first
+    // (experts.0.up_proj) or, as ModelOpt writes Qwen3-VL-MoE, second (experts.up_proj.0).
     static const char *const k_names[][3] = {{"gate_proj", "up_proj", "down_proj"},
                                              {"w1", "w3", "w2"}};
     char suf[96];
-    for (int n = 0; n < 2; n++) {
-        const char *up = k_names[n][1];
-        snprintf(suf, sizeof suf, "experts.0.%s.weight_packed", up);
-        if (nvfp4moe_ckpt_maybe(c, suf)) {
-            *fmt = NVFP4MOE_CKPT_COMPRESSED_TENSORS;
-            *quantized = true;
-        } else {
-            snprintf(suf, sizeof suf, "experts.0.%s.weight", up);
-            if (!(t = nvfp4moe_ckpt_maybe(c, suf))) continue;
-            *quantized = t->dtype == NVFP4MOE_ST_U8;
-            *fmt = *quantized ? NVFP4MOE_CKPT_MODELOPT : NVFP4MOE_CKPT_UNQUANTIZED;
+    for (int order = 0; order < 2; order++) {
+        c->proj_first = order == 1;
+        for (int n = 0; n < 2; n++) {
+            const char *up = k_names[n][1];
+            nvfp4moe_ckpt_expert_suffix(c, 0, up, "weight_packed", suf, sizeof suf);
+            if (nvfp4moe_ckpt_maybe(c, suf)) {
+                *fmt = NVFP4MOE_CKPT_COMPRESSED_TENSORS;
+                *quantized = true;
+            } else {
+                nvfp4moe_ckpt_expert_suffix(c, 0, up, "weight", suf, sizeof suf);
+                if (!(t = nvfp4moe_ckpt_maybe(c, suf))) continue;
+                *quantized = t->dtype == NVFP4MOE_ST_U8;
+                *fmt = *quantized ? NVFP4MOE_CKPT_MODELOPT : NVFP4MOE_CKPT_UNQUANTIZED;
+            }
+            c->gate = k_names[n][0], c->up = k_names[n][1], c->down = k_names[n][2];
+            return NVFP4MOE_OK;
         }
-        c->gate = k_names[n][0], c->up = k_names[n][1], c->down = k_names[n][2];
-        return NVFP4MOE_OK;
     }
+    c->proj_first = false;
     return nvfp4moe_set_error(NVFP4MOE_ERR_NOT_FOUND,
                               "%s: layer %d: tensor '%sexperts.0.up_proj.weight' not found (nor "
-                              "weight_packed, w3, or fused experts.gate_up_proj)",
+                              "weight_packed, w3, experts.up_proj.0.*, or fused experts.gate_up_proj)",
                               c->where, c->layer, c->base);
 }
 

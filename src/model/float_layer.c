@@ -174,14 +174,32 @@ static nvfp4moe_status float_experts(const load_ctx *c, bool fused, nvfp4moe_flo
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
     if (fused) {
-        // Unquantized fused experts keep the Hugging Face [in, out] layout.
+        // Unquantized fused experts: the Hugging Face [in, out] layout (gpt-oss, Llama-4,
+        // Qwen3-VL-MoE: gate_up_proj [E, H, N1], down_proj [E, I, H]) or [out, in] (Transformers v5
+        // and Qwen3.5-MoE: [E, N1, H], [E, H, I]). Where the shapes fit both (H == N1 and I == H),
+        // the model type says how it stores them.
         const nvfp4moe_st_tensor *gu, *dn;
-        const int64_t dgu[3] = {E, H, N1}, ddn[3] = {E, I, H};
-        NVFP4MOE_TRY(float_weight(c, "experts.gate_up_proj", 3, dgu, &gu));
-        NVFP4MOE_TRY(float_weight(c, "experts.down_proj", 3, ddn, &dn));
+        NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, "experts.gate_up_proj", &gu));
+        NVFP4MOE_TRY(nvfp4moe_ckpt_need(c, "experts.down_proj", &dn));
+        const int64_t dgu_t[3] = {E, H, N1}, dgu_n[3] = {E, N1, H}, ddn_t[3] = {E, I, H}, ddn_n[3] = {E, H, I};
+        const bool is_t = nvfp4moe_ckpt_shape_is(gu, 3, dgu_t) && nvfp4moe_ckpt_shape_is(dn, 3, ddn_t);
+        const bool is_n = nvfp4moe_ckpt_shape_is(gu, 3, dgu_n) && nvfp4moe_ckpt_shape_is(dn, 3, ddn_n);
+        if (!nvfp4moe_ckpt_is_float_dtype(gu->dtype) || (!is_t && !is_n)) {
+            char want[320];
+            snprintf(want, sizeof want,
+                     "[%lld, %lld, %lld] float with down_proj [%lld, %lld, %lld], or [%lld, %lld, %lld] with "
+                     "[%lld, %lld, %lld]", (long long)E, (long long)H, (long long)N1, (long long)E, (long long)I,
+                     (long long)H, (long long)E, (long long)N1, (long long)H, (long long)E, (long long)H,
+                     (long long)I);
+            return nvfp4moe_ckpt_bad_shape(gu, want);
+        }
+        const char *mt = c->info ? c->info->model_type : "";
+        const bool transposed = is_t && (!is_n || !strcmp(mt, "gpt_oss") || !strncmp(mt, "llama4", 6) ||
+                                         !strncmp(mt, "qwen3_vl_moe", 12));
+        NVFP4MOE_TRY(float_weight(c, "experts.down_proj", 3, transposed ? ddn_t : ddn_n, &dn));
         for (int64_t e = 0; l && e < E; e++) {
-            NVFP4MOE_TRY(float_matrix(gu, N1, H, e * H * N1, true, l->w13 + e * N1 * H));
-            NVFP4MOE_TRY(float_matrix(dn, H, I, e * I * H, true, l->w2 + e * H * I));
+            NVFP4MOE_TRY(float_matrix(gu, N1, H, e * H * N1, transposed, l->w13 + e * N1 * H));
+            NVFP4MOE_TRY(float_matrix(dn, H, I, e * I * H, transposed, l->w2 + e * H * I));
         }
         // gate_up_proj_bias follows gate_up_proj's last dimension: w13's rows (gpt-oss interleaved).
         if (cfg->has_bias) {
@@ -198,11 +216,11 @@ static nvfp4moe_status float_experts(const load_ctx *c, bool fused, nvfp4moe_flo
         for (int p = gated ? 0 : 1; p < 3 && s == NVFP4MOE_OK; p++) {
             const char *proj = p == 0 ? c->gate : p == 1 ? c->up : c->down;
             char suf[128];
-            snprintf(suf, sizeof suf, "experts.%d.%s.weight", e, proj);
+            nvfp4moe_ckpt_expert_suffix(c, e, proj, "weight", suf, sizeof suf);
             const nvfp4moe_st_tensor *t;
             const int64_t dims[2] = {p < 2 ? I : H, p < 2 ? H : I};
             s = float_weight(c, suf, 2, dims, &t);
-            snprintf(suf, sizeof suf, "experts.%d.%s.bias", e, proj);
+            nvfp4moe_ckpt_expert_suffix(c, e, proj, "bias", suf, sizeof suf);
             if (s != NVFP4MOE_OK || !l) {
                 if (s == NVFP4MOE_OK && cfg->has_bias) s = float_bias(c, suf, 1, 1, dims[0], NULL);
                 continue;
