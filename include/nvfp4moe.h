@@ -326,7 +326,11 @@ NVFP4MOE_API size_t nvfp4moe_config_describe(const nvfp4moe_config *cfg, char *b
 //   w13        [E, N1, H/2]  packed E2M1; rows [0, I) gate (w1), [I, 2I) up (w3). For swigluoai
 //                            the rows are interleaved as in gpt-oss: g0, u0, g1, u1, ...
 //   w13_scale  [E, N1, H/16] E4M3 block scales, linear (not swizzled)
-//   w13_scale_2 [E]          per-expert dequantization scale (1/global_scale)
+//   w13_scale_2 [E]          per-expert dequantization scale (1/global_scale) of the gate rows, and
+//                            of every row when w13_up_scale_2 is NULL or the activation is not gated
+//   w13_up_scale_2 [E]       optional: the up rows' own dequantization scale (gated activations),
+//                            for checkpoints whose gate and up carry different weight_scale_2;
+//                            every backend applies each half's scale exactly. NULL: w13_scale_2
 //   w13_input_scale [E]      activation dequantization scale (ModelOpt input_scale; W4A4 only)
 //   w2         [E, H, I/2], w2_scale [E, H, I/16], w2_scale_2 [E], w2_input_scale [E]
 //   w13_bias [E, N1], w2_bias [E, H]          float, only when cfg.has_bias
@@ -343,6 +347,7 @@ typedef struct nvfp4moe_weights {
     const float   *w13_bias;
     const float   *w2_bias;
     const float   *correction_bias;
+    const float   *w13_up_scale_2;   /* [E] or NULL: see the layout above */
 } nvfp4moe_weights;
 
 /* Checks that every tensor the config needs is present (non-NULL) and that scales are finite and
@@ -767,10 +772,9 @@ typedef struct nvfp4moe_ckpt_layer {
 } nvfp4moe_ckpt_layer;
 
 /* Loads MoE layer `layer` of a model directory: config from config.json, tensors from its
- * safetensors. Gate/up global scales that differ within an expert are reconciled to the larger
- * dequantization scale (max(scale_2_gate, scale_2_up)), rescaling the other half's E4M3 block
- * scales by scale_2_half / max (never overflows; vLLM's reconcile_nvfp4_moe_w13_scales rule,
- * exact wherever the rescaled block scale is representable), with a warning naming the expert.
+ * safetensors. Gated layers get both halves' global scales (w13_scale_2 the gate's,
+ * w13_up_scale_2 the up's), exactly as stored, block scales untouched; when they differ within an
+ * expert a warning names the first such expert (vLLM's loader keeps the gate's scale for both).
  * Input scales: max over gate/up per expert. Every tensor's presence, dtype and shape is checked
  * (NOT_FOUND / FORMAT naming the tensor and the file). Free with nvfp4moe_ckpt_layer_free. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_layer_load(const char *dir, int32_t layer, nvfp4moe_ckpt_layer **out);

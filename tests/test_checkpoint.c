@@ -476,15 +476,189 @@ static uint8_t *halved_scales(const nvfp4moe_st_tensor *t) {
     return out;
 }
 
-static void test_reconcile(void) {
-    T_CASE("gate/up global scales that differ");
+/* Runs the layer on a host backend (NULL: the float64 reference) over M seeded tokens with seeded
+ * router logits; the output as float (f32 in and out). */
+static float *run_on(const char *backend, const nvfp4moe_config *cfg, const nvfp4moe_weights *w, int64_t M,
+                     uint64_t seed) {
+    const int64_t H = cfg->hidden_size, E = cfg->num_experts;
+    nvfp4moe_config c = *cfg;
+    c.in_dtype = c.out_dtype = NVFP4MOE_DTYPE_F32;
+    float *x = malloc(sizeof(float) * (size_t)(M * H)), *lg = malloc(sizeof(float) * (size_t)(M * E));
+    float *out = malloc(sizeof(float) * (size_t)(M * H));
+    nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_F32, M * H, seed);
+    nvfp4moe_fill_normal(lg, NVFP4MOE_DTYPE_F32, M * E, seed + 1);
+    nvfp4moe_io io = {.num_tokens = M, .hidden = x, .router_logits = lg, .output = out};
+    nvfp4moe_status s = backend ? t_run_host(backend, &c, w, &io, 0, out) : nvfp4moe_reference_forward(&c, w, &io);
+    CHECK(s == NVFP4MOE_OK, "%s: %s", backend ? backend : "reference", nvfp4moe_last_error());
+    free(x);
+    free(lg);
+    return out;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* Whether canonical w13 row r is an up row (the test's own statement of the layout). */
+static bool up_row(const nvfp4moe_config *c, int64_t r) {
+    return c->activation == NVFP4MOE_ACT_SWIGLUOAI ? (r & 1) != 0 : r >= c->intermediate_size;
+}
+
+/* A layer whose experts' up halves carry a global scale of their own: expert e's up weights are the
+ * random layer's times ratio[e] (up to 10), and each half is quantized with scale_2 = amax / (6*448)
+ * of its own rows (what a quantizer that does not share gate/up amax writes). Input scales and w2 come
+ * from quantizing the same float weights the ModelOpt way (shared amax), which is *shared. */
+typedef struct {
+    nvfp4moe_ckpt_layer *shared;
+    uint8_t *w13, *sf13;
+    float s_gate[16], s_up[16];
+    nvfp4moe_weights w;
+} split_layer;
+
+/* x nudged to a float whose reciprocal's reciprocal is itself, so that compressed-tensors' stored
+ * reciprocal reads back as x. */
+static float reciprocal_stable(float x) {
+    for (int i = 0; i < 8 && 1.0f / (1.0f / x) != x; i++) x = 1.0f / (1.0f / x);
+    return x;
+}
+
+static bool split_scale_layer(const nvfp4moe_config *cfg, const float *ratio, uint64_t seed, split_layer *out) {
+    const int64_t E = cfg->num_experts, H = cfg->hidden_size, N1 = nvfp4moe_config_n1(cfg);
+    memset(out, 0, sizeof *out);
+    nvfp4moe_float_layer *f = NULL;
+    CHECK_OK(nvfp4moe_float_layer_random(cfg, seed, &f));
+    if (!f) return false;
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = 0; r < N1; r++)
+            if (up_row(cfg, r))
+                for (int64_t k = 0; k < H; k++) f->w13[(e * N1 + r) * H + k] *= ratio[e];
+    CHECK_OK(nvfp4moe_float_layer_quantize(f, 16, seed, &out->shared));
+    out->w13 = malloc((size_t)(E * N1 * H / 2));
+    out->sf13 = malloc((size_t)(E * N1 * H / 16));
+    for (int64_t e = 0; e < E && out->shared; e++) {
+        float amax[2] = {0, 0};
+        for (int64_t r = 0; r < N1; r++)
+            for (int64_t k = 0; k < H; k++)
+                amax[up_row(cfg, r)] = fmaxf(amax[up_row(cfg, r)], fabsf(f->w13[(e * N1 + r) * H + k]));
+        out->s_gate[e] = reciprocal_stable(amax[0] / 2688.0f);
+        out->s_up[e] = reciprocal_stable(amax[1] / 2688.0f);
+        for (int64_t r = 0; r < N1; r++) {
+            const float s2 = up_row(cfg, r) ? out->s_up[e] : out->s_gate[e];
+            CHECK_OK(nvfp4moe_quantize(f->w13 + (e * N1 + r) * H, 1, H, 1.0f / s2, out->w13 + (e * N1 + r) * H / 2,
+                                       out->sf13 + (e * N1 + r) * H / 16));
+        }
+    }
+    nvfp4moe_float_layer_free(f);
+    if (!out->shared) return false;
+    out->w = out->shared->layer.w;
+    out->w.w13 = out->w13;
+    out->w.w13_scale = out->sf13;
+    out->w.w13_scale_2 = out->s_gate;
+    out->w.w13_up_scale_2 = out->s_up;
+    return true;
+}
+
+static void split_layer_free(split_layer *s) {
+    nvfp4moe_ckpt_layer_free(s->shared);
+    free(s->w13);
+    free(s->sf13);
+}
+
+/* Gate and up with different global scales (real exports have ratios up to 10): each half keeps its
+ * own scale through every format, block scales are never re-rounded, and the CPU backends match
+ * the float64 reference that applies both at today's bounds. */
+static void test_gate_up_scales(void) {
+    const float ratio[4] = {1.0f, 1.27f, 3.5f, 10.0f};
+    const nvfp4moe_activation acts[2] = {NVFP4MOE_ACT_SILU, NVFP4MOE_ACT_SWIGLUOAI};
+    for (int a = 0; a < 2; a++) {
+        nvfp4moe_config cfg = small_cfg();
+        cfg.activation = acts[a];
+        const int64_t E = cfg.num_experts, H = cfg.hidden_size, I = cfg.intermediate_size, N1 = 2 * I, M = 24;
+        split_layer sl;
+        if (!split_scale_layer(&cfg, ratio, 41 + (uint64_t)a, &sl)) continue;
+        char name[160];
+        const nvfp4moe_ckpt_format fmts[3] = {NVFP4MOE_CKPT_MODELOPT, NVFP4MOE_CKPT_MODELOPT_FUSED,
+                                              NVFP4MOE_CKPT_COMPRESSED_TENSORS};
+        nvfp4moe_ckpt_layer q = *sl.shared;   // the shared layer's router, biases and config; split weights
+        q.layer.w = sl.w;
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof name, "%s: gate/up scales of ratio up to 10, %s, load exactly",
+                     nvfp4moe_activation_name(acts[a]), nvfp4moe_ckpt_format_name(fmts[i]));
+            T_CASE(name);
+            char sub[32];
+            snprintf(sub, sizeof sub, "split_%d_%d", a, i);
+            const char *d = dir_in(sub);
+            save_layer(d, fmts[i], &q, 0);
+            nvfp4moe_ckpt_layer *l = NULL;
+            CHECK_OK(nvfp4moe_ckpt_layer_load(d, 0, &l));
+            if (!l) continue;
+            check_bytes("w13", l->layer.w.w13, sl.w13, (size_t)(E * N1 * H / 2));
+            check_bytes("w13_scale (never re-rounded)", l->layer.w.w13_scale, sl.sf13, (size_t)(E * N1 * H / 16));
+            CHECK(l->layer.w.w13_up_scale_2 && same_floats(l->layer.w.w13_scale_2, sl.s_gate, (size_t)E) &&
+                      same_floats(l->layer.w.w13_up_scale_2, sl.s_up, (size_t)E),
+                  "the halves' global scales are not the file's");
+            CHECK(l->warnings.count >= 1 && strstr(l->warnings.text[0], "4 of 4 experts have different gate and up "
+                                                                        "global scales") &&
+                      strstr(l->warnings.text[0], "expert 0") && strstr(l->warnings.text[0], "each half's own"),
+                  "warning: %s", l->warnings.count ? l->warnings.text[0] : "(none)");
+            nvfp4moe_ckpt_layer_free(l);
+        }
+        const nvfp4moe_scheme schemes[2] = {NVFP4MOE_SCHEME_W4A16, NVFP4MOE_SCHEME_W4A4};
+        for (int sc = 0; sc < 2; sc++) {
+            nvfp4moe_config rc = sl.shared->layer.cfg;
+            rc.scheme = schemes[sc];
+            float *want = run_on(NULL, &rc, &sl.w, M, 77);
+            double *wd = malloc(sizeof(double) * (size_t)(M * H));
+            for (int64_t k = 0; k < M * H; k++) wd[k] = want[k];
+            const double tol = schemes[sc] == NVFP4MOE_SCHEME_W4A16 ? 2e-5 : 3e-3;   // test_backends' bounds
+            const char *backends[2] = {"cpu_reference", "cpu_fast"};
+            for (int b = 0; b < 2; b++) {
+                snprintf(name, sizeof name, "%s %s: %s with split gate/up scales vs the float64 reference",
+                         nvfp4moe_activation_name(acts[a]), nvfp4moe_scheme_name(schemes[sc]), backends[b]);
+                T_CASE(name);
+                float *got = run_on(backends[b], &rc, &sl.w, M, 77);
+                check_rel_l2("output", got, wd, (size_t)(M * H), tol);
+                free(got);
+            }
+            // The reference applies the up scale: the split layer is as close to the shared-amax one
+            // (both quantize the same weights) as two quantizations are, while one scale for both
+            // halves (vLLM's loader) is off by the ratios.
+            snprintf(name, sizeof name, "%s %s: the reference applies each half's scale", nvfp4moe_activation_name(acts[a]),
+                     nvfp4moe_scheme_name(schemes[sc]));
+            T_CASE(name);
+            float *shared = run_on(NULL, &rc, &sl.shared->layer.w, M, 77);
+            nvfp4moe_weights gate_only = sl.w;
+            gate_only.w13_up_scale_2 = NULL;
+            float *bad = run_on(NULL, &rc, &gate_only, M, 77);
+            const double e_split = rel_l2(want, shared, (size_t)(M * H)), e_bad = rel_l2(bad, shared, (size_t)(M * H));
+            CHECK(e_split < 0.2 && e_bad > 0.5 && e_bad > 5 * e_split,
+                  "split vs shared %.3g, one scale for both vs shared %.3g", e_split, e_bad);
+            free(shared);
+            free(bad);
+            free(want);
+            free(wd);
+        }
+        if (a == 0) {
+            T_CASE("a NaN up-half global scale is refused, naming it");
+            float nan_up[4];
+            memcpy(nan_up, sl.s_up, sizeof nan_up);
+            nan_up[1] = NAN;
+            nvfp4moe_weights bad = sl.w;
+            bad.w13_up_scale_2 = nan_up;
+            CHECK_ERR(nvfp4moe_weights_validate(&sl.shared->layer.cfg, &bad), NVFP4MOE_ERR_INVALID_ARGUMENT,
+                      "w13_up_scale_2[expert 1]=nan must be finite and > 0");
+        }
+        split_layer_free(&sl);
+    }
+
+    T_CASE("an up half stored with scale_2 doubled and block scales halved is the same layer");
     nvfp4moe_config cfg = small_cfg();
     nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 21);
     if (!q) return;
     const char *src = dir_in("rec_src");
     save_layer(src, NVFP4MOE_CKPT_MODELOPT, q, 0);
-    // Expert 2's up projection: scale_2 doubled and block scales halved, so the up weights it
-    // describes are unchanged (a checkpoint whose quantizer did not share gate/up amax).
     char p[700];
     snprintf(p, sizeof p, "%s/model.safetensors", src);
     nvfp4moe_st_file *f = NULL;
@@ -497,6 +671,7 @@ static void test_reconcile(void) {
     bool exact = true;
     for (uint64_t i = 0; i < us->nbytes; i++)
         exact &= nvfp4moe_e4m3_decode(halved[i]) * 2.0f == nvfp4moe_e4m3_decode(((const uint8_t *)us->data)[i]);
+    CHECK(exact, "the fixture's halving is exact");
     float s2 = 2.0f * q->layer.w.w13_scale_2[2], in_gate = 3.0f * q->layer.w.w13_input_scale[2];
     edit ed[3] = {
         {"model.layers.0.mlp.experts.2.up_proj.weight_scale", 1, NVFP4MOE_ST_F8_E4M3, 2,
@@ -506,61 +681,34 @@ static void test_reconcile(void) {
     };
     const char *dst = dir_in("rec_dst");
     rewrite(src, dst, ed, 3);
-    nvfp4moe_st_close(f);
-    free(halved);
-
     nvfp4moe_ckpt_layer *l = NULL;
     CHECK_OK(nvfp4moe_ckpt_layer_load(dst, 0, &l));
-    if (!l) return;
-    CHECK(l->warnings.count == 2, "%d warnings", l->warnings.count);
-    CHECK(strstr(l->warnings.text[0], "1 of 4 experts have different gate and up global scales") &&
-              strstr(l->warnings.text[0], "expert 2") && strstr(l->warnings.text[0], "max(gate, up)"),
-          "warning: %s", l->warnings.text[0]);
-    CHECK(l->warnings.count > 1 && strstr(l->warnings.text[1], "different gate and up input scales"),
-          "input scale warning: %s", l->warnings.text[1]);
-    CHECK(l->layer.w.w13_scale_2[2] == s2, "expert 2 uses max(gate, up) = %g, got %g", (double)s2,
-          (double)l->layer.w.w13_scale_2[2]);
-    CHECK(l->layer.w.w13_input_scale[2] == in_gate, "input scale = max over gate/up");
-    CHECK(l->layer.w.w13_scale_2[1] == q->layer.w.w13_scale_2[1], "other experts untouched");
-    // Same dequantized weights: the output equals the original layer's (input scale aside).
-    nvfp4moe_config rc = l->layer.cfg;
-    rc.in_dtype = rc.out_dtype = NVFP4MOE_DTYPE_F32;
-    rc.scheme = NVFP4MOE_SCHEME_W4A16;   // compare the weights only
-    const int64_t M = 16, H = 64, N1 = 64;
-    float *want = run_layer(&rc, &q->layer.w, q->router, M, 5);
-    float *got = run_layer(&rc, &l->layer.w, l->router, M, 5);
-    double *wd = malloc(sizeof(double) * (size_t)(M * H));
-    for (int64_t i = 0; i < M * H; i++) wd[i] = want[i];
-    double err = check_rel_l2("reconciled (max rule) vs original", got, wd, (size_t)(M * H),
-                              exact ? 1e-6 : 2e-2);
-    // vLLM's older rule (keep the gate's scale) mis-scales expert 2's up half by 1/2: far worse.
-    nvfp4moe_weights keep = l->layer.w;
-    float *s13 = malloc(sizeof(float) * 4);
-    uint8_t *sc = malloc((size_t)(4 * N1 * H / 16));
-    memcpy(s13, l->layer.w.w13_scale_2, sizeof(float) * 4);
-    memcpy(sc, l->layer.w.w13_scale, (size_t)(4 * N1 * H / 16));
-    s13[2] = q->layer.w.w13_scale_2[2];                      // the gate's scale
-    memcpy(sc + 2 * N1 * H / 16, q->layer.w.w13_scale + 2 * N1 * H / 16, (size_t)(32 * H / 16)); // gate rows as stored
-    snprintf(p, sizeof p, "%s/model.safetensors", dst);
-    nvfp4moe_st_file *df = NULL;
-    CHECK_OK(nvfp4moe_st_open(p, &df));
-    const nvfp4moe_st_tensor *hu = df ? nvfp4moe_st_file_find(df, "model.layers.0.mlp.experts.2.up_proj.weight_scale") : NULL;
-    if (hu) memcpy(sc + 2 * N1 * H / 16 + 32 * H / 16, hu->data, (size_t)hu->nbytes);  // up rows as stored
-    keep.w13_scale_2 = s13;
-    keep.w13_scale = sc;
-    float *bad = run_layer(&rc, &keep, l->router, M, 5);
-    double bad_err = 0, den = 0;
-    for (int64_t i = 0; i < M * H; i++) bad_err += (bad[i] - wd[i]) * (bad[i] - wd[i]), den += wd[i] * wd[i];
-    bad_err = sqrt(bad_err / den);
-    CHECK(bad_err > 10 * err && bad_err > 1e-3, "keep-gate rule error %.3g should exceed max rule's %.3g",
-          bad_err, err);
-    nvfp4moe_st_close(df);
-    free(bad);
-    free(s13);
-    free(sc);
-    free(wd);
-    free(want);
-    free(got);
+    if (l) {
+        const int64_t H = cfg.hidden_size, N1 = 2 * cfg.intermediate_size, I = cfg.intermediate_size, M = 16;
+        CHECK(l->warnings.count == 2, "%d warnings", l->warnings.count);
+        CHECK(l->warnings.count > 1 && strstr(l->warnings.text[1], "different gate and up input scales"),
+              "input scale warning: %s", l->warnings.text[1]);
+        CHECK(l->layer.w.w13_scale_2[2] == q->layer.w.w13_scale_2[2] && l->layer.w.w13_up_scale_2[2] == s2,
+              "expert 2: gate %g up %g, want %g and %g", (double)l->layer.w.w13_scale_2[2],
+              (double)l->layer.w.w13_up_scale_2[2], (double)q->layer.w.w13_scale_2[2], (double)s2);
+        CHECK(l->layer.w.w13_input_scale[2] == in_gate, "input scale = max over gate/up");
+        check_bytes("expert 2's up block scales as stored", l->layer.w.w13_scale + (2 * N1 + I) * H / 16, halved,
+                    (size_t)us->nbytes);
+        // The same dequantized weights, so the same output, bit for bit (the input scale aside).
+        nvfp4moe_config rc = l->layer.cfg;
+        rc.scheme = NVFP4MOE_SCHEME_W4A16;
+        const char *backends[3] = {NULL, "cpu_reference", "cpu_fast"};
+        for (int b = 0; b < 3; b++) {
+            float *want = run_on(backends[b], &rc, &q->layer.w, M, 5);
+            float *got = run_on(backends[b], &rc, &l->layer.w, M, 5);
+            CHECK(same_floats(got, want, (size_t)(M * H)), "%s: output differs from the original layer's",
+                  backends[b] ? backends[b] : "reference");
+            free(want);
+            free(got);
+        }
+    }
+    nvfp4moe_st_close(f);
+    free(halved);
     nvfp4moe_ckpt_layer_free(l);
     nvfp4moe_ckpt_layer_free(q);
 }
@@ -1707,7 +1855,7 @@ int main(void) {
     test_fused_transposed();
     test_layer_prefixes();
     test_expert_names();
-    test_reconcile();
+    test_gate_up_scales();
     test_broken_layers();
     test_schemes_and_bias();
     test_router_bias();

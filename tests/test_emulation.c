@@ -439,6 +439,64 @@ static void remove_tree(void) {
     if (system(cmd) != 0) fprintf(stderr, "test_emulation: could not remove %s\n", g_root);
 }
 
+/* The host EMULATION path applies each GEMM1 half's own global scale: an up half whose block scales
+ * are halved (exactly) and whose w13_up_scale_2 is doubled is the same layer, bit for bit; doubling
+ * w13_up_scale_2 alone changes the output. */
+static void split_gate_up_scales(void) {
+    const nvfp4moe_activation acts[2] = {NVFP4MOE_ACT_SILU, NVFP4MOE_ACT_SWIGLUOAI};
+    for (int a = 0; a < 2; a++) {
+        T_CASE(a ? "emulation (host): per-half gate/up scales, swigluoai" : "emulation (host): per-half gate/up scales, silu");
+        nvfp4moe_config c;
+        nvfp4moe_config_init(&c);
+        c.num_experts = 4;
+        c.top_k = 2;
+        c.hidden_size = 64;
+        c.intermediate_size = 32;
+        c.activation = acts[a];
+        nvfp4moe_layer *l = NULL;
+        CHECK_OK(nvfp4moe_layer_random(&c, 91 + (uint64_t)a, &l));
+        if (!l) continue;
+        const int64_t E = 4, H = 64, I = 32, N1 = 64, M = 12;
+        uint8_t *sf = malloc((size_t)(E * N1 * H / 16));
+        memcpy(sf, l->w.w13_scale, (size_t)(E * N1 * H / 16));
+        float up[4], up_only[4];
+        int inexact = 0;
+        for (int64_t e = 0; e < E; e++) {
+            up[e] = 2.0f * l->w.w13_scale_2[e];
+            up_only[e] = up[e];
+            for (int64_t r = 0; r < N1; r++) {
+                if (!(a ? (r & 1) : r >= I)) continue;
+                for (int64_t k = 0; k < H / 16; k++) {
+                    uint8_t *b = sf + (e * N1 + r) * (H / 16) + k;
+                    const uint8_t h = nvfp4moe_e4m3_encode(nvfp4moe_e4m3_decode(*b) * 0.5f);
+                    inexact += nvfp4moe_e4m3_decode(h) * 2.0f != nvfp4moe_e4m3_decode(*b);
+                    *b = h;
+                }
+            }
+        }
+        CHECK(inexact == 0, "%d block scales do not halve exactly", inexact);
+        nvfp4moe_weights split = l->w, doubled = l->w;
+        split.w13_scale = sf;
+        split.w13_up_scale_2 = up;
+        doubled.w13_up_scale_2 = up_only;
+        uint16_t *x = malloc(sizeof(uint16_t) * (size_t)(M * H)), *o0 = malloc(sizeof(uint16_t) * (size_t)(M * H));
+        uint16_t *o1 = malloc(sizeof(uint16_t) * (size_t)(M * H)), *o2 = malloc(sizeof(uint16_t) * (size_t)(M * H));
+        float lg[12 * 4];
+        nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_BF16, M * H, 5);
+        nvfp4moe_fill_normal(lg, NVFP4MOE_DTYPE_F32, M * E, 6);
+        nvfp4moe_io io = {.num_tokens = M, .hidden = x, .router_logits = lg, .output = o0};
+        CHECK_OK(nvfp4moe_emulation_forward_host(&c, &l->w, &io));
+        io.output = o1;
+        CHECK_OK(nvfp4moe_emulation_forward_host(&c, &split, &io));
+        io.output = o2;
+        CHECK_OK(nvfp4moe_emulation_forward_host(&c, &doubled, &io));
+        CHECK(!memcmp(o0, o1, sizeof(uint16_t) * (size_t)(M * H)), "halved block scales x doubled up scale differ");
+        CHECK(memcmp(o0, o2, sizeof(uint16_t) * (size_t)(M * H)) != 0, "the up scale is not applied");
+        free(x); free(o0); free(o1); free(o2); free(sf);
+        nvfp4moe_layer_free(l);
+    }
+}
+
 int main(void) {
     snprintf(g_root, sizeof g_root, "/tmp/nvfp4moe-emulation.XXXXXX");
     if (!mkdtemp(g_root)) {
@@ -453,5 +511,6 @@ int main(void) {
     }
     remove_tree();
     quantizer_disagreement();
+    split_gate_up_scales();
     return t_finish("test_emulation");
 }

@@ -109,6 +109,10 @@ static void ep_case(const char *name, const nvfp4moe_config *base, int32_t ranks
             ((float *)layer->w.w13_input_scale)[e] *= 1.0f + 0.37f * (float)((e * 7) % 5);
             ((float *)layer->w.w2_input_scale)[e] *= 1.0f + 0.29f * (float)((e * 3) % 7);
         }
+    /* And gate/up halves with global scales of their own: each rank's local layer slices both. */
+    float *up = malloc(sizeof(float) * (size_t)c1.num_experts);
+    for (int64_t e = 0; e < c1.num_experts; e++) up[e] = layer->w.w13_scale_2[e] * (1.0f + 0.5f * (float)(e % 3));
+    layer->w.w13_up_scale_2 = up;
     world *w = calloc(1, sizeof *w);
     w->cfg = *base;
     w->cfg.parallel.ep_size = ranks;
@@ -201,6 +205,7 @@ static void ep_case(const char *name, const nvfp4moe_config *base, int32_t ranks
     }
     nvfp4moe_plan_destroy(single);
     nvfp4moe_layer_free(layer);
+    free(up);
     free(w);
 }
 

@@ -124,6 +124,7 @@ static nvfp4moe_status copy_vectors(fast_state *s, const nvfp4moe_weights *w) {
     const int64_t E = c->num_experts, H = c->hidden_size, N1 = nvfp4moe_config_n1(c);
     struct { const float *src; const float **dst; int64_t n; } v[] = {
         {w->w13_scale_2, &s->w.w13_scale_2, E},
+        {w->w13_up_scale_2, &s->w.w13_up_scale_2, E},
         {w->w2_scale_2, &s->w.w2_scale_2, E},
         {w->w13_input_scale, &s->w.w13_input_scale, E},
         {w->w2_input_scale, &s->w.w2_input_scale, E},
@@ -302,7 +303,8 @@ typedef struct {
     nvfp4moe_cpu_seg *segs;               /* [3 E] the thread's weight reads */
     const nvfp4moe_cpu_qblock **qrows;    /* [P] one expert's rows */
     const float **frows;                  /* [P] */
-    double *factor;                       /* [P] */
+    double *factor;                       /* [P] per row: the integer sums' factor (gate rows, GEMM2) */
+    double *factor_up;                    /* [P] the same for GEMM1's up rows */
 } scratch_view;
 
 static scratch_view scratch_of(const pass *p, int tid) {
@@ -332,7 +334,8 @@ static scratch_view scratch_of(const pass *p, int tid) {
     v.qrows = (const nvfp4moe_cpu_qblock **)b;
     v.frows = (const float **)b;
     v.factor = (double *)(b + sizeof(void *) * (size_t)p->P);
-    v.order = (int64_t *)(b + (sizeof(void *) + sizeof(double)) * (size_t)p->P);
+    v.factor_up = v.factor + p->P;
+    v.order = (int64_t *)(b + (sizeof(void *) + 2 * sizeof(double)) * (size_t)p->P);
     return v;
 }
 
@@ -443,19 +446,28 @@ static void quantize_pair(const pass *p, int64_t q, scratch_view *sv) {
     }
 }
 
-/* Expert e's rows of activations for a GEMM, and per row the factor of the integer sums: exact sum
- * * 2^-20 * scale_2 / gs, the only roundings, in float64. */
+/* GEMM1's up rows take the up half's global scale (nvfp4moe_w13_row_half); every other row
+ * scale_2. */
+static const float *scale_up_of(const fast_state *s, bool gemm1) {
+    const float *scale_2 = gemm1 ? s->w.w13_scale_2 : s->w.w2_scale_2;
+    return gemm1 && s->w.w13_up_scale_2 && nvfp4moe_activation_is_gated(s->cfg.activation) ? s->w.w13_up_scale_2
+                                                                                           : scale_2;
+}
+
+/* Expert e's rows of activations for a GEMM, and per row the factors of the integer sums (gate
+ * rows or GEMM2, up rows): exact sum * 2^-20 * scale_2 / gs, the only roundings, in float64. */
 static void expert_rows(const pass *p, int64_t e, bool gemm1, scratch_view *sv) {
     const fast_state *s = p->s;
     const int64_t q0 = sv->start[e], n = sv->start[e + 1] - q0, K = s->cfg.top_k;
-    const float *scale_2 = gemm1 ? s->w.w13_scale_2 : s->w.w2_scale_2;
+    const float *scale_2 = gemm1 ? s->w.w13_scale_2 : s->w.w2_scale_2, *scale_up = scale_up_of(s, gemm1);
     for (int64_t i = 0; i < n; i++) {
         const int64_t q = q0 + i, tok = sv->order[q] / K;
         if (s->qpath) {
             const nvfp4moe_cpu_qrow *x = gemm1 ? &p->x1q[tok] : &p->x2q[q];
+            const bool nan = atomic_load_explicit(&x->nan, memory_order_relaxed);
             sv->qrows[i] = x->blk;
-            sv->factor[i] = atomic_load_explicit(&x->nan, memory_order_relaxed) ? NAN
-                                                                              : (double)scale_2[e] / (double)x->gs * 0x1p-20;
+            sv->factor[i] = nan ? NAN : (double)scale_2[e] / (double)x->gs * 0x1p-20;
+            sv->factor_up[i] = nan ? NAN : (double)scale_up[e] / (double)x->gs * 0x1p-20;
         } else {
             sv->frows[i] = gemm1 ? p->x1f + tok * s->kp1 : p->x2f + q * s->kp2;
         }
@@ -472,7 +484,8 @@ static void gemm_tile(const pass *p, int64_t e, bool gemm1, int64_t t, scratch_v
     const int64_t nsb = nvfp4moe_cpu_superblocks(gemm1 ? H : c->intermediate_size);
     const uint8_t *tile = (gemm1 ? s->w13 + (size_t)e * s->bytes13 + (size_t)t * s->tb1
                                  : s->w2 + (size_t)e * s->bytes2 + (size_t)t * s->tb2);
-    const float *scale_2 = gemm1 ? s->w.w13_scale_2 : s->w.w2_scale_2;
+    const float *scale_2 = gemm1 ? s->w.w13_scale_2 : s->w.w2_scale_2, *scale_up = scale_up_of(s, gemm1);
+    const bool interleaved = c->activation == NVFP4MOE_ACT_SWIGLUOAI;
     const float *bias = !c->has_bias ? NULL : (gemm1 ? s->w.w13_bias : s->w.w2_bias) + e * rows + 16 * t;
     int64_t *qout = sv->out;
     float *fout = sv->out;
@@ -485,8 +498,10 @@ static void gemm_tile(const pass *p, int64_t e, bool gemm1, int64_t t, scratch_v
             double *h = p->h + q * N1 + 16 * t;
             float *y = p->y + sv->order[q] * H + 16 * t;
             for (int r = 0; r < NVFP4MOE_CPU_TILE_ROWS; r++) {
-                const double v = s->qpath ? (double)qout[16 * i + r] * sv->factor[c0 + i]
-                                          : (double)(fout[16 * i + r] * scale_2[e]);
+                const int64_t row = 16 * t + r;
+                const bool up = scale_up != scale_2 && (interleaved ? (row & 1) : row >= c->intermediate_size);
+                const double v = s->qpath ? (double)qout[16 * i + r] * (up ? sv->factor_up : sv->factor)[c0 + i]
+                                          : (double)(fout[16 * i + r] * (up ? scale_up : scale_2)[e]);
                 const double out = v + (bias ? (double)bias[r] : 0.0);
                 if (gemm1) h[r] = out;
                 else y[r] = (float)out;
@@ -610,10 +625,10 @@ static void forward_task(void *ctx, int tid, int nthreads) {
     stamp(pr, NVFP4MOE_CPU_AT_END);
 }
 
-/* Per-thread scratch bytes for a pass of P pairs: the fixed part, then per pair a row pointer and
- * a factor. */
+/* Per-thread scratch bytes for a pass of P pairs: the fixed part, then per pair a row pointer, two
+ * factors (gate, up) and its place in the grouping. */
 static size_t scratch_stride(const fast_state *s, int64_t P) {
-    return s->scratch + round64((size_t)P * (sizeof(void *) + sizeof(double) + sizeof(int64_t)));
+    return s->scratch + round64((size_t)P * (sizeof(void *) + 2 * sizeof(double) + sizeof(int64_t)));
 }
 
 /* Carves the workspace of a pass of m tokens out of s->ws (growing it); NULL pointers when count

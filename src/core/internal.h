@@ -137,6 +137,20 @@ bool nvfp4moe_handle_live(const void *p, nvfp4moe_handle_kind kind);
 nvfp4moe_status nvfp4moe_scale_nan_error(const char *name, uint8_t code, int64_t i, int64_t rows, int64_t kb);
 nvfp4moe_status nvfp4moe_check_per_expert(const char *name, const float *v, int64_t n, bool positive);
 
+/* Which half of GEMM1's output canonical w13 row `row` belongs to: 1 for an up row of a gated
+ * activation (rows [I, 2I), or the odd rows of swigluoai's interleaved layout), else 0 (gate rows,
+ * and every row of a non-gated activation). */
+static inline int nvfp4moe_w13_row_half(const nvfp4moe_config *cfg, int64_t row) {
+    if (!nvfp4moe_activation_is_gated(cfg->activation)) return 0;
+    if (cfg->activation == NVFP4MOE_ACT_SWIGLUOAI) return (int)(row & 1);
+    return row >= cfg->intermediate_size;
+}
+/* The dequantization scale of expert e's w13 half (0 gate, 1 up): w13_up_scale_2[e] for the up
+ * half when given, else w13_scale_2[e]. */
+static inline float nvfp4moe_w13_half_scale_2(const nvfp4moe_weights *w, int64_t e, int half) {
+    return half && w->w13_up_scale_2 ? w->w13_up_scale_2[e] : w->w13_scale_2[e];
+}
+
 // ---- the deployment's parallel layout (src/core/config.c) ----
 
 /* vLLM's use_all2all_kernels: expert parallelism (ep_size > 1) with data parallelism (dp_size > 1). */

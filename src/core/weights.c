@@ -44,6 +44,7 @@ nvfp4moe_status nvfp4moe_weights_validate(const nvfp4moe_config *cfg, const nvfp
                            "weights.%s is NULL but the config needs it%s", req[i].name,
                            i >= 6 && i < 8 ? " (W4A4: the activation input scales)" : "");
     NVFP4MOE_TRY(nvfp4moe_check_per_expert("w13_scale_2", w->w13_scale_2, E, true));
+    if (w->w13_up_scale_2) NVFP4MOE_TRY(nvfp4moe_check_per_expert("w13_up_scale_2", w->w13_up_scale_2, E, true));
     NVFP4MOE_TRY(nvfp4moe_check_per_expert("w2_scale_2", w->w2_scale_2, E, true));
     if (cfg->scheme == NVFP4MOE_SCHEME_W4A4) {
         NVFP4MOE_TRY(nvfp4moe_check_per_expert("w13_input_scale", w->w13_input_scale, E, true));

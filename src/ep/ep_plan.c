@@ -183,6 +183,7 @@ static nvfp4moe_status plan_create_rank(const nvfp4moe_config *cfg, const nvfp4m
         .w13_scale_2 = w->w13_scale_2 + f, .w2 = w->w2 + f * H * I / 2, .w2_scale = w->w2_scale + f * H * I / 16,
         .w2_scale_2 = w->w2_scale_2 + f,
         .w13_bias = w->w13_bias ? w->w13_bias + f * N1 : NULL, .w2_bias = w->w2_bias ? w->w2_bias + f * H : NULL,
+        .w13_up_scale_2 = w->w13_up_scale_2 ? w->w13_up_scale_2 + f : NULL,
     };
     float *in_scales = NULL;
     if (w->w13_input_scale && w->w2_input_scale) {

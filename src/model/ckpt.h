@@ -11,6 +11,7 @@ typedef struct {
     uint8_t *w13, *w13_scale, *w2, *w2_scale;
     float *w13_scale_2, *w13_input_scale, *w2_scale_2, *w2_input_scale;
     float *w13_bias, *w2_bias, *correction_bias, *router, *router_bias;
+    float *w13_up_scale_2;      /* gated activations: the up half's global scale */
 } ckpt_storage;
 
 typedef struct {
@@ -28,11 +29,9 @@ typedef struct {
     bool check_only;
     nvfp4moe_warnings *warn;
     ckpt_storage *st;
-    /* reconciliation statistics */
+    /* gate/up scale statistics, for the warnings */
     int32_t n_differ, first_differ;
     float first_g, first_u;
-    int32_t n_inexact;
-    double max_change;
     int32_t n_input_differ;
 } load_ctx;
 

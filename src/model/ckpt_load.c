@@ -14,62 +14,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-// ---- gate/up reconciliation ----
+// ---- gate and up global scales ----
 
-/* The half with the smaller scale_2 gets its block scales multiplied by s_half / s_max (<= 1, so
- * no E4M3 overflow) and re-encoded, so both halves dequantize with s_max. Keeping the gate's scale
- * (vLLM's older path) would scale the up half by s_gate / s_up: wrong by that factor. */
-static void rescale_half(load_ctx *c, uint8_t *scales /* [N1, H/16] of one expert */, int half,
-                         float ratio) {
-    const int64_t I = c->cfg.intermediate_size, kb = c->cfg.hidden_size / 16;
-    for (int64_t i = 0; i < I; i++) {
-        uint8_t *row = scales + nvfp4moe_ckpt_w13_row(&c->cfg, half, i) * kb;
-        for (int64_t k = 0; k < kb; k++) {
-            float old = nvfp4moe_e4m3_decode(row[k]);
-            float want = old * ratio;
-            uint8_t code = nvfp4moe_e4m3_encode(want);
-            float got = nvfp4moe_e4m3_decode(code);
-            if (got != want) {
-                c->n_inexact++;
-                double ch = want != 0 ? fabs((double)got - want) / want : 0;
-                if (ch > c->max_change) c->max_change = ch;
-            }
-            row[k] = code;
-        }
-    }
-}
-
-static void reconcile(load_ctx *c, int32_t e, float s_gate, float s_up, float in_gate,
-                      float in_up) {
+/* Keeps each half's global scale exactly (w13_scale_2 the gate's, w13_up_scale_2 the up's), block
+ * scales untouched; counts the experts where they differ for the warning. Input scales: one per
+ * expert, since GEMM1 quantizes its input once: max over gate/up, as vLLM does. */
+static void keep_scales(load_ctx *c, int32_t e, float s_gate, float s_up, float in_gate, float in_up) {
     ckpt_storage *st = c->st;
-    float s = s_gate;
-    if (s_gate != s_up) {
-        if (c->n_differ++ == 0) c->first_differ = e, c->first_g = s_gate, c->first_u = s_up;
-        s = s_gate > s_up ? s_gate : s_up;
-        if (!c->check_only) {
-            const int64_t N1 = nvfp4moe_config_n1(&c->cfg), kb = c->cfg.hidden_size / 16;
-            uint8_t *sc = st->w13_scale + (int64_t)e * N1 * kb;
-            if (s_gate < s) rescale_half(c, sc, 0, s_gate / s);
-            else rescale_half(c, sc, 1, s_up / s);
-        }
-    }
+    if (s_gate != s_up && c->n_differ++ == 0) c->first_differ = e, c->first_g = s_gate, c->first_u = s_up;
     if (in_gate != in_up) c->n_input_differ++;
     if (!c->check_only) {
-        st->w13_scale_2[e] = s;
+        st->w13_scale_2[e] = s_gate;
+        if (st->w13_up_scale_2) st->w13_up_scale_2[e] = s_up;
         if (st->w13_input_scale) st->w13_input_scale[e] = in_gate > in_up ? in_gate : in_up;
     }
 }
 
-static void reconcile_warnings(load_ctx *c) {
+static void scale_warnings(load_ctx *c) {
     const int32_t E = c->cfg.num_experts;
     if (c->n_differ) {
         nvfp4moe_warn(c->warn,
                       "layer %d: %d of %d experts have different gate and up global scales (first: "
-                      "expert %d, gate weight_scale_2 %g, up %g). vLLM would keep the gate's and "
-                      "mis-scale the up half; nvfp4moe uses max(gate, up) and rescales the other "
-                      "half's block scales (%d block scales rounded, max relative change %.3g)",
-                      c->layer, c->n_differ, E, c->first_differ, (double)c->first_g,
-                      (double)c->first_u, c->n_inexact, c->max_change);
+                      "expert %d, gate weight_scale_2 %g, up %g): nvfp4moe applies each half's own; "
+                      "vLLM's loader keeps the gate's for both and mis-scales the up half",
+                      c->layer, c->n_differ, E, c->first_differ, (double)c->first_g, (double)c->first_u);
     }
     if (c->n_input_differ && c->cfg.scheme != NVFP4MOE_SCHEME_W4A16) {
         nvfp4moe_warn(c->warn,
@@ -174,8 +142,8 @@ static nvfp4moe_status load_per_expert(load_ctx *c, bool ct) {
             c->st->w2_scale_2[e] = d.scale_2;
             if (c->st->w2_input_scale) c->st->w2_input_scale[e] = d.input_scale;
         }
-        if (gated) reconcile(c, e, g.scale_2, u.scale_2, g.input_scale, u.input_scale);
-        else reconcile(c, e, u.scale_2, u.scale_2, u.input_scale, u.input_scale);
+        if (gated) keep_scales(c, e, g.scale_2, u.scale_2, g.input_scale, u.input_scale);
+        else keep_scales(c, e, u.scale_2, u.scale_2, u.input_scale, u.input_scale);
     }
     return NVFP4MOE_OK;
 }
@@ -311,7 +279,7 @@ static nvfp4moe_status load_fused(load_ctx *c) {
     if (s == NVFP4MOE_OK && din) s = fused_scales(c, din, false, in2);
     if (s == NVFP4MOE_OK) {
         for (int32_t e = 0; e < E; e++) {
-            reconcile(c, e, s13[2 * e], s13[2 * e + 1], in13[2 * e], in13[2 * e + 1]);
+            keep_scales(c, e, s13[2 * e], s13[2 * e + 1], in13[2 * e], in13[2 * e + 1]);
             if (!c->check_only) {
                 st->w2_scale_2[e] = s2[2 * e];
                 if (st->w2_input_scale) st->w2_input_scale[e] = in2[2 * e];
@@ -327,8 +295,7 @@ static nvfp4moe_status load_fused(load_ctx *c) {
 /* Everything the layer's tensors say about the config, without copying: bias presence,
  * correction bias, router. Run once in check mode so buffers can be sized, then for real. */
 static nvfp4moe_status load_pass(load_ctx *c, nvfp4moe_ckpt_format fmt, nvfp4moe_ckpt_layer *l) {
-    c->n_differ = c->n_inexact = c->n_input_differ = 0;
-    c->max_change = 0;
+    c->n_differ = c->n_input_differ = 0;
     NVFP4MOE_TRY(nvfp4moe_ckpt_load_router(c, l));
     if (fmt == NVFP4MOE_CKPT_MODELOPT_FUSED) NVFP4MOE_TRY(load_fused(c));
     else NVFP4MOE_TRY(load_per_expert(c, fmt == NVFP4MOE_CKPT_COMPRESSED_TENSORS));
@@ -390,7 +357,7 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
             c.warn = &l->warnings;
         }
     }
-    if (s == NVFP4MOE_OK) reconcile_warnings(&c);
+    if (s == NVFP4MOE_OK) scale_warnings(&c);
     if (s == NVFP4MOE_OK) {
         s = nvfp4moe_config_validate(&c.cfg);
         if (s != NVFP4MOE_OK)

@@ -421,6 +421,7 @@ void nvfp4moe_ckpt_storage_free(ckpt_storage *s) {
     free(s->correction_bias);
     free(s->router);
     free(s->router_bias);
+    free(s->w13_up_scale_2);
     free(s);
 }
 
@@ -455,6 +456,8 @@ nvfp4moe_status nvfp4moe_ckpt_storage_alloc(const nvfp4moe_config *cfg, bool rou
               (s->w2 = calloc(n2 ? n2 : 1, 1)) && (s->w2_scale = calloc(n2s ? n2s : 1, 1)) &&
               (s->w13_scale_2 = calloc((size_t)E, sizeof(float))) &&
               (s->w2_scale_2 = calloc((size_t)E, sizeof(float)));
+    if (ok && nvfp4moe_activation_is_gated(cfg->activation))
+        ok = (s->w13_up_scale_2 = calloc((size_t)E, sizeof(float)));
     if (ok && cfg->scheme != NVFP4MOE_SCHEME_W4A16)
         ok = (s->w13_input_scale = calloc((size_t)E, sizeof(float))) &&
              (s->w2_input_scale = calloc((size_t)E, sizeof(float)));
@@ -481,4 +484,5 @@ void nvfp4moe_ckpt_point_weights(nvfp4moe_ckpt_layer *l, const ckpt_storage *s) 
     w->w2 = s->w2, w->w2_scale = s->w2_scale, w->w2_scale_2 = s->w2_scale_2;
     w->w2_input_scale = s->w2_input_scale;
     w->w13_bias = s->w13_bias, w->w2_bias = s->w2_bias, w->correction_bias = s->correction_bias;
+    w->w13_up_scale_2 = s->w13_up_scale_2;
 }

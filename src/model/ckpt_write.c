@@ -55,7 +55,7 @@ static nvfp4moe_status put_proj(nvfp4moe_st_writer *w, const char *base, const n
     }
     char suf[160];
     int64_t dw[2] = {rows, cols / 2}, ds[2] = {rows, cols / 16};
-    float s2 = half < 0 ? wt->w2_scale_2[e] : wt->w13_scale_2[e];
+    float s2 = half < 0 ? wt->w2_scale_2[e] : nvfp4moe_w13_half_scale_2(wt, e, half);
     const float *ins = half < 0 ? wt->w2_input_scale : wt->w13_input_scale;
     snprintf(suf, sizeof suf, "experts.%d.%s.%s", e, proj, ct ? "weight_packed" : "weight");
     NVFP4MOE_TRY(put(w, base, suf, NVFP4MOE_ST_U8, 2, dw, bw));
@@ -91,8 +91,23 @@ static nvfp4moe_status add_quantized(nvfp4moe_st_writer *w, nvfp4moe_ckpt_format
         NVFP4MOE_TRY(put(w, base, "experts.gate_up_proj", NVFP4MOE_ST_U8, 3, d13, wt->w13));
         NVFP4MOE_TRY(put(w, base, "experts.gate_up_proj_weight_scale", NVFP4MOE_ST_F8_E4M3, 3,
                          d13s, wt->w13_scale));
-        NVFP4MOE_TRY(put(w, base, "experts.gate_up_proj_weight_scale_2", NVFP4MOE_ST_F32, 1, de,
-                         wt->w13_scale_2));
+        // One global scale per expert ([E]), or per expert and half ([E, 2], gate then up) when the
+        // halves have their own.
+        bool halves = false;
+        for (int64_t e = 0; e < E && wt->w13_up_scale_2 && nvfp4moe_activation_is_gated(cfg->activation); e++)
+            halves |= wt->w13_up_scale_2[e] != wt->w13_scale_2[e];
+        if (!halves) {
+            NVFP4MOE_TRY(put(w, base, "experts.gate_up_proj_weight_scale_2", NVFP4MOE_ST_F32, 1, de,
+                             wt->w13_scale_2));
+        } else {
+            float *pairs = malloc(sizeof(float) * (size_t)(2 * E));
+            NVFP4MOE_RETURN_IF(!pairs, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+            for (int64_t e = 0; e < E; e++) pairs[2 * e] = wt->w13_scale_2[e], pairs[2 * e + 1] = wt->w13_up_scale_2[e];
+            int64_t de2[2] = {E, 2};
+            nvfp4moe_status s = put(w, base, "experts.gate_up_proj_weight_scale_2", NVFP4MOE_ST_F32, 2, de2, pairs);
+            free(pairs);
+            NVFP4MOE_TRY(s);
+        }
         if (!w4a16 && wt->w13_input_scale)
             NVFP4MOE_TRY(put(w, base, "experts.gate_up_proj_input_scale", NVFP4MOE_ST_F32, 1, de,
                              wt->w13_input_scale));

@@ -365,6 +365,7 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
                                         N1, H, s13, wdq);
             if (s != NVFP4MOE_OK) break;
             st->w13_scale_2[e] = s13;
+            if (st->w13_up_scale_2) st->w13_up_scale_2[e] = s13;   // one amax for both halves
             st->w2_scale_2[e] = s2;
             // Calibrate the down projection's input: amax of act(x W13^T + b13) over the tokens.
             float amax2 = 0;

@@ -16,7 +16,7 @@
 typedef struct layer_storage {
     uint8_t *w13, *w13_scale, *w2, *w2_scale;
     float *w13_scale_2, *w13_input_scale, *w2_scale_2, *w2_input_scale;
-    float *w13_bias, *w2_bias, *correction_bias;
+    float *w13_bias, *w2_bias, *correction_bias, *w13_up_scale_2;
 } layer_storage;
 
 void nvfp4moe_layer_free(nvfp4moe_layer *layer) {
@@ -25,7 +25,7 @@ void nvfp4moe_layer_free(nvfp4moe_layer *layer) {
     if (s) {
         free(s->w13); free(s->w13_scale); free(s->w2); free(s->w2_scale);
         free(s->w13_scale_2); free(s->w13_input_scale); free(s->w2_scale_2); free(s->w2_input_scale);
-        free(s->w13_bias); free(s->w2_bias); free(s->correction_bias);
+        free(s->w13_bias); free(s->w2_bias); free(s->correction_bias); free(s->w13_up_scale_2);
         free(s);
     }
     free(layer);
@@ -98,6 +98,14 @@ nvfp4moe_status nvfp4moe_layer_copy(const nvfp4moe_config *cfg, const nvfp4moe_w
         memcpy(s->w2_bias, w->w2_bias, E * H * sizeof(float));
     }
     if (cfg->has_correction_bias) memcpy(s->correction_bias, w->correction_bias, E * sizeof(float));
+    if (w->w13_up_scale_2) {   /* the up half's own global scale, when the weights have one */
+        if (!(s->w13_up_scale_2 = malloc(E * sizeof(float)))) {
+            nvfp4moe_layer_free(l);
+            return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "layer: out of memory");
+        }
+        memcpy(s->w13_up_scale_2, w->w13_up_scale_2, E * sizeof(float));
+        l->w.w13_up_scale_2 = s->w13_up_scale_2;
+    }
     *out = l;
     return NVFP4MOE_OK;
 }

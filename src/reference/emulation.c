@@ -21,7 +21,9 @@
  * Per (token, slot) pair of expert e, T the activation dtype (bf16 or fp16):
  *   x     = T(hidden * T(w))  when the router weight goes on the input, else hidden
  *   a1    = T(QDQ_triton(x, a1_gs))                      one row, blocks of 16
- *   W13   = T(e2m1 * (e4m3 * w13_scale_2[e]))             float32 products, then T
+ *   W13   = T(e2m1 * (e4m3 * s))                          float32 products, then T; s the row's
+ *                                                         half's scale (gate: w13_scale_2[e], up:
+ *                                                         w13_up_scale_2[e]; vLLM keeps one)
  *   h     = T(sum_k a1[k] * W13[n, k])                    float32 accumulation, k in order
  *   act   = vLLM's activation kernel on h, its own T roundings
  *   a2    = T(QDQ_triton(act, a2_gs))
@@ -213,8 +215,11 @@ nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, cons
 
     for (int64_t e = 0; e < E; e++) {
         if (start[e] == start[e + 1]) continue;
-        nvfp4moe_emulation_dequant(w->w13 + e * N1 * H / 2, w->w13_scale + e * N1 * H / 16, N1, H,
-                                   w->w13_scale_2[e], dt, w13);
+        /* GEMM1's rows with their half's global scale (gate, up): one row at a time */
+        for (int64_t n = 0; n < N1; n++)
+            nvfp4moe_emulation_dequant(w->w13 + (e * N1 + n) * H / 2, w->w13_scale + (e * N1 + n) * H / 16, 1, H,
+                                       nvfp4moe_w13_half_scale_2(w, e, nvfp4moe_w13_row_half(cfg, n)), dt,
+                                       w13 + n * H);
         nvfp4moe_emulation_dequant(w->w2 + e * H * I / 2, w->w2_scale + e * H * I / 16, H, I, w->w2_scale_2[e],
                                    dt, w2);
         for (int64_t q = start[e]; q < start[e + 1]; q++) {

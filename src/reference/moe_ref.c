@@ -25,16 +25,22 @@
 #include <string.h>
 
 /* Dequantizes one [rows, cols] NVFP4 matrix into float64 (exact: every product fits a double).
- * Both codes go through tables: the decoders are the codec's, called once per code value. */
+ * Both codes go through tables: the decoders are the codec's, called once per code value. A GEMM1
+ * matrix (cfg != NULL) applies each row's half's scale: scale_2 to the gate rows, scale_up to the up
+ * rows (nvfp4moe_w13_row_half). */
 static void dequant_f64(const uint8_t *q, const uint8_t *sf, int64_t rows, int64_t cols, float scale_2,
-                        double *out) {
-    double e2m1[16], e4m3[256];
+                        const nvfp4moe_config *cfg, float scale_up, double *out) {
+    double e2m1[16], e4m3[2][256];
     for (int i = 0; i < 16; i++) e2m1[i] = nvfp4moe_e2m1_decode((uint8_t)i);
-    for (int i = 0; i < 256; i++) e4m3[i] = (double)nvfp4moe_e4m3_decode((uint8_t)i) * (double)scale_2;
+    for (int i = 0; i < 256; i++) {
+        e4m3[0][i] = (double)nvfp4moe_e4m3_decode((uint8_t)i) * (double)scale_2;
+        e4m3[1][i] = (double)nvfp4moe_e4m3_decode((uint8_t)i) * (double)scale_up;
+    }
     for (int64_t r = 0; r < rows; r++) {
+        const double *tab = e4m3[cfg ? nvfp4moe_w13_row_half(cfg, r) : 0];
         for (int64_t c = 0; c < cols; c += 2) {
             uint8_t byte = q[r * (cols / 2) + c / 2];
-            double s = e4m3[sf[r * (cols / 16) + c / 16]];
+            double s = tab[sf[r * (cols / 16) + c / 16]];
             out[r * cols + c] = e2m1[byte & 0xF] * s;
             out[r * cols + c + 1] = e2m1[byte >> 4] * s;
         }
@@ -217,8 +223,10 @@ nvfp4moe_status nvfp4moe_reference_forward(const nvfp4moe_config *cfg, const nvf
 
     for (int64_t e = 0; e < E; e++) {
         if (start[e] == start[e + 1]) continue;
-        dequant_f64(w->w13 + e * N1 * H / 2, w->w13_scale + e * N1 * H / 16, N1, H, w->w13_scale_2[e], w13);
-        dequant_f64(w->w2 + e * H * I / 2, w->w2_scale + e * H * I / 16, H, I, w->w2_scale_2[e], w2);
+        dequant_f64(w->w13 + e * N1 * H / 2, w->w13_scale + e * N1 * H / 16, N1, H, nvfp4moe_w13_half_scale_2(w, e, 0),
+                    cfg, nvfp4moe_w13_half_scale_2(w, e, 1), w13);
+        dequant_f64(w->w2 + e * H * I / 2, w->w2_scale + e * H * I / 16, H, I, w->w2_scale_2[e], NULL,
+                    w->w2_scale_2[e], w2);
         for (int64_t q = start[e]; q < start[e + 1]; q++) {
             const int64_t p = order[q], t = p / K;
             const float *xt = x + t * H;
