@@ -215,7 +215,9 @@ __global__ void __launch_bounds__(256) gemm_kernel(nvfp4moe_emul_args a) {
     const int nw = n0 + nl;
     const uint8_t *wrow = a.w + ((int64_t)e * N + nw) * (K / 2);
     const uint8_t *srow = a.sf + ((int64_t)e * N + nw) * (K / 16);
-    const float s2 = a.scale_2[e];
+    // Row nw's global scale: its half's (gate, up) with scale_2_halves, else the expert's.
+    const int up = a.scale_2_halves == 1 ? nw >= N / 2 : a.scale_2_halves == 2 && (nw & 1);
+    const float s2 = a.scale_2[a.scale_2_halves ? 2 * e + up : e];
     for (int k0 = 0; k0 < K; k0 += kEBK) {
 #pragma unroll
         for (int q = 0; q < 4; q++) {

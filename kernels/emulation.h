@@ -29,7 +29,7 @@ cudaError_t nvfp4moe_emul_input(const void *in, void *out, int64_t rows, int32_t
 /* The fused dequantize + GEMM of fused_moe_nvfp4_emulation_kernel, for every valid pair p of a
  * block of expert e:
  *   C[p, n] = T((sum_k A[p / a_row_div, k] * W[e, n, k] + bias[e, n]) * row_scale[p])
- *   W[e, n, k] = T(e2m1 * (e4m3 * scale_2[e]))
+ *   W[e, n, k] = T(e2m1 * (e4m3 * scale_2[e]))   (row n's half's scale with scale_2_halves)
  * float32 accumulation, k in order (bias and row_scale optional). Sentinel rows are not written. */
 #define NVFP4MOE_EMUL_BLOCK_M 16
 typedef struct nvfp4moe_emul_args {
@@ -37,7 +37,7 @@ typedef struct nvfp4moe_emul_args {
     int32_t a_row_div;        /* pair p reads A row p / a_row_div */
     const uint8_t *w;         /* [E, N, K/2] packed E2M1 */
     const uint8_t *sf;        /* [E, N, K/16] E4M3, linear */
-    const float *scale_2;     /* [E] */
+    const float *scale_2;     /* [E], or [E, 2] (gate, up) per scale_2_halves */
     const float *bias;        /* [E, N] or NULL */
     const float *row_scale;   /* [P] or NULL */
     void *c;                  /* [P, N] dtype T */
@@ -45,6 +45,8 @@ typedef struct nvfp4moe_emul_args {
     int32_t P, N, K, E;
     int32_t max_blocks;       /* grouping blocks of NVFP4MOE_EMUL_BLOCK_M rows */
     int32_t is_bf16;
+    int32_t scale_2_halves;   /* as nvfp4moe_marlin_args': 0 [E]; GEMM1 [E, 2] with 1 stacked
+                                 halves ([0, N/2) gate), 2 interleaved rows (even gate, odd up) */
 } nvfp4moe_emul_args;
 cudaError_t nvfp4moe_emul_gemm(const nvfp4moe_emul_args *args, cudaStream_t stream);
 

@@ -82,6 +82,7 @@ struct Params {
     int force_kw;              // warps per item forced (0: chosen on the device)
     int rows;                  // Rows: which two 16-row groups make item r
     int I;                     // GEMM1: intermediate size (gate/up split, act_out row length)
+    int halves;                // GEMM1: scale_2 is [E, 2] (gate, up), else [E]
     // GEMM1
     nvfp4moe_gpu_act_params act;
     int interleaved;           // gate/up rows interleaved (SWIGLUOAI)
@@ -312,7 +313,9 @@ struct Decode {
         slot_sync(slot, kw);
         const int b = item / p.items_per_block, r = item % p.items_per_block;
         const int e = p.block_expert[b];
-        const float s2 = p.scale_2[e] * kAccUnscale;
+        // GEMM1 of a gated activation may have a scale per half: s2 is then the gate's.
+        const float s2 = p.scale_2[MODE == GEMM1 && p.halves ? 2 * e : e] * kAccUnscale;
+        const float s2u = MODE == GEMM1 && p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
         const int32_t *ids = p.sorted_ids + (size_t)b * BM;
         if constexpr (MODE == GEMM1) {
             if (p.rows == ROWS_GATE_UP || p.interleaved) {  // gated: gate and up rows in the item
@@ -335,7 +338,7 @@ struct Decode {
                         uv = sum_of(sm, slot, kw, 1, i, tok);
                     }
                     gv = gv * s2 + bias_of(p, e, rg);
-                    uv = uv * s2 + bias_of(p, e, ru);
+                    uv = uv * s2u + bias_of(p, e, ru);
                     const float v = nvfp4moe_dev::act_gated(p.act, gv, uv);
                     p.act_out[(size_t)pid * p.I + 16 * r + i] = to_half_bits<BF16>(v);
                 }
@@ -536,7 +539,8 @@ bool gemm_ok(const nvfp4moe_decode_gemm *g) {
     return g && g->a && g->w && g->scale_2 && g->sorted_ids && g->block_expert && g->num_blocks &&
            g->N > 0 && g->K > 0 && g->N % 16 == 0 && g->K % 16 == 0 && g->E > 0 && g->a_row_div >= 1 &&
            g->P >= 0 && g->max_blocks >= 0 && (g->block_m == 8 || g->block_m == 16) &&
-           (g->warps_per_item == 0 || g->warps_per_item == 1 || g->warps_per_item == 2 || g->warps_per_item == 4);
+           (g->warps_per_item == 0 || g->warps_per_item == 1 || g->warps_per_item == 2 || g->warps_per_item == 4) &&
+           g->scale_2_halves >= 0 && g->scale_2_halves <= 2;
 }
 
 bool combine_ok(const nvfp4moe_decode_combine *c) {
@@ -550,6 +554,7 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
     p.a = static_cast<const uint16_t *>(g->a);
     p.w = static_cast<const uint8_t *>(g->w);
     p.scale_2 = g->scale_2;
+    p.halves = g->scale_2_halves != 0;
     p.bias = g->bias;
     p.sorted_ids = g->sorted_ids;
     p.block_expert = g->block_expert;

@@ -29,7 +29,7 @@ typedef struct nvfp4moe_decode_gemm {
     const void *a;              /* activations, bf16 or fp16, rows of K values, 16-byte aligned */
     int32_t a_row_div;          /* pair p reads A row p / a_row_div */
     const void *w;              /* weights packed by nvfp4moe_hopper_repack ([E, N, K]) */
-    const float *scale_2;       /* [E] */
+    const float *scale_2;       /* [E], or [E, 2] (gate, up) when scale_2_halves != 0 */
     const float *bias;          /* [E, N] or NULL */
     const int32_t *sorted_ids, *block_expert, *num_blocks;
     int32_t P, N, K, E;
@@ -39,6 +39,9 @@ typedef struct nvfp4moe_decode_gemm {
     int32_t sm_count;
     int32_t warps_per_item;     /* 0: chosen on the device from the item count (the default); 1, 2 or 4
                                    forces it (tests), never above the k tiles of K */
+    int32_t scale_2_halves;     /* GEMM1 of a gated activation: nonzero when scale_2 is [E, 2], the
+                                   gate rows taking [2 e] and the up rows [2 e + 1] (as in
+                                   nvfp4moe_marlin_args: 1 stacked halves, 2 interleaved) */
 } nvfp4moe_decode_gemm;
 
 /* The layer's output and the top-k combine state shared by the two launches. */

@@ -161,6 +161,7 @@ struct Params {
     int P, N, K;
     int n_tiles, k_tiles;
     int max_splits;        // 1 when there is no workspace
+    int halves;            // scale_2: 0 [E]; 1 [E, 2] stacked gate/up halves; 2 [E, 2] interleaved
 };
 
 #if NVFP4MOE_HOPPER_DEVICE
@@ -557,7 +558,10 @@ struct Kernel {
     static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w,
                                     int splits, int wg, int warp, int g, int t, int *s_flag) {
         const int e = p.block_expert[w.blk];
-        const float s2 = p.scale_2[e] * kAccUnscale;
+        // One scale per expert, or per (expert, half): row n takes the up half's when n >= N/2
+        // (stacked) or n is odd (interleaved).
+        const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
+        const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
         const int n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
         const int32_t *ids = p.sorted_ids + w.blk * BM;
         if (splits > 1) {
@@ -610,7 +614,8 @@ struct Kernel {
                 for (int h = 0; h < 2; h++) {
                     const int n = n_base + 8 * h;
                     if (n >= p.N) continue;
-                    float v = acc[4 * i + 2 * h + b] * s2;
+                    const bool up = p.halves == 1 ? n >= p.N / 2 : p.halves == 2 && (n & 1);
+                    float v = acc[4 * i + 2 * h + b] * (up ? s2_up : s2);
                     if (p.bias) v += p.bias[(size_t)e * p.N + n];
                     p.c[(size_t)pid * p.N + n] = to_half_bits<BF16>(v * rs);
                 }
@@ -776,6 +781,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.a = static_cast<const uint16_t *>(args->a);
     p.b = static_cast<const uint8_t *>(args->b);
     p.scale_2 = args->scale_2;
+    p.halves = args->scale_2_halves;
     p.bias = args->bias;
     p.row_scale = args->row_scale;
     p.c = static_cast<uint16_t *>(args->c);
@@ -852,7 +858,8 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
         !args->block_expert || !args->num_blocks)
         return cudaErrorInvalidValue;
     if (args->N <= 0 || args->K <= 0 || args->N % 16 || args->K % 16 || args->E <= 0 ||
-        args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0)
+        args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0 || args->scale_2_halves < 0 ||
+        args->scale_2_halves > 2)
         return cudaErrorInvalidValue;
     if (args->P == 0 || args->max_blocks == 0) return cudaSuccess;  // nothing to compute
     switch (args->block_m) {

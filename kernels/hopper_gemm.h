@@ -47,6 +47,7 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
                                        int32_t block_m, int32_t sm_count);
 
 /* C[p, :] = row_scale[p] * (scale_2[e] * (A[p / a_row_div, :] . dequant(W_e)^T) + bias[e, :])
+ * (with scale_2_halves, column n's scale is its half's: scale_2[2 e + half(n)])
  * for every valid pair p in a block of expert e. Rows of padding (sentinel) are not written.
  * No allocation, no host synchronization: capturable in a CUDA graph (the split-K workspace is
  * cleared with cudaMemsetAsync on the stream). */

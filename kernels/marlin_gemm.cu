@@ -161,6 +161,7 @@ struct Params {
     int n_tiles, k_iters;
     int max_blocks;
     int streamk;
+    int halves;            // scale_2: 0 [E]; 1 [E, 2] stacked gate/up halves; 2 [E, 2] interleaved
 };
 
 // ---- small PTX helpers --------------------------------------------------------------------
@@ -481,7 +482,10 @@ struct Kernel {
         }
         if (!final_pass || e < 0) return;
 
-        const float sc = __ldg(p.scale_2 + e) * kAccUnscale;
+        // One scale per expert, or per (expert, half): the up half's for columns >= N/2 (stacked)
+        // or the odd columns (interleaved; col is even, so v0 is gate and v1 up).
+        const float sc = __ldg(p.scale_2 + (p.halves ? 2 * e : e)) * kAccUnscale;
+        const float sc_up = p.halves ? __ldg(p.scale_2 + 2 * e + 1) * kAccUnscale : sc;
 #pragma unroll
         for (int mt = 0; mt < C::MT; mt++) {
 #pragma unroll
@@ -505,8 +509,9 @@ struct Kernel {
                         v0 = s.x;
                         v1 = s.y;
                     }
-                    v0 *= sc;
-                    v1 *= sc;
+                    const bool up0 = p.halves == 1 && col >= p.N / 2;
+                    v0 *= up0 ? sc_up : sc;
+                    v1 *= up0 || p.halves == 2 ? sc_up : sc;
                     if (p.bias) {
                         v0 += __ldg(p.bias + (size_t)e * p.N + col);
                         v1 += __ldg(p.bias + (size_t)e * p.N + col + 1);
@@ -728,6 +733,7 @@ cudaError_t launch(const nvfp4moe_marlin_args *args, cudaStream_t stream) {
     p.bw = static_cast<const uint8_t *>(args->b);
     p.bs = p.bw + (size_t)args->E * p.KT * p.NB * kAtomBytes;
     p.scale_2 = args->scale_2;
+    p.halves = args->scale_2_halves;
     p.bias = args->bias;
     p.row_scale = args->row_scale;
     p.c = static_cast<uint16_t *>(args->c);
@@ -813,7 +819,8 @@ extern "C" cudaError_t nvfp4moe_marlin_gemm(const nvfp4moe_marlin_args *args,
         !args->block_expert || !args->num_blocks)
         return cudaErrorInvalidValue;
     if (args->N <= 0 || args->K <= 0 || args->N % 16 || args->K % 16 || args->E <= 0 ||
-        args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0)
+        args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0 || args->scale_2_halves < 0 ||
+        args->scale_2_halves > 2)
         return cudaErrorInvalidValue;
     if (args->P == 0 || args->max_blocks == 0) return cudaSuccess;  // nothing to compute
     switch (args->block_m) {

@@ -44,7 +44,8 @@ typedef struct nvfp4moe_marlin_args {
     const void *a;            /* activations, bf16 or fp16, rows of K values */
     int32_t a_row_div;        /* pair p reads A row p / a_row_div (GEMM1: top_k; GEMM2: 1) */
     const void *b;            /* repacked weights */
-    const float *scale_2;     /* [E] per-expert dequantization scale (ModelOpt weight_scale_2) */
+    const float *scale_2;     /* [E] per-expert dequantization scale (ModelOpt weight_scale_2), or
+                                 [E, 2] (gate, up) per scale_2_halves */
     const float *bias;        /* [E, N] float added after scaling, or NULL */
     const float *row_scale;   /* [P] output row p is multiplied by row_scale[p] (GEMM2: top-k
                                  weights), or NULL */
@@ -58,6 +59,9 @@ typedef struct nvfp4moe_marlin_args {
     int32_t is_bf16;          /* 1: bf16, 0: fp16 */
     void *workspace;          /* nvfp4moe_marlin_workspace_bytes(...) bytes, or NULL if 0 */
     int32_t sm_count;         /* multiprocessors of the device */
+    int32_t scale_2_halves;   /* 0: scale_2 is [E], one scale per expert. GEMM1 of a gated
+                                 activation, scale_2 [E, 2] (gate, up): 1, rows [0, N/2) gate and
+                                 [N/2, N) up; 2, rows interleaved g0, u0, g1, u1 (swigluoai) */
 } nvfp4moe_marlin_args;
 
 /* Workspace the GEMM needs for these sizes (may be 0). */
@@ -65,6 +69,7 @@ size_t nvfp4moe_marlin_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
                                        int32_t block_m, int32_t sm_count);
 
 /* C[p, :] = row_scale[p] * (scale_2[e] * (A[p / a_row_div, :] . dequant(W_e)^T) + bias[e, :])
+ * (with scale_2_halves, column n's scale is its half's: scale_2[2 e + half(n)])
  * for every valid pair p in a block of expert e. Rows of padding (sentinel) are not written.
  * No allocation, no host synchronization: capturable in a CUDA graph. */
 cudaError_t nvfp4moe_marlin_gemm(const nvfp4moe_marlin_args *args, cudaStream_t stream);
