@@ -89,7 +89,8 @@ typedef struct cuda_state {
     /* device memory, owned */
     void *w13, *w2;               /* MARLIN: repacked; EMULATION: canonical packed E2M1 */
     uint8_t *w13_sf, *w2_sf;      /* EMULATION: linear E4M3 block scales */
-    float *w13_s2, *w2_s2;        /* [E] */
+    float *w13_s2, *w2_s2;        /* [E]; w13_s2 [E, 2] (gate, up) when w13_halves */
+    int32_t w13_halves;           /* GEMM1's scale_2_halves: 0, 1 stacked gate/up, 2 interleaved */
     float *w13_bias, *w2_bias;    /* or NULL */
     float *corr_bias;             /* or NULL */
 } cuda_state;
@@ -196,6 +197,26 @@ static nvfp4moe_status upload(cuda_state *st, const void *src, size_t bytes, boo
     return NVFP4MOE_OK;
 }
 
+/* A device [E, 2] array of (a[e], b[e]) pairs, from E floats each (host or device memory). */
+static nvfp4moe_status upload_pairs(cuda_state *st, const float *a, const float *b, int32_t E, bool on_device,
+                                    void **dst) {
+    *dst = NULL;
+    const size_t bytes = sizeof(float) * 2 * (size_t)E;
+    cudaError_t e = cudaMalloc(dst, bytes);
+    if (e != cudaSuccess) {
+        *dst = NULL;
+        return nvfp4moe_set_error(e == cudaErrorMemoryAllocation ? NVFP4MOE_ERR_OUT_OF_MEMORY : NVFP4MOE_ERR_CUDA,
+                                  "%s: cudaMalloc(w13 gate/up scales, %zu bytes): %s", st->name, bytes,
+                                  cudaGetErrorString(e));
+    }
+    const enum cudaMemcpyKind kind = on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    float *d = *dst;
+    CUDA_TRY(st, cudaMemcpy2D(d, 2 * sizeof(float), a, sizeof(float), sizeof(float), (size_t)E, kind), "w13_scale_2");
+    CUDA_TRY(st, cudaMemcpy2D(d + 1, 2 * sizeof(float), b, sizeof(float), sizeof(float), (size_t)E, kind),
+             "w13_up_scale_2");
+    return NVFP4MOE_OK;
+}
+
 /* Host copy of E floats that may live on the device. */
 static nvfp4moe_status fetch_floats(cuda_state *st, const float *src, int32_t n, bool on_device,
                                     float *dst, const char *what) {
@@ -215,6 +236,7 @@ static nvfp4moe_status validate_device_weights(cuda_state *st, const nvfp4moe_co
     const int64_t E = st->E, H = st->H, I = st->I, N1 = st->N1;
     const struct { const float *p; const char *name; int64_t n; bool positive; } vecs[] = {
         {w->w13_scale_2, "w13_scale_2", E, true},
+        {w->w13_up_scale_2, "w13_up_scale_2", E, true},
         {w->w2_scale_2, "w2_scale_2", E, true},
         {st->w4a16 ? NULL : w->w13_input_scale, "w13_input_scale", E, true},
         {st->w4a16 ? NULL : w->w2_input_scale, "w2_input_scale", E, true},
@@ -410,7 +432,15 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
         st->act.alpha = ep.alpha;
         st->act.beta = ep.beta;
     }
-    FAIL(upload(st, w->w13_scale_2, sizeof(float) * (size_t)E, on_device, "w13_scale_2", (void **)&st->w13_s2));
+    if (nvfp4moe_activation_is_gated(cfg->activation)) {
+        /* GEMM1's global scales per (expert, half): [E, 2], gate then up (the up half's own when the
+         * weights have one, else the expert's). */
+        st->w13_halves = cfg->activation == NVFP4MOE_ACT_SWIGLUOAI ? 2 : 1;
+        FAIL(upload_pairs(st, w->w13_scale_2, w->w13_up_scale_2 ? w->w13_up_scale_2 : w->w13_scale_2, E, on_device,
+                          (void **)&st->w13_s2));
+    } else {
+        FAIL(upload(st, w->w13_scale_2, sizeof(float) * (size_t)E, on_device, "w13_scale_2", (void **)&st->w13_s2));
+    }
     FAIL(upload(st, w->w2_scale_2, sizeof(float) * (size_t)E, on_device, "w2_scale_2", (void **)&st->w2_s2));
     if (cfg->has_bias) {
         FAIL(upload(st, w->w13_bias, sizeof(float) * (size_t)E * N1, on_device, "w13_bias", (void **)&st->w13_bias));
@@ -516,7 +546,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .a = a_in, .a_row_div = st->K, .w = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
-            .sm_count = st->sm_count};
+            .sm_count = st->sm_count, .scale_2_halves = st->w13_halves};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm1(&g1, &st->act, st->I, act, &cb, stream), "GEMM1 + activation");
         const nvfp4moe_decode_gemm g2 = {
             .a = act, .a_row_div = 1, .w = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
@@ -533,14 +563,15 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .a = a_in, .a_row_div = st->K, .b = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
             .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->N1, .K = st->H, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
-            .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count};
+            .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count,
+            .scale_2_halves = st->w13_halves};
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM1");
     } else {
         nvfp4moe_emul_args g = {
             .a = a_in, .a_row_div = st->K, .w = st->w13, .sf = st->w13_sf, .scale_2 = st->w13_s2,
             .bias = st->w13_bias, .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp,
             .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H, .E = st->E, .max_blocks = L.max_blocks,
-            .is_bf16 = st->is_bf16};
+            .is_bf16 = st->is_bf16, .scale_2_halves = st->w13_halves};
         CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM1 (emulation)");
     }
 
