@@ -4,7 +4,8 @@
  * pins bit for bit to vLLM's code. CUDA builds, on a GPU (`make gpu-test`).
  *
  *   1. The GEMM (weights dequantized to bf16/fp16, float32 accumulation k in order, bias, top-k
- *      weight, the output rounded once): bit for bit.
+ *      weight, the output rounded once): bit for bit; also with GEMM1's scale per (expert, half),
+ *      stacked and interleaved halves.
  *   2. moe_sum, top_k 1..8, bf16/fp16, f32 or 16-bit output, an invalid slot: bit for bit.
  *   3. The Triton quantize-dequantize of the input (and the router weight on it) on ordinary,
  *      tie-heavy and near-tie data. The host divides correctly rounded where the kernel, like
@@ -13,6 +14,7 @@
  *   4. Whole layers through the backend, every activation EMULATION takes, top_k 1..8, bf16 and
  *      fp16, the router weight on the input, routing precomputed so that both sides see the same
  *      weights: at least 90 % of the outputs bit for bit, relative distance <= 5e-3; both printed.
+ *      Also with gate and up halves that have global scales of their own (silu, swigluoai).
  *      (CUDA's expf/erff/tanhf and Triton's div.full/ex2.approx against the host's correctly
  *      rounded ones are the only differences left.)
  * Ends with "gpu_emulation: N passed, N failed".
@@ -77,17 +79,20 @@ static int32_t group(const int32_t *ids, int64_t P, int32_t E, int32_t *sorted, 
 
 /* ---- 1. the GEMM ---- */
 
-static void gemm_case(nvfp4moe_dtype dt, int64_t M, int32_t topk, int32_t E, int32_t N, int32_t K, bool extras) {
+/* halves: scale_2 per expert (0), or per (expert, half) with stacked (1) or interleaved (2) halves. */
+static void gemm_case(nvfp4moe_dtype dt, int64_t M, int32_t topk, int32_t E, int32_t N, int32_t K, bool extras,
+                      int halves) {
     char name[160];
-    snprintf(name, sizeof name, "GEMM %s M=%lld top_k=%d E=%d N=%d K=%d%s", nvfp4moe_dtype_name(dt), (long long)M, topk,
-             E, N, K, extras ? " bias top-k weight" : "");
+    snprintf(name, sizeof name, "GEMM %s M=%lld top_k=%d E=%d N=%d K=%d%s%s", nvfp4moe_dtype_name(dt), (long long)M, topk,
+             E, N, K, extras ? " bias top-k weight" : "",
+             halves == 1 ? " scale per (expert, half), stacked" : halves == 2 ? " scale per (expert, half), interleaved" : "");
     T_CASE(name);
     const int64_t P = M * topk;
     uint64_t r = (uint64_t)(N * 131 + K);
     float *af = malloc(sizeof(float) * (size_t)(M * K));
     uint16_t *a = malloc(2 * (size_t)(M * K));
     uint8_t *w = malloc((size_t)E * N * K / 2), *sf = malloc((size_t)E * N * K / 16);
-    float *s2 = malloc(sizeof(float) * (size_t)E), *bias = malloc(sizeof(float) * (size_t)(E * N));
+    float *s2 = malloc(sizeof(float) * (size_t)(2 * E)), *bias = malloc(sizeof(float) * (size_t)(E * N));
     float *rs = malloc(sizeof(float) * (size_t)P), *W = malloc(sizeof(float) * (size_t)N * K);
     float *want = malloc(sizeof(float) * (size_t)(P * N));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
@@ -98,7 +103,8 @@ static void gemm_case(nvfp4moe_dtype dt, int64_t M, int32_t topk, int32_t E, int
     nvfp4moe_to_float(dt, a, M * K, af);
     for (int64_t i = 0; i < (int64_t)E * N * K / 2; i++) w[i] = (uint8_t)nvfp4moe_rand_u64(&r);
     for (int64_t i = 0; i < (int64_t)E * N * K / 16; i++) sf[i] = (uint8_t)(0x20 + nvfp4moe_rand_u64(&r) % 0x30);
-    for (int32_t e = 0; e < E; e++) s2[e] = (float)(1e-3 * (1.0 + nvfp4moe_rand_uniform(&r)));
+    for (int32_t e = 0; e < (halves ? 2 * E : E); e++)   /* halves: gate and up up to 10x apart */
+        s2[e] = (float)(1e-3 * (1.0 + (halves ? 9.0 : 1.0) * nvfp4moe_rand_uniform(&r)));
     for (int64_t i = 0; i < (int64_t)E * N; i++) bias[i] = (float)(0.1 * nvfp4moe_rand_normal(&r));
     for (int64_t p = 0; p < P; p++) {
         ids[p] = (int32_t)(nvfp4moe_rand_u64(&r) % (uint64_t)E);
@@ -106,7 +112,11 @@ static void gemm_case(nvfp4moe_dtype dt, int64_t M, int32_t topk, int32_t E, int
     }
     const int32_t nb = group(ids, P, E, sorted, bexp, max_blocks);
     for (int32_t e = 0; e < E; e++) {
-        nvfp4moe_emulation_dequant(w + (int64_t)e * N * K / 2, sf + (int64_t)e * N * K / 16, N, K, s2[e], dt, W);
+        for (int32_t n = 0; n < N; n++) {   /* row n with its half's scale */
+            const int up = halves == 1 ? n >= N / 2 : halves == 2 ? n & 1 : 0;
+            nvfp4moe_emulation_dequant(w + ((int64_t)e * N + n) * K / 2, sf + ((int64_t)e * N + n) * K / 16, 1, K,
+                                       halves ? s2[2 * e + up] : s2[e], dt, W + (int64_t)n * K);
+        }
         for (int64_t p = 0; p < P; p++) {
             if (ids[p] != e) continue;
             for (int32_t n = 0; n < N; n++) {
@@ -118,7 +128,7 @@ static void gemm_case(nvfp4moe_dtype dt, int64_t M, int32_t topk, int32_t E, int
         }
     }
     void *d_a = dev_copy(a, 2 * (size_t)(M * K)), *d_w = dev_copy(w, (size_t)E * N * K / 2);
-    void *d_sf = dev_copy(sf, (size_t)E * N * K / 16), *d_s2 = dev_copy(s2, sizeof(float) * (size_t)E);
+    void *d_sf = dev_copy(sf, (size_t)E * N * K / 16), *d_s2 = dev_copy(s2, sizeof(float) * (size_t)(halves ? 2 * E : E));
     void *d_bias = dev_copy(bias, sizeof(float) * (size_t)(E * N)), *d_rs = dev_copy(rs, sizeof(float) * (size_t)P);
     void *d_sorted = dev_copy(sorted, sizeof(int32_t) * (size_t)max_blocks * 16);
     void *d_bexp = dev_copy(bexp, sizeof(int32_t) * (size_t)max_blocks), *d_nb = dev_copy(&nb, sizeof nb);
@@ -129,7 +139,7 @@ static void gemm_case(nvfp4moe_dtype dt, int64_t M, int32_t topk, int32_t E, int
                             .bias = extras ? d_bias : NULL, .row_scale = extras ? d_rs : NULL, .c = d_c,
                             .sorted_ids = d_sorted, .block_expert = d_bexp, .num_blocks = d_nb, .P = (int32_t)P,
                             .N = N, .K = K, .E = E, .max_blocks = max_blocks,
-                            .is_bf16 = dt == NVFP4MOE_DTYPE_BF16};
+                            .is_bf16 = dt == NVFP4MOE_DTYPE_BF16, .scale_2_halves = halves};
     CUDA_OK(nvfp4moe_emul_gemm(&g, 0));
     uint16_t *c = malloc(2 * (size_t)(P * N));
     to_host(c, d_c, 2 * (size_t)(P * N));
@@ -250,10 +260,11 @@ static void qdq_cases(void) {
 
 /* ---- 4. whole layers ---- */
 
-static void layer_case(nvfp4moe_config c, int64_t M, uint64_t seed) {
+/* split: the up half gets a global scale of its own (1x to 10x the gate's). */
+static void layer_case(nvfp4moe_config c, int64_t M, uint64_t seed, bool split) {
     char desc[200], name[300];
     nvfp4moe_config_describe(&c, desc, sizeof desc);
-    snprintf(name, sizeof name, "EMULATION layer M=%lld %s", (long long)M, desc);
+    snprintf(name, sizeof name, "EMULATION layer M=%lld %s%s", (long long)M, desc, split ? " gate/up scales differ" : "");
     T_CASE(name);
     const nvfp4moe_backend_impl *impl = nvfp4moe_backend_impl_find("EMULATION");
     CHECK(impl != NULL, "no EMULATION implementation in this build");
@@ -262,6 +273,9 @@ static void layer_case(nvfp4moe_config c, int64_t M, uint64_t seed) {
     CHECK_OK(nvfp4moe_layer_random(&c, seed, &l));
     if (!l) return;
     const int64_t E = c.num_experts, K = c.top_k, H = c.hidden_size, P = M * K;
+    float *up = malloc(sizeof(float) * (size_t)E);
+    for (int64_t e = 0; e < E; e++) up[e] = l->w.w13_scale_2[e] * (1.0f + 2.25f * (float)(e % 5));
+    if (split) l->w.w13_up_scale_2 = up;
     uint16_t *hidden = malloc(2 * (size_t)(M * H)), *out = malloc(2 * (size_t)(M * H)), *host = malloc(2 * (size_t)(M * H));
     float *logits = malloc(sizeof(float) * (size_t)(M * E)), *wts = malloc(sizeof(float) * (size_t)P);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
@@ -307,6 +321,7 @@ static void layer_case(nvfp4moe_config c, int64_t M, uint64_t seed) {
     }
     free(hidden); free(out); free(host); free(logits); free(wts); free(ids);
     nvfp4moe_layer_free(l);
+    free(up);
 }
 
 static void layer_cases(void) {
@@ -329,19 +344,26 @@ static void layer_cases(void) {
         d.swiglu_limit = acts[i].limit;
         d.top_k = topks[i % 6];
         d.in_dtype = d.out_dtype = i % 2 ? NVFP4MOE_DTYPE_FP16 : NVFP4MOE_DTYPE_BF16;
-        layer_case(d, 64, 1000 + i);
+        layer_case(d, 64, 1000 + i, false);
     }
     nvfp4moe_config r = c; /* llama4: top-1, the router weight on the input */
     r.top_k = 1;
     r.routing = NVFP4MOE_ROUTING_LLAMA4;
     r.apply_router_weight_on_input = true;
-    layer_case(r, 100, 2000);
+    layer_case(r, 100, 2000, false);
     nvfp4moe_config q = c; /* Qwen3-30B-A3B's layer, top-8 (at::sum_out) */
     q.num_experts = 32;
     q.top_k = 8;
     q.hidden_size = 2048;
     q.intermediate_size = 768;
-    layer_case(q, 32, 3000);
+    layer_case(q, 32, 3000, false);
+    nvfp4moe_config g = c; /* gate and up halves with global scales of their own */
+    g.top_k = 2;
+    layer_case(g, 64, 4000, true);
+    g.activation = NVFP4MOE_ACT_SWIGLUOAI;
+    g.has_swiglu_limit = true;
+    g.swiglu_limit = 7.0;
+    layer_case(g, 64, 4001, true);
 }
 
 int main(void) {
@@ -351,9 +373,11 @@ int main(void) {
         return t_finish("gpu_emulation");
     }
     printf("gpu_emulation on %s (sm_%d)\n", g_dev.name, g_dev.sm);
-    gemm_case(NVFP4MOE_DTYPE_BF16, 50, 3, 5, 192, 208, true);
-    gemm_case(NVFP4MOE_DTYPE_FP16, 33, 2, 4, 80, 1024, false);
-    gemm_case(NVFP4MOE_DTYPE_BF16, 1, 8, 8, 2048, 512, true);
+    gemm_case(NVFP4MOE_DTYPE_BF16, 50, 3, 5, 192, 208, true, 0);
+    gemm_case(NVFP4MOE_DTYPE_FP16, 33, 2, 4, 80, 1024, false, 0);
+    gemm_case(NVFP4MOE_DTYPE_BF16, 1, 8, 8, 2048, 512, true, 0);
+    gemm_case(NVFP4MOE_DTYPE_BF16, 50, 3, 5, 192, 208, true, 1);
+    gemm_case(NVFP4MOE_DTYPE_FP16, 33, 2, 4, 160, 1024, false, 2);
     const int ks[] = {1, 2, 3, 4, 5, 8};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         moe_sum_case(NVFP4MOE_DTYPE_BF16, NVFP4MOE_DTYPE_BF16, 9, ks[i], 256);

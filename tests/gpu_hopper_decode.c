@@ -14,8 +14,9 @@
  * Each case: random top-k routing (distinct experts per token, some experts empty, optionally a
  * slot per token sent to expert -1 as expert parallelism does), the grouping built on the host,
  * random E2M1 codes, realistic E4M3 block scales (zeros, subnormals, negatives), per-expert
- * scale_2, optional biases, random activations and router weights. Checked, in double:
- *   GEMM1: act[p, i] = act(s2[e] * (x[t] . W13_e[gate i]) + b, s2[e] * (x[t] . W13_e[up i]) + b),
+ * scale_2 (GEMM1: optionally per (expert, half), gate and up up to 10x apart), optional biases,
+ * random activations and router weights. Checked, in double:
+ *   GEMM1: act[p, i] = act(s2g[e] * (x[t] . W13_e[gate i]) + b, s2u[e] * (x[t] . W13_e[up i]) + b),
  *          the activation being the float64 reference's (nvfp4moe_activation_ref, the same config)
  *          against the kernel's bf16/fp16 act rows (relative error <= 1e-2 by norm; every valid
  *          row written, no sentinel row touched);
@@ -48,7 +49,8 @@ typedef struct {
     int act;       /* nvfp4moe_activation */
     int limit;     /* clamp on (silu / swigluoai) */
     int bias, bf16, row_scale, ep_holes, out_dtype;
-    int kw;  /* warps per item forced on both kernels (0: the kernels' choice) */
+    int kw;        /* warps per item forced on both kernels (0: the kernels' choice) */
+    int halves;    /* GEMM1's scale_2 per (expert, half): 1 stacked, 2 interleaved (swigluoai) */
 } test_case;
 
 static float to_f(int bf16, uint16_t h) { return bf16 ? bf2f(h) : h2f(h); }
@@ -103,12 +105,20 @@ static int run_case(const test_case *tc, int sm_count) {
     for (size_t i = 0; i < (size_t)E * N1 * (H / 16); i++) sf13[i] = rand_scale(1);
     for (size_t i = 0; i < (size_t)E * H * (I / 2); i++) w2[i] = (uint8_t)rng_next();
     for (size_t i = 0; i < (size_t)E * H * (I / 16); i++) sf2[i] = rand_scale(1);
-    float *s13 = malloc(sizeof(float) * E), *s2 = malloc(sizeof(float) * E);
+    float *s13 = malloc(sizeof(float) * 2 * E), *s2 = malloc(sizeof(float) * E);
     for (int e = 0; e < E; e++) {
         const double sc = bf ? 0.002 : 0.0002;  /* fp16 outputs must stay below 65504 */
         s13[e] = (float)(sc * (1.0 + rng_unif()));
         s2[e] = (float)(sc * (1.0 + rng_unif()));
     }
+    /* gate (s13g) and up (s13u) scales: the same, or with halves [E, 2] pairs up to 10x apart */
+    float *s13g = malloc(sizeof(float) * E), *s13u = malloc(sizeof(float) * E);
+    for (int e = 0; e < E; e++) {
+        s13g[e] = s13u[e] = s13[e];
+        if (tc->halves) s13u[e] = (float)(s13[e] * (0.1 + 0.9 * rng_unif()) * (e % 2 ? 10.0 : 1.0));
+    }
+    if (tc->halves)
+        for (int e = 0; e < E; e++) s13[2 * e] = s13g[e], s13[2 * e + 1] = s13u[e];
     float *b13 = NULL, *b2 = NULL;
     if (tc->bias) {
         b13 = malloc(sizeof(float) * (size_t)E * N1);
@@ -125,7 +135,7 @@ static int run_case(const test_case *tc, int sm_count) {
     for (int p = 0; p < P; p++) rw[p] = (float)(0.1 + rng_unif());
 
     void *d_w13 = pack(w13, sf13, E, N1, H, bf), *d_w2 = pack(w2, sf2, E, H, I, bf);
-    void *d_s13 = dup_dev(s13, sizeof(float) * E), *d_s2 = dup_dev(s2, sizeof(float) * E);
+    void *d_s13 = dup_dev(s13, sizeof(float) * (tc->halves ? 2 * E : E)), *d_s2 = dup_dev(s2, sizeof(float) * E);
     void *d_b13 = b13 ? dup_dev(b13, sizeof(float) * (size_t)E * N1) : NULL;
     void *d_b2 = b2 ? dup_dev(b2, sizeof(float) * (size_t)E * H) : NULL;
     void *d_x = dup_dev(x, sizeof(uint16_t) * (size_t)M * H);
@@ -157,8 +167,10 @@ static int run_case(const test_case *tc, int sm_count) {
     nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = k, .w = d_w13, .scale_2 = d_s13, .bias = d_b13,
                                .sorted_ids = d_sorted, .block_expert = d_bexp, .num_blocks = d_nb,
                                .P = P, .N = N1, .K = H, .E = E, .block_m = bm, .max_blocks = g.max_blocks,
-                               .is_bf16 = bf, .sm_count = sm_count, .warps_per_item = tc->kw};
+                               .is_bf16 = bf, .sm_count = sm_count, .warps_per_item = tc->kw,
+                               .scale_2_halves = tc->halves};
     nvfp4moe_decode_gemm g2 = g1;
+    g2.scale_2_halves = 0;
     g2.a = d_act;
     g2.a_row_div = 1;
     g2.w = d_w2;
@@ -199,7 +211,8 @@ static int run_case(const test_case *tc, int sm_count) {
             for (int n = 0; n < N1; n++) {  /* GEMM1's row, then the float64 reference activation */
                 double d = 0;
                 for (int kk = 0; kk < H; kk++) d += to_f(bf, x[(size_t)t * H + kk]) * dq13[((size_t)e * N1 + n) * H + kk];
-                row[n] = d * s13[e] + (b13 ? b13[(size_t)e * N1 + n] : 0);
+                const int up = tc->act == NVFP4MOE_ACT_SWIGLUOAI ? (n & 1) : (N1 == 2 * I && n >= I);
+                row[n] = d * (up ? s13u[e] : s13g[e]) + (b13 ? b13[(size_t)e * N1 + n] : 0);
             }
             nvfp4moe_activation_ref(&cfg, row, ref_row);
             for (int i = 0; i < I; i++) {
@@ -270,29 +283,35 @@ done:
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     free(ids); free(w13); free(sf13); free(w2); free(sf2); free(s13); free(s2); free(b13); free(b2);
+    free(s13g); free(s13u);
     free(x); free(rw); free(act); free(out); free(out2);
     free(g.sorted_ids); free(g.block_expert);
     return fails;
 }
 
 static const test_case k_cases[] = {
-    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw */
-    {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
-    {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
-    {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
-    {"m40-fp16",       16, 512,  256,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 0},
-    {"swigluoai",      8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
-    {"no-mul-odd",     8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 0},
-    {"relu2-k128",     8,  256,  128,  17, 3,  6,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
-    {"ep-holes",       16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0},
-    {"one-expert",     8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0},
+    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves */
+    {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0},
+    {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0},
+    {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0},
+    {"m40-fp16",       16, 512,  256,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 0, 0},
+    {"swigluoai",      8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0},
+    {"no-mul-odd",     8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 0, 0},
+    {"relu2-k128",     8,  256,  128,  17, 3,  6,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0},
+    {"ep-holes",       16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0},
+    {"one-expert",     8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0},
     /* every warps-per-item split forced: one warp over all of K, two, four */
-    {"kw1-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1},
-    {"kw2-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2},
-    {"kw4-fp16",       16, 1024, 512,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 4},
-    {"kw1-swigluoai",  8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1},
-    {"kw1-bm16-holes", 16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 1},
-    {"kw2-no-mul-odd", 8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 2},
+    {"kw1-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0},
+    {"kw2-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 0},
+    {"kw4-fp16",       16, 1024, 512,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 4, 0},
+    {"kw1-swigluoai",  8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0},
+    {"kw1-bm16-holes", 16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 1, 0},
+    {"kw2-no-mul-odd", 8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 2, 0},
+    /* gate and up with global scales of their own ([E, 2] pairs, up to 10x apart) */
+    {"halves-silu",    16, 512,  256,   3, 4, 16,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 1},
+    {"halves-bm16",    32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_F32, 0, 1},
+    {"halves-oai",     8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 2},
+    {"halves-kw2-oai", 8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 

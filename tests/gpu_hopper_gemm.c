@@ -16,7 +16,8 @@
  *
  * Each case: random top-k routing (distinct experts per token, some experts left empty), the
  * moe-align grouping built on the host, random E2M1 codes, realistic random E4M3 block scales
- * (plus zeros, subnormals and a few negatives), per-expert scale_2 != 1, random activations;
+ * (plus zeros, subnormals and a few negatives), per-expert scale_2 != 1 (or per (expert, half),
+ * gate and up up to 10x apart, stacked or interleaved), random activations;
  * C is poisoned (NaN) including guard rows past P; the result is compared with
  *   ref[p, n] = rs[p] * (s2[e] * sum_k A[p / div, k] * e2m1(w) * e4m3(sf) + bias[e, n])
  * in double, by the norm-wise relative error (<= 1e-2) and per element (|d| <= 1e-2 * max|ref|
@@ -40,7 +41,15 @@ typedef struct {
     int E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used;
     int no_ws;  // 1: pass no workspace (the GEMM must not split K)
     int graph;  // 1: capture the GEMM in a CUDA graph and run the graph instead
+    int halves; // scale_2_halves: 0 [E]; 1 [E, 2] stacked gate/up; 2 [E, 2] interleaved
 } test_case;
+
+/* Column n's scale: the expert's, or its half's (up: n >= N/2 stacked, odd n interleaved). */
+static double col_scale(const float *s2, int halves, int e, int n, int N) {
+    if (!halves) return s2[e];
+    const int up = halves == 1 ? n >= N / 2 : n & 1;
+    return s2[2 * e + up];
+}
 
 static void run_case(const test_case *tc, int sm_count) {
     const int E = tc->E, N = tc->N, K = tc->K, M = tc->M, topk = tc->topk, bm = tc->block_m;
@@ -57,8 +66,10 @@ static void run_case(const test_case *tc, int sm_count) {
     uint8_t *w = malloc(wbytes), *sf = malloc(sbytes);
     for (size_t i = 0; i < wbytes; i++) w[i] = (uint8_t)rng_next();
     for (size_t i = 0; i < sbytes; i++) sf[i] = rand_scale(1);
-    float *s2 = malloc(sizeof(float) * (size_t)E);
-    for (int e = 0; e < E; e++) s2[e] = (float)(ldexp(1.0, -9) * (0.5 + rng_unif()));  // ~amax/2688
+    const int ns2 = tc->halves ? 2 * E : E;
+    float *s2 = malloc(sizeof(float) * (size_t)ns2);
+    for (int e = 0; e < ns2; e++)  // ~amax/2688; gate and up up to 10x apart
+        s2[e] = (float)(ldexp(1.0, -9) * (tc->halves ? 0.25 + 2.25 * rng_unif() : 0.5 + rng_unif()));
     float *bias = malloc(sizeof(float) * (size_t)E * N);
     for (size_t i = 0; i < (size_t)E * N; i++) bias[i] = (float)rng_normal() * 0.5f;
     float *rs = malloc(sizeof(float) * (size_t)P);
@@ -82,7 +93,7 @@ static void run_case(const test_case *tc, int sm_count) {
     CUDA_OK(cudaMalloc(&d_b, packed));
     CUDA_OK(cudaMalloc(&d_a, sizeof(uint16_t) * (size_t)a_rows * K));
     CUDA_OK(cudaMalloc(&d_c, sizeof(uint16_t) * (size_t)(P + guard) * N));
-    CUDA_OK(cudaMalloc((void **)&d_s2, sizeof(float) * (size_t)E));
+    CUDA_OK(cudaMalloc((void **)&d_s2, sizeof(float) * (size_t)ns2));
     CUDA_OK(cudaMalloc((void **)&d_bias, sizeof(float) * (size_t)E * N));
     CUDA_OK(cudaMalloc((void **)&d_rs, sizeof(float) * (size_t)P));
     CUDA_OK(cudaMalloc((void **)&d_sorted, sizeof(int32_t) * (size_t)g.cap));
@@ -93,7 +104,7 @@ static void run_case(const test_case *tc, int sm_count) {
     CUDA_OK(cudaMemcpy(d_w, w, wbytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_sf, sf, sbytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_a, a, sizeof(uint16_t) * (size_t)a_rows * K, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d_s2, s2, sizeof(float) * (size_t)E, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_s2, s2, sizeof(float) * (size_t)ns2, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_bias, bias, sizeof(float) * (size_t)E * N, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_rs, rs, sizeof(float) * (size_t)P, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_sorted, g.sorted_ids, sizeof(int32_t) * (size_t)g.cap,
@@ -126,6 +137,7 @@ static void run_case(const test_case *tc, int sm_count) {
     args.is_bf16 = tc->bf16;
     args.workspace = d_ws;
     args.sm_count = sm_count;
+    args.scale_2_halves = tc->halves;
     if (tc->graph) {
         // Graph capture: no host synchronization or allocation may happen inside the GEMM call.
         cudaStream_t st;
@@ -172,7 +184,7 @@ static void run_case(const test_case *tc, int sm_count) {
                 const double *ar = ad + (size_t)(p / div) * K;
                 double s = 0;
                 for (int k = 0; k < K; k++) s += ar[k] * wrow[k];
-                double v = s * s2[e] + (tc->bias ? bias[(size_t)e * N + n] : 0.0);
+                double v = s * col_scale(s2, tc->halves, e, n, N) + (tc->bias ? bias[(size_t)e * N + n] : 0.0);
                 ref[(size_t)p * N + n] = v * (tc->row_scale ? rs[p] : 1.0);
             }
         }
@@ -199,9 +211,9 @@ static void run_case(const test_case *tc, int sm_count) {
     int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
     t_record(ok);
     printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-3d div=%d rs=%d bias=%d %s ws=%d "
-           "graph=%d blocks=%d rel=%.2e bad=%d guard=%d\n",
+           "graph=%d halves=%d blocks=%d rel=%.2e bad=%d guard=%d\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
-           tc->bf16 ? "bf16" : "fp16", d_ws != NULL, tc->graph, g.num_blocks, rel, bad, guard_bad);
+           tc->bf16 ? "bf16" : "fp16", d_ws != NULL, tc->graph, tc->halves, g.num_blocks, rel, bad, guard_bad);
 
     free(ids); free(g.sorted_ids); free(g.block_expert); free(w); free(sf); free(s2); free(bias);
     free(rs); free(a); free(ad); free(c); free(wrow); free(ref); free(expert_of);
@@ -511,24 +523,28 @@ int main(int argc, char **argv) {
 
     // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used, no_ws, graph
     static const test_case cases[] = {
-        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0},
-        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0},
-        {"gpt-oss-like 2880 bm16 split", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0},
-        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0, 0},
-        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0, 0},
-        {"bm64 n=2880 k=144", 4, 2880, 144, 64, 2, 64, 0, 1, 1, 1, 3, 0, 0},
-        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0, 0},
-        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0, 0},
-        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0},
-        {"deepseek-ish no workspace bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 1, 0},
-        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0, 0},
-        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0, 0},
-        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0},
-        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0, 0},
-        {"bm128 prefill bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0},
-        {"bm128 fp16 n=2880 k=2880", 3, 2880, 2880, 200, 2, 128, 0, 0, 0, 0, 3, 0, 0},
-        {"graph decode split bm8", 16, 1024, 4096, 1, 8, 8, 1, 0, 0, 1, 16, 0, 1},
-        {"graph bm32 fp16 rs bias", 8, 512, 512, 40, 2, 32, 1, 1, 1, 0, 6, 0, 1},
+        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0, 0},
+        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0, 0},
+        {"gpt-oss-like 2880 bm16 split", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 0},
+        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0, 0, 0},
+        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0, 0, 0},
+        {"bm64 n=2880 k=144", 4, 2880, 144, 64, 2, 64, 0, 1, 1, 1, 3, 0, 0, 0},
+        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0, 0, 0},
+        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0, 0, 0},
+        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 0},
+        {"deepseek-ish no workspace bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 1, 0, 0},
+        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0, 0, 0},
+        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0, 0, 0},
+        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0},
+        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0, 0, 0},
+        {"bm128 prefill bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0},
+        {"bm128 fp16 n=2880 k=2880", 3, 2880, 2880, 200, 2, 128, 0, 0, 0, 0, 3, 0, 0, 0},
+        {"graph decode split bm8", 16, 1024, 4096, 1, 8, 8, 1, 0, 0, 1, 16, 0, 1, 0},
+        {"graph bm32 fp16 rs bias", 8, 512, 512, 40, 2, 32, 1, 1, 1, 0, 6, 0, 1, 0},
+        {"gate/up scales stacked K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 1},
+        {"gate/up scales interleaved bm16 bias", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 2},
+        {"gate/up scales stacked bm128 prefill", 4, 384, 1024, 300, 2, 128, 1, 0, 1, 1, 4, 0, 0, 1},
+        {"gate/up scales interleaved no workspace", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 0, 16, 1, 0, 2},
     };
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);

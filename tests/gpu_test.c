@@ -14,6 +14,9 @@
  * 3. Edge cases: M = 0, an expert with no tokens, all tokens to one expert, apply_router_weight_on_input
  *    (llama4), expert biases, a forward captured in a CUDA graph and replayed == eager, the public
  *    plan API with device-resident weights.
+ * 4. Gate and up halves with global scales of their own (w13_up_scale_2, the up half scaled by 1 to
+ *    10 per expert): stacked (silu) and interleaved (swigluoai) halves, decode-sized and larger
+ *    batches, host and device-resident weights (a NaN up scale refused, naming it), same bounds.
  *
  * The reference is the slow part: large cases check a spread subset of tokens against it (tokens
  * are independent: static activation scales, per-token routing); every token is still checked
@@ -280,6 +283,7 @@ typedef struct layer_case {
     nvfp4moe_routing routing;
     bool bias, weight_on_input;
     enum special sp;
+    bool split;               /* w13_up_scale_2: the up half's own global scale, 1x to 10x the gate's */
 } layer_case;
 
 static const char *sp_name(enum special s) {
@@ -297,10 +301,11 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
     logbuf l = {.len = 0};
     const char *bname = k_be[c->be].name;
     const bool w4a16 = k_be[c->be].w4a16;
-    logf_(&l, "%-12s m=%-3d n=%-4d k=%-4d e=%-3d top_k=%d %-22s limit=%-3s %s %s%s%s%s", bname, c->M, c->I,
+    logf_(&l, "%-12s m=%-3d n=%-4d k=%-4d e=%-3d top_k=%d %-22s limit=%-3s %s %s%s%s%s%s", bname, c->M, c->I,
           c->H, c->E, c->k, nvfp4moe_activation_name(c->act), c->limit ? "on" : "off",
           nvfp4moe_dtype_name(c->dt), nvfp4moe_routing_name(c->routing), c->bias ? " bias" : "",
-          c->weight_on_input ? " weight-on-input" : "", sp_name(c->sp));
+          c->weight_on_input ? " weight-on-input" : "", sp_name(c->sp),
+          c->split ? " [gate/up scales differ, up x1..x10]" : "");
 
     nvfp4moe_config cfg;
     nvfp4moe_config_init(&cfg);
@@ -342,7 +347,8 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
     void *d_hidden = NULL, *d_logits = NULL, *d_ids = NULL, *d_wts = NULL, *d_out = NULL, *d_ws = NULL;
     void *state = NULL;
     nvfp4moe_plan *plan = NULL;
-    void *d_w[11] = {0};
+    void *d_w[12] = {0};
+    float *up_scale = NULL;
     cudaStream_t stream = NULL;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t gexec = NULL;
@@ -353,6 +359,13 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         logf_(&l, "\n    FAIL nvfp4moe_layer_random: %s", nvfp4moe_last_error());
         l.failed = 1;
         goto out;
+    }
+    if (c->split) {
+        /* The up half's own global scale: expert e's up weights become 1x, 3.25x, .. 10x what the
+         * block scales and the gate's scale say; the reference applies the same. */
+        up_scale = malloc(sizeof(float) * (size_t)E);
+        for (int64_t e = 0; e < E; e++) up_scale[e] = layer->w.w13_scale_2[e] * (1.0f + 2.25f * (float)(e % 5));
+        layer->w.w13_up_scale_2 = up_scale;
     }
     nvfp4moe_fill_normal(hidden, c->dt, M * H, seed * 31 + 5);
     nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * E, seed * 31 + 6);
@@ -395,34 +408,36 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         /* device-resident weights through the public API */
         const nvfp4moe_weights *hw = &layer->w;
         const int64_t N1 = nvfp4moe_config_n1(&cfg), I = c->I;
-        const void *src[11] = {hw->w13, hw->w13_scale, hw->w13_scale_2, hw->w13_input_scale, hw->w2,
+        const void *src[12] = {hw->w13, hw->w13_scale, hw->w13_scale_2, hw->w13_input_scale, hw->w2,
                                hw->w2_scale, hw->w2_scale_2, hw->w2_input_scale, hw->w13_bias,
-                               hw->w2_bias, hw->correction_bias};
-        const size_t bytes[11] = {(size_t)(E * N1 * H / 2), (size_t)(E * N1 * H / 16), 4 * (size_t)E,
+                               hw->w2_bias, hw->correction_bias, hw->w13_up_scale_2};
+        const size_t bytes[12] = {(size_t)(E * N1 * H / 2), (size_t)(E * N1 * H / 16), 4 * (size_t)E,
                                   4 * (size_t)E, (size_t)(E * H * I / 2), (size_t)(E * H * I / 16),
                                   4 * (size_t)E, 4 * (size_t)E, 4 * (size_t)(E * N1), 4 * (size_t)(E * H),
-                                  4 * (size_t)E};
-        for (int i = 0; i < 11; i++) {
+                                  4 * (size_t)E, 4 * (size_t)E};
+        for (int i = 0; i < 12; i++) {
             if (!src[i]) continue;
             CU(&l, cudaMalloc(&d_w[i], bytes[i]));
             CU(&l, cudaMemcpy(d_w[i], src[i], bytes[i], cudaMemcpyHostToDevice));
         }
-        nvfp4moe_weights dw = {d_w[0], d_w[1], d_w[2], d_w[3], d_w[4], d_w[5], d_w[6], d_w[7], d_w[8], d_w[9], d_w[10]};
+        nvfp4moe_weights dw = {d_w[0], d_w[1], d_w[2], d_w[3], d_w[4],  d_w[5],
+                               d_w[6], d_w[7], d_w[8], d_w[9], d_w[10], d_w[11]};
         nvfp4moe_plan_options po = {.backend = bname, .weights_on_device = true};
         /* Bad device weights are refused with the tensor and the element named, as host weights
          * are: a NaN block scale (the last of w2_scale, then one in the middle of w13_scale) and a
          * NaN per-expert scale. Each is put back before the next. */
         {
             const int64_t kb2 = I / 16, kb1 = H / 16;
-            const struct { int tensor; size_t off; uint8_t bad[4]; size_t n; char want[96]; } pokes[3] = {
+            const struct { int tensor; size_t off; uint8_t bad[4]; size_t n; char want[96]; } pokes[4] = {
                 {5, (size_t)(E * H * kb2 - 1), {0xFF}, 1, ""},
                 {1, (size_t)((1 * N1 + 3) * kb1 + 2), {0x7F}, 1, "w13_scale[expert 1][row 3][block 2] is NaN (E4M3 code 0x7F)"},
-                {2, 4 * (size_t)(E - 1), {0x00, 0x00, 0xC0, 0x7F}, 4, ""}};
+                {2, 4 * (size_t)(E - 1), {0x00, 0x00, 0xC0, 0x7F}, 4, ""},
+                {11, 4 * 2, {0x00, 0x00, 0xC0, 0x7F}, 4, "w13_up_scale_2[expert 2]=nan must be finite"}};
             char want0[96], want2[96];
             snprintf(want0, sizeof want0, "w2_scale[expert %lld][row %lld][block %lld] is NaN (E4M3 code 0xFF)",
                      (long long)(E - 1), (long long)(H - 1), (long long)(kb2 - 1));
             snprintf(want2, sizeof want2, "w13_scale_2[expert %lld]=nan must be finite", (long long)(E - 1));
-            for (int q = 0; q < 3; q++) {
+            for (int q = 0; q < (d_w[11] ? 4 : 3); q++) {
                 const char *want = q == 0 ? want0 : q == 2 ? want2 : pokes[q].want;
                 uint8_t keep[4];
                 char *at = (char *)d_w[pokes[q].tensor] + pokes[q].off;
@@ -636,7 +651,7 @@ out_noprint:
     if (stream) cudaStreamDestroy(stream);
     if (state) impl->destroy(state);
     if (plan) nvfp4moe_plan_destroy(plan);
-    for (int i = 0; i < 11; i++)
+    for (int i = 0; i < 12; i++)
         if (d_w[i]) cudaFree(d_w[i]);
     if (d_hidden) cudaFree(d_hidden);
     if (d_logits) cudaFree(d_logits);
@@ -646,6 +661,7 @@ out_noprint:
     if (d_ws) cudaFree(d_ws);
     pthread_mutex_unlock(&g_gpu);
     nvfp4moe_layer_free(layer);
+    free(up_scale);
     free(hidden); free(logits); free(ids); free(wts); free(out); free(out2);
     finish(&l, 0);
 }
@@ -750,21 +766,36 @@ int main(int argc, char **argv) {
         const int m = b;
         const nvfp4moe_dtype bf = NVFP4MOE_DTYPE_BF16;
         add_layer((layer_case){m, 0, 256, 512, 8, 2, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
-                               false, false, SP_EMPTY});
+                               false, false, SP_EMPTY, false});
         add_layer((layer_case){m, 64, 256, 512, 8, 2, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
-                               false, false, SP_IDLE_EXPERT});
+                               false, false, SP_IDLE_EXPERT, false});
         add_layer((layer_case){m, 666, 512, 256, 8, 1, NVFP4MOE_ACT_SILU, true, bf, NVFP4MOE_ROUTING_RENORMALIZE,
-                               false, false, SP_ONE_EXPERT});
+                               false, false, SP_ONE_EXPERT, false});
         add_layer((layer_case){m, 123, 1024, 1024, 40, 6, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
-                               false, false, SP_GRAPH});
+                               false, false, SP_GRAPH, false});
         add_layer((layer_case){m, 1, 2048, 2048, 64, 8, NVFP4MOE_ACT_SWIGLUOAI, true, bf,
-                               NVFP4MOE_ROUTING_DEEPSEEK_V3, false, false, SP_GRAPH});
+                               NVFP4MOE_ROUTING_DEEPSEEK_V3, false, false, SP_GRAPH, false});
         add_layer((layer_case){m, 224, 128, 1024, 16, 1, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_LLAMA4,
-                               false, true, SP_NONE});
+                               false, true, SP_NONE, false});
         add_layer((layer_case){m, 64, 256, 1024, 8, 2, NVFP4MOE_ACT_GELU, false, NVFP4MOE_DTYPE_FP16,
-                               NVFP4MOE_ROUTING_RENORMALIZE, true, false, SP_NONE});
+                               NVFP4MOE_ROUTING_RENORMALIZE, true, false, SP_NONE, false});
         add_layer((layer_case){m, 64, 1024, 1024, 40, 6, NVFP4MOE_ACT_SILU, true, bf, NVFP4MOE_ROUTING_RENORMALIZE,
-                               false, false, SP_PLAN_API});
+                               false, false, SP_PLAN_API, false});
+        /* 4. gate and up halves with global scales of their own */
+        add_layer((layer_case){m, 1, 2048, 2048, 64, 8, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
+                               false, false, SP_NONE, true});
+        add_layer((layer_case){m, 2, 1024, 1024, 40, 6, NVFP4MOE_ACT_SWIGLUOAI, true, bf,
+                               NVFP4MOE_ROUTING_RENORMALIZE, true, false, SP_NONE, true});
+        add_layer((layer_case){m, 224, 1024, 1536, 64, 8, NVFP4MOE_ACT_SILU, true, bf, NVFP4MOE_ROUTING_DEEPSEEK_V3,
+                               false, false, SP_NONE, true});
+        add_layer((layer_case){m, 666, 512, 1024, 8, 2, NVFP4MOE_ACT_SWIGLUOAI, true, NVFP4MOE_DTYPE_FP16,
+                               NVFP4MOE_ROUTING_RENORMALIZE, false, false, SP_NONE, true});
+        add_layer((layer_case){m, 64, 256, 512, 8, 2, NVFP4MOE_ACT_GELU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
+                               false, false, SP_GRAPH, true});
+        add_layer((layer_case){m, 64, 1024, 1024, 40, 6, NVFP4MOE_ACT_SWIGLUOAI, true, bf,
+                               NVFP4MOE_ROUTING_RENORMALIZE, false, false, SP_PLAN_API, true});
+        add_layer((layer_case){m, 123, 256, 512, 16, 2, NVFP4MOE_ACT_SILU_NO_MUL, false, bf,
+                               NVFP4MOE_ROUTING_RENORMALIZE, false, false, SP_NONE, true});
     }
 
     for (int b = 0; b < g_nbe; b++) {
