@@ -849,6 +849,86 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_add_layer(nvfp4moe_st_writer *w, nvfp
                                                      const nvfp4moe_ckpt_layer *q,
                                                      const nvfp4moe_float_layer *f);
 
+// ---- quantizing a whole model ----
+
+/* Where nvfp4moe_model_quantize is, for its progress callback (called after every tensor copied,
+ * every chunk of a large copy and every expert quantized; from the calling thread). */
+typedef struct nvfp4moe_quantize_progress {
+    int64_t  tensors_done, tensors_total;   /* output tensors written whole / in all */
+    uint64_t bytes_done, bytes_total;       /* their bytes */
+    int32_t  layers_done, layers_total;     /* MoE layers quantized */
+    int32_t  layer;                         /* the decoder layer being quantized, -1 while copying */
+    int32_t  last_layer;                    /* the decoder layer quantized last, -1 before the first */
+    int32_t  experts_done, experts_total;   /* of the layer being (or last) quantized */
+    bool     expert_biases;                 /* that layer has expert biases */
+} nvfp4moe_quantize_progress;
+
+typedef struct nvfp4moe_quantize_options {
+    nvfp4moe_ckpt_format format;   /* MODELOPT (default), MODELOPT_FUSED or COMPRESSED_TENSORS */
+    bool     w4a16;                /* weight-only W4A16_NVFP4: no input scales (default false) */
+    int32_t  layer;                /* -1 (default): every MoE layer; else only this decoder layer
+                                      (the other MoE layers are copied and excluded) */
+    int32_t  calib_tokens;         /* calibration tokens of the input scales (default 64) */
+    uint64_t seed;                 /* calibration seed; layer L uses seed + L (default 0) */
+    uint64_t max_shard_bytes;      /* tensor bytes per safetensors file (default 5e9, Hugging Face's
+                                      "5GB"); one file of more than that holds a single tensor */
+    void (*progress)(const nvfp4moe_quantize_progress *p, void *user);   /* or NULL */
+    void    *user;
+} nvfp4moe_quantize_options;
+
+/* What nvfp4moe_model_quantize wrote. */
+typedef struct nvfp4moe_quantize_result {
+    int32_t  moe_layers;           /* MoE layers quantized */
+    int64_t  tensors;              /* tensors written */
+    int64_t  tensors_quantized;    /* of them: the experts' NVFP4 weights, scales (and biases) */
+    int64_t  tensors_copied;       /* of them: the source's other tensors, copied bit for bit */
+    uint64_t bytes;                /* tensor bytes written */
+    int32_t  shards;               /* safetensors files (more than 1: with model.safetensors.index.json) */
+    int32_t  excluded;             /* entries of the exclusion list */
+    int32_t  files_copied;         /* other files of the source (tokenizer, generation config, ...) */
+    bool     expert_biases;        /* some quantized layer has expert biases */
+} nvfp4moe_quantize_result;
+
+/* Writes a random unquantized (BF16) model directory of num_layers decoder layers into dir (an
+ * existing, empty directory), one tensor at a time (memory: one expert's weights, whatever the
+ * size): embeddings and lm_head (vocabulary 1024), per layer norms and attention projections
+ * (q/k/v/o), dense MLPs before first_moe_layer, and MoE layers [first_moe_layer, num_layers) of
+ * cfg's shape with exactly nvfp4moe_float_layer_random's weights, router (and biases) for seed
+ * cfg->seed + layer, under the per-expert names (experts.E.{gate,up,down}_proj); in shards of at
+ * most max_shard_bytes (0: 5e9); config.json describes it all. The source nvfp4moe quantize --random
+ * writes. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_model_write_random(const char *dir, const nvfp4moe_config *cfg, int32_t num_layers,
+                                                         int32_t first_moe_layer, uint64_t max_shard_bytes);
+
+/* The defaults above. */
+NVFP4MOE_API void nvfp4moe_quantize_options_init(nvfp4moe_quantize_options *opt);
+
+/* Quantizes an unquantized (BF16/F16/F32) Hugging Face model directory in_dir into out_dir (an
+ * existing, empty directory), one tensor at a time, so that memory stays bounded by one expert's
+ * weights whatever the model's size:
+ *  - every MoE layer's experts become NVFP4 the ModelOpt way (nvfp4moe_float_layer_quantize's
+ *    rule: per expert and projection scale_2 = amax / (6*448), gate and up sharing one amax, input
+ *    scales calibrated on calib_tokens random N(0, 1) hidden states), in opt->format, under the
+ *    source's module and projection names; expert biases keep their dtype (BF16, F16 or F32, else
+ *    F32) and values;
+ *  - every other tensor (embeddings, attention, norms, routers, shared experts, lm_head, ...) is
+ *    copied bit for bit;
+ *  - the tensors go into shards of at most max_shard_bytes (model.safetensors, or
+ *    model-0000i-of-0000N.safetensors with model.safetensors.index.json);
+ *  - config.json is the source's with its quantization_config set (ModelOpt: as its export writes
+ *    it, plus hf_quant_config.json; compressed-tensors: nvfp4-pack-quantized), whose exclusion list
+ *    names every unquantized module that has a weight matrix (ModelOpt: summarized with prefix
+ *    wildcards the way its export does; compressed-tensors: each module by name);
+ *  - the directory's other files (tokenizer, generation config, chat template, ...; not weights
+ *    of other formats) are copied.
+ * Refused, with a message: a source that is quantized already or has no MoE layers, layer not a
+ * MoE layer, any expert tensor missing or of the wrong dtype or shape, a tensor under a quantized
+ * layer's experts module that is not one it reads. On failure nothing is left in out_dir. result
+ * may be NULL. */
+NVFP4MOE_API nvfp4moe_status nvfp4moe_model_quantize(const char *in_dir, const char *out_dir,
+                                                     const nvfp4moe_quantize_options *opt,
+                                                     nvfp4moe_quantize_result *result);
+
 /* The router's module name nvfp4moe_ckpt_add_layer writes: name when it is "gate" or "router",
  * else "router" for the swigluoai activation (gpt-oss) and "gate" otherwise. */
 NVFP4MOE_API const char *nvfp4moe_ckpt_router_name(const char *name, const nvfp4moe_config *cfg);

@@ -14,56 +14,6 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-// Sanitizers reserve terabytes of address space: an address-space limit cannot apply under them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-
-/* Runs fn in a child process (its own process group, with whatever it starts) limited to `seconds`
- * of wall time and, outside sanitizer builds, `mib` MiB of address space, so that a hang or a
- * runaway allocation fails the case instead of stalling the suite or the machine; the group is
- * killed when time runs out. The child's own checks decide its exit status. */
-static void bounded(const char *what, void (*fn)(void), unsigned seconds, long mib) {
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setpgid(0, 0);
-#ifndef UNDER_SANITIZER
-        struct rlimit rl = {(rlim_t)mib << 20, (rlim_t)mib << 20};
-        setrlimit(RLIMIT_AS, &rl);
-#else
-        (void)mib;
-#endif
-        t_passed = t_failed = 0;
-        fn();
-        fflush(NULL);
-        _exit(t_failed ? 1 : 0);
-    }
-    if (pid < 0) {
-        CHECK(false, "%s: fork failed", what);
-        return;
-    }
-    setpgid(pid, pid);   // also here: the kill below must not race the child's own call
-    int st = 0;
-    bool done = false;
-    for (unsigned ms = 0; ms < seconds * 1000u && !done; ms += 10) {
-        done = waitpid(pid, &st, WNOHANG) == pid;
-        if (!done) usleep(10000);
-    }
-    kill(-pid, SIGKILL);   // the child if it is still running, and anything it started
-    if (!done) waitpid(pid, &st, 0);
-    if (!done)
-        CHECK(false, "%s: did not finish in %u s (a hang or a runaway computation)", what, seconds);
-    else if (WIFSIGNALED(st))
-        CHECK(false, "%s: %s", what, strsignal(WTERMSIG(st)));
-    else
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit status %d", what, WEXITSTATUS(st));
-}
-
 // ---- config.json ----
 
 /* A quantized layer 0 of small_cfg's shape in dir (ModelOpt per-expert unless fmt says otherwise). */

@@ -7,10 +7,14 @@
 #include "cli_model.h"
 #include "cli_outdir.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
-enum { O_IN, O_OUT, O_FORCE, O_FORMAT, O_W4A16, O_LAYER, O_CALIB, O_RANDOM, O_NUM_LAYERS, O_FIRST_MOE, O_SEED,
+enum { O_IN, O_OUT, O_FORCE, O_FORMAT, O_W4A16, O_LAYER, O_MAX_SHARD, O_CALIB, O_RANDOM, O_NUM_LAYERS, O_FIRST_MOE, O_SEED,
        O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_IN] = {"--in", "SRC", "unquantized model directory"},
@@ -20,7 +24,9 @@ static const cli_opt k_opts[O_COUNT] = {
     [O_FORMAT] = {"--format", "F", "modelopt (per-expert tensors, default) | modelopt-fused |\n"
                                    "compressed-tensors"},
     [O_W4A16] = {"--w4a16", NULL, "weight-only NVFP4 (W4A16_NVFP4; no input scales)"},
-    [O_LAYER] = {"--layer", "N", "quantize only decoder layer N"},
+    [O_LAYER] = {"--layer", "N", "quantize only decoder layer N (the other MoE layers are copied and\n"
+                                 "excluded)"},
+    [O_MAX_SHARD] = {"--max-shard-size", "S", "tensor bytes per file: 5GB (default), 500MB, 2GiB, or bytes"},
     [O_CALIB] = {"--calib-tokens", "N", "calibration tokens for the input scales (default 64)"},
     [O_RANDOM] = {"--random", NULL, "write a random BF16 source model instead"},
     [O_NUM_LAYERS] = {"--num-layers", "L", "--random: decoder layers (default 1); the MoE layers are"},
@@ -31,34 +37,34 @@ static const cli_opt k_opts[O_COUNT] = {
 static void quantize_usage(FILE *f, const cli_args *a) {
     fprintf(f, "usage: nvfp4moe quantize --in SRC --out DIR [flags]\n"
                "       nvfp4moe quantize --random --out DIR [config flags]\n\n"
-               "The first form quantizes every MoE layer of the unquantized (BF16/F16/F32) model in SRC\n"
-               "to NVFP4 and writes DIR/model.safetensors, DIR/config.json (SRC's, plus its\n"
-               "quantization_config) and, for ModelOpt, DIR/hf_quant_config.json. Per expert and\n"
-               "projection: scale_2 = amax / (6*448), gate and up sharing one amax as ModelOpt's export\n"
-               "does; input scales calibrated on random N(0, 1) hidden states. The router (and its\n"
-               "bias, as gpt-oss has) stays BF16, under the source's module name (mlp.gate, or\n"
-               "gpt-oss's mlp.router), which the quantization config excludes. Expert biases (gpt-oss)\n"
-               "are kept, as F32.\n\n"
-               "The second form writes a random BF16 source model (weights N(0, 1/sqrt(fan_in))) of the\n"
-               "shape the config flags give; default E=8, top-k 2, hidden 256, intermediate 128. With\n"
-               "--activation swigluoai (gpt-oss) the router is mlp.router with a bias, and the experts\n"
-               "have biases; --bias gives any layer expert biases.\n\n");
+               "The first form writes the whole unquantized (BF16/F16/F32) model in SRC to DIR with its MoE\n"
+               "layers' experts in NVFP4, one tensor at a time (memory: one expert's weights):\n"
+               "- the experts the ModelOpt way: per expert and projection scale_2 = amax / (6*448), gate\n"
+               "  and up sharing one amax as ModelOpt's export does, input scales calibrated on random\n"
+               "  N(0, 1) hidden states; under the source's module and projection names; expert biases\n"
+               "  (gpt-oss) kept;\n"
+               "- every other tensor (embeddings, attention, norms, routers, shared experts, lm_head)\n"
+               "  copied bit for bit;\n"
+               "- shards of at most --max-shard-size (model.safetensors, or model-0000i-of-0000N.safetensors\n"
+               "  with model.safetensors.index.json);\n"
+               "- config.json (SRC's, with its quantization_config) and, for ModelOpt, hf_quant_config.json,\n"
+               "  whose exclusion list names every unquantized module; SRC's other files (tokenizer,\n"
+               "  generation config, ...) copied.\n"
+               "On a terminal a progress bar (tensors and bytes written, rate, time left) is drawn on stderr;\n"
+               "otherwise one line per MoE layer quantized is printed.\n\n"
+               "The second form writes a random BF16 source model (a small decoder: embeddings, attention,\n"
+               "norms, dense MLPs before --first-moe-layer, MoE layers with weights N(0, 1/sqrt(fan_in)),\n"
+               "lm_head) of the shape the config flags give; default E=8, top-k 2, hidden 256, intermediate\n"
+               "128. With --activation swigluoai (gpt-oss) the router is mlp.router with a bias, and the\n"
+               "experts have biases; --bias gives any layer expert biases. It is written tensor by tensor\n"
+               "too, so sources of any size can be made.\n\n");
     cli_opts_help(f, k_opts, O_COUNT);
     fprintf(f, "  -h, --help                this text\n\n");
     cli_config_flags_help(f, a);
 }
 
-static int save(nvfp4moe_st_writer *w, const char *dir) {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (nvfp4moe_st_writer_save(w, path) != NVFP4MOE_OK) {
-        fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
-        return -1;
-    }
-    return 0;
-}
-
-static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t first_moe, const char *out, bool force) {
+static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t first_moe, const char *out, bool force,
+                        uint64_t max_shard) {
     if (first_moe < 0 || first_moe >= layers) {
         fprintf(stderr, "nvfp4moe quantize: --first-moe-layer %d must be below --num-layers %d\n", first_moe,
                 layers);
@@ -70,126 +76,145 @@ static int write_random(const nvfp4moe_config *cfg, int32_t layers, int32_t firs
     }
     cli_outdir od;
     if (cli_outdir_begin("quantize", out, NULL, force, &od) != 0) return CLI_EXIT_FAILURE;
-    nvfp4moe_st_writer *w = NULL;
-    int rc = nvfp4moe_st_writer_create(&w) == NVFP4MOE_OK ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
-    for (int32_t L = first_moe; L < layers && rc == CLI_EXIT_OK; L++) {
-        nvfp4moe_float_layer *f = NULL;
-        if (nvfp4moe_float_layer_random(cfg, cfg->seed + (uint64_t)L, &f) != NVFP4MOE_OK ||
-            nvfp4moe_ckpt_add_layer(w, NVFP4MOE_CKPT_UNQUANTIZED, "model.layers", L, NULL, f) != NVFP4MOE_OK) {
-            fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
-            rc = CLI_EXIT_FAILURE;
-        }
-        nvfp4moe_float_layer_free(f);
-    }
-    if (rc == CLI_EXIT_OK && nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK) rc = CLI_EXIT_FAILURE;
-    if (rc == CLI_EXIT_OK && save(w, od.tmp)) rc = CLI_EXIT_FAILURE;
-    nvfp4moe_st_writer_free(w);
-    if (rc == CLI_EXIT_OK &&
-        nvfp4moe_model_config_write(od.tmp, cfg, layers, first_moe, NVFP4MOE_CKPT_UNQUANTIZED, NULL, NULL) !=
-            NVFP4MOE_OK) {
+    if (nvfp4moe_model_write_random(od.tmp, cfg, layers, first_moe, max_shard) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
-        rc = CLI_EXIT_FAILURE;
+        cli_outdir_abort(&od);
+        return CLI_EXIT_FAILURE;
     }
-    if (rc == CLI_EXIT_OK && cli_outdir_commit("quantize", &od) != 0) rc = CLI_EXIT_FAILURE;
-    if (rc != CLI_EXIT_OK) cli_outdir_abort(&od);
-    if (rc == CLI_EXIT_OK) {
-        char desc[256];
-        nvfp4moe_config_describe(cfg, desc, sizeof desc);
-        printf("wrote %s: random BF16 source model, %d layer%s (MoE layers %d..%d), seed %llu\n", out, layers,
-               layers == 1 ? "" : "s", first_moe, layers - 1, (unsigned long long)cfg->seed);
-        printf("moe   %s\n", desc);
+    if (cli_outdir_commit("quantize", &od) != 0) return CLI_EXIT_FAILURE;
+    char desc[256];
+    nvfp4moe_config_describe(cfg, desc, sizeof desc);
+    printf("wrote %s: random BF16 source model, %d layer%s (MoE layers %d..%d), seed %llu\n", out, layers,
+           layers == 1 ? "" : "s", first_moe, layers - 1, (unsigned long long)cfg->seed);
+    printf("moe   %s\n", desc);
+    return CLI_EXIT_OK;
+}
+
+/* --max-shard-size: bytes, or a number with a unit as Hugging Face writes them ("5GB" = 5e9,
+ * "500MB", "2GiB" = 2^31). */
+static int parse_size(const char *v, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    const double x = strtod(v, &end);
+    static const struct { const char *unit; double mult; } units[] = {
+        {"", 1}, {"b", 1}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+        {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+    if (end && end != v && !errno && isfinite(x) && x > 0)
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (!strcasecmp(end, units[i].unit) && x * units[i].mult >= 1 && x * units[i].mult < 1.8e19) {
+                *out = (uint64_t)(x * units[i].mult);
+                return 0;
+            }
+    fprintf(stderr, "nvfp4moe quantize: --max-shard-size: expected a size such as 5GB, 500MB, 2GiB or a "
+                    "number of bytes, got '%s'\n", v);
+    return -1;
+}
+
+static void human_bytes(double b, char *buf, size_t len) {
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int i = 0;
+    while (b >= 1000 && i < 4) b /= 1000, i++;
+    snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+/* The progress of a quantize: a bar redrawn in place on a terminal (stderr), otherwise one plain
+ * line per MoE layer quantized (stdout). */
+typedef struct {
+    bool tty;
+    double t0, last;
+    int32_t layers_printed;
+} progress_view;
+
+static void on_progress(const nvfp4moe_quantize_progress *p, void *user) {
+    progress_view *v = user;
+    const double now = cli_now_s();
+    if (!v->tty) {
+        if (v->layers_printed < p->layers_done) {
+            v->layers_printed = p->layers_done;
+            printf("layer %d: %d experts quantized%s (%d of %d MoE layers; %lld of %lld tensors, %.0f%% of the "
+                   "bytes written)\n", p->last_layer, p->experts_total, p->expert_biases ? " (with their biases)" : "",
+                   p->layers_done, p->layers_total,
+                   (long long)p->tensors_done, (long long)p->tensors_total,
+                   p->bytes_total ? 100.0 * (double)p->bytes_done / (double)p->bytes_total : 100.0);
+            fflush(stdout);
+        }
+        return;
     }
-    return rc;
+    const bool end = p->bytes_done == p->bytes_total && p->tensors_done == p->tensors_total;
+    if (!end && now - v->last < 0.1) return;
+    v->last = now;
+    const double frac = p->bytes_total ? (double)p->bytes_done / (double)p->bytes_total : 1.0;
+    const double el = now - v->t0, rate = el > 0 ? (double)p->bytes_done / el : 0;
+    char done[24], total[24], rt[24], eta[48] = "--:--";
+    human_bytes((double)p->bytes_done, done, sizeof done);
+    human_bytes((double)p->bytes_total, total, sizeof total);
+    human_bytes(rate, rt, sizeof rt);
+    if (rate > 0 && frac > 0) {
+        const long left = (long)((double)(p->bytes_total - p->bytes_done) / rate + 0.5);
+        snprintf(eta, sizeof eta, "%ld:%02ld:%02ld", left / 3600, left / 60 % 60, left % 60);
+    }
+    char bar[32];
+    const int filled = (int)(frac * 24 + 0.5);
+    for (int i = 0; i < 24; i++) bar[i] = i < filled ? '#' : '.';
+    bar[24] = '\0';
+    char what[64] = "copying";
+    if (end) snprintf(what, sizeof what, "done");
+    if (p->layer >= 0)
+        snprintf(what, sizeof what, "layer %d: expert %d/%d", p->layer, p->experts_done, p->experts_total);
+    fprintf(stderr, "\r[%s] %3.0f%%  %lld/%lld tensors  %s/%s  %s/s  ETA %s  %-20s", bar, 100 * frac,
+            (long long)p->tensors_done, (long long)p->tensors_total, done, total, rt, eta, what);
+    if (end) fputc('\n', stderr);
+    fflush(stderr);
 }
 
 static int quantize_dir(const char *in, const char *out, bool force, nvfp4moe_ckpt_format fmt, bool w4a16,
-                        long long only, int32_t calib, uint64_t seed) {
+                        long long only, int32_t calib, uint64_t seed, uint64_t max_shard) {
+    // The source first: a file that cannot be read, or a model that cannot be quantized, is named
+    // before --out is looked at.
     nvfp4moe_model_info *info = NULL;
-    nvfp4moe_st_model *m = NULL;
-    char *base = NULL;
-    nvfp4moe_st_writer *w = NULL;
-    int rc = CLI_EXIT_FAILURE, done = 0;
-    char path[4096];
-    cli_outdir od = {.tmp = ""};
-    if (nvfp4moe_model_info_read(in, &info) != NVFP4MOE_OK || nvfp4moe_st_model_open(in, &m) != NVFP4MOE_OK) {
+    if (nvfp4moe_model_info_read(in, &info) != NVFP4MOE_OK) {
         fprintf(stderr, "nvfp4moe quantize: --in: %s\n", nvfp4moe_last_error());
-        goto out;
+        return CLI_EXIT_FAILURE;
     }
-    if (info->quantized) {
+    const bool quantized = info->quantized, moe = info->num_moe_layers > 0;
+    if (quantized)
         fprintf(stderr, "nvfp4moe quantize: %s is already quantized (%s %s)\n", in, info->quant_method,
                 info->quant_algo);
-        goto out;
-    }
-    if (info->num_moe_layers == 0) {
+    else if (!moe)
         fprintf(stderr, "nvfp4moe quantize: %s has no MoE layers\n", in);
-        goto out;
-    }
-    snprintf(path, sizeof path, "%s/config.json", in);
-    size_t base_len;
-    if (cli_read_file("quantize", "--in", path, (size_t)64 << 20, &base, &base_len) != 0) goto out;
-    if (cli_outdir_begin("quantize", out, in, force, &od) != 0 || nvfp4moe_st_writer_create(&w) != NVFP4MOE_OK)
-        goto out;
-    nvfp4moe_config qcfg = info->cfg;
-    // The router keeps the source's module name (gpt-oss: mlp.router); the quantization config's
-    // exclusion must name that same module, so every layer has to agree on it.
-    char router[8] = "";
-    int32_t router_layer = -1;
-    for (int32_t L = 0; L < info->num_layers; L++) {
-        if (!nvfp4moe_model_info_is_moe_layer(info, L) || (only >= 0 && L != only)) continue;
-        nvfp4moe_float_layer *f = NULL;
-        nvfp4moe_ckpt_layer *q = NULL;
-        nvfp4moe_status s = nvfp4moe_float_layer_load(info, m, L, &f);
-        if (s == NVFP4MOE_OK) {
-            f->cfg.scheme = w4a16 ? NVFP4MOE_SCHEME_W4A16 : NVFP4MOE_SCHEME_W4A4;
-            s = nvfp4moe_float_layer_quantize(f, calib, seed + (uint64_t)L, &q);
-        }
-        if (s == NVFP4MOE_OK) s = nvfp4moe_ckpt_add_layer(w, fmt, info->prefix, L, q, NULL);
-        if (s == NVFP4MOE_OK) qcfg = q->layer.cfg;
-        const char *rname = s == NVFP4MOE_OK ? nvfp4moe_ckpt_router_name(q->router_name, &qcfg) : NULL;
-        if (rname && q->has_router && router_layer >= 0 && strcmp(rname, router)) {
-            fprintf(stderr, "nvfp4moe quantize: layer %d's router is %s.%d.mlp.%s but layer %d's is mlp.%s: "
-                    "one exclusion list cannot keep both unquantized\n", L, info->prefix, L, rname,
-                    router_layer, router);
-            nvfp4moe_ckpt_layer_free(q);
-            nvfp4moe_float_layer_free(f);
-            goto out;
-        }
-        if (rname && q->has_router && router_layer < 0) {
-            snprintf(router, sizeof router, "%s", rname);
-            router_layer = L;
-        }
-        nvfp4moe_ckpt_layer_free(q);
-        nvfp4moe_float_layer_free(f);
-        if (s != NVFP4MOE_OK) {
-            fprintf(stderr, "nvfp4moe quantize: layer %d: %s\n", L, nvfp4moe_last_error());
-            goto out;
-        }
-        printf("layer %d: %d experts quantized%s\n", L, qcfg.num_experts, qcfg.has_bias ? " (with their biases)" : "");
-        done++;
-    }
-    if (!done) {
-        fprintf(stderr, "nvfp4moe quantize: --layer %lld is not a MoE layer of %s\n", only, in);
-        goto out;
-    }
-    if (nvfp4moe_st_writer_set_metadata(w, "format", "pt") != NVFP4MOE_OK || save(w, od.tmp)) goto out;
-    if (nvfp4moe_model_config_write(od.tmp, &qcfg, info->num_layers, info->first_moe_layer, fmt, base,
-                                    router_layer >= 0 ? router : NULL) != NVFP4MOE_OK) {
-        fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
-        goto out;
-    }
-    if (cli_outdir_commit("quantize", &od) != 0) goto out;
-    printf("wrote %s: %s, %s format, %d MoE layer%s; files model.safetensors config.json%s\n", out,
-           w4a16 ? "W4A16_NVFP4 (weight-only)" : "NVFP4 w4a4", nvfp4moe_ckpt_format_name(fmt), done,
-           done == 1 ? "" : "s",
-           fmt == NVFP4MOE_CKPT_MODELOPT || fmt == NVFP4MOE_CKPT_MODELOPT_FUSED ? " hf_quant_config.json" : "");
-    rc = CLI_EXIT_OK;
-out:
-    if (rc != CLI_EXIT_OK) cli_outdir_abort(&od);
-    nvfp4moe_st_writer_free(w);
-    free(base);
-    nvfp4moe_st_model_close(m);
     nvfp4moe_model_info_free(info);
-    return rc;
+    if (quantized || !moe) return CLI_EXIT_FAILURE;
+    cli_outdir od = {.tmp = ""};
+    if (cli_outdir_begin("quantize", out, in, force, &od) != 0) return CLI_EXIT_FAILURE;
+    nvfp4moe_quantize_options opt;
+    nvfp4moe_quantize_options_init(&opt);
+    opt.format = fmt;
+    opt.w4a16 = w4a16;
+    opt.layer = only >= 0 ? (int32_t)only : -1;
+    opt.calib_tokens = calib;
+    opt.seed = seed;
+    if (max_shard) opt.max_shard_bytes = max_shard;
+    progress_view pv = {.tty = isatty(fileno(stderr)) != 0, .t0 = cli_now_s()};
+    opt.progress = on_progress;
+    opt.user = &pv;
+    nvfp4moe_quantize_result res;
+    if (nvfp4moe_model_quantize(in, od.tmp, &opt, &res) != NVFP4MOE_OK) {
+        if (pv.tty) fputc('\n', stderr);
+        fprintf(stderr, "nvfp4moe quantize: %s\n", nvfp4moe_last_error());
+        cli_outdir_abort(&od);
+        return CLI_EXIT_FAILURE;
+    }
+    if (cli_outdir_commit("quantize", &od) != 0) return CLI_EXIT_FAILURE;
+    char size[24];
+    human_bytes((double)res.bytes, size, sizeof size);
+    printf("wrote %s: %s, %s format, %d MoE layer%s quantized%s; %lld tensors (%lld quantized, %lld copied bit "
+           "for bit), %s in %d shard%s; %d excluded-module pattern%s; %d other file%s copied\n",
+           out, w4a16 ? "W4A16_NVFP4 (weight-only)" : "NVFP4 w4a4", nvfp4moe_ckpt_format_name(fmt), res.moe_layers,
+           res.moe_layers == 1 ? "" : "s", res.expert_biases ? " (with their biases)" : "", (long long)res.tensors,
+           (long long)res.tensors_quantized, (long long)res.tensors_copied, size, res.shards,
+           res.shards == 1 ? "" : "s", res.excluded, res.excluded == 1 ? "" : "s", res.files_copied,
+           res.files_copied == 1 ? "" : "s");
+    return CLI_EXIT_OK;
 }
 
 int cmd_quantize(int argc, char **argv) {
@@ -204,6 +229,7 @@ int cmd_quantize(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     bool random = false, w4a16 = false, force = false;
     long long only = -1, calib = 64, layers = 1, first_moe = 0, seed = 0;
+    uint64_t max_shard = 0;
     nvfp4moe_ckpt_format fmt = NVFP4MOE_CKPT_MODELOPT;
     const char *v = NULL;
     cli_args args;
@@ -227,6 +253,9 @@ int cmd_quantize(int argc, char **argv) {
         case O_LAYER:
             if (cli_parse_int("--layer", v, 0, &only)) return CLI_EXIT_FAILURE;
             break;
+        case O_MAX_SHARD:
+            if (parse_size(v, &max_shard)) return CLI_EXIT_FAILURE;
+            break;
         case O_CALIB:
             if (cli_parse_int("--calib-tokens", v, 1, &calib)) return CLI_EXIT_FAILURE;
             break;
@@ -248,6 +277,6 @@ int cmd_quantize(int argc, char **argv) {
         return CLI_EXIT_FAILURE;
     }
     w4a16 = w4a16 || cfg.scheme == NVFP4MOE_SCHEME_W4A16;
-    if (random) return write_random(&cfg, (int32_t)layers, (int32_t)first_moe, out, force);
-    return quantize_dir(in, out, force, fmt, w4a16, only, (int32_t)calib, cfg.seed);
+    if (random) return write_random(&cfg, (int32_t)layers, (int32_t)first_moe, out, force, max_shard);
+    return quantize_dir(in, out, force, fmt, w4a16, only, (int32_t)calib, cfg.seed, max_shard);
 }

@@ -7,6 +7,7 @@
  * parsed by jansson with an explicit length, so the header needs no terminator.
  */
 #include "core/internal.h"
+#include "format/format.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -825,4 +826,280 @@ done:
     free(tmp);
     free(hdr);
     return s;
+}
+
+// ---- sharded writing ----
+
+typedef struct {
+    char *name;
+    nvfp4moe_st_dtype dtype;
+    int32_t ndim;
+    int64_t shape[NVFP4MOE_ST_MAX_DIMS];
+    uint64_t nbytes;
+    int32_t shard;
+    uint64_t offset;          /* file offset of its data */
+    uint64_t written;         /* bytes written so far */
+} stensor;
+
+typedef struct {
+    char *path;
+    int fd;
+    uint64_t data_start;
+} sshard;
+
+struct nvfp4moe_st_shards {
+    stensor *t;
+    size_t n, cap;
+    sshard *f;
+    int32_t nfiles;
+    char *dir;
+    bool finished;            /* the files stay when freed */
+    bool indexed;             /* model.safetensors.index.json was written */
+};
+
+nvfp4moe_status nvfp4moe_st_shards_create(nvfp4moe_st_shards **out) {
+    NVFP4MOE_RETURN_IF(!out, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_shards_create: NULL out");
+    *out = calloc(1, sizeof **out);
+    NVFP4MOE_RETURN_IF(!*out, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    return NVFP4MOE_OK;
+}
+
+void nvfp4moe_st_shards_discard(nvfp4moe_st_shards *s) {
+    if (!s) return;
+    s->finished = false;
+    if (s->indexed) {
+        char *path = join_path(s->dir, "model.safetensors.index.json");
+        if (path) unlink(path);
+        free(path);
+        s->indexed = false;
+    }
+}
+
+void nvfp4moe_st_shards_free(nvfp4moe_st_shards *s) {
+    if (!s) return;
+    for (int32_t i = 0; i < s->nfiles; i++) {
+        if (s->f[i].fd >= 0) close(s->f[i].fd);
+        if (!s->finished && s->f[i].path) unlink(s->f[i].path);
+        free(s->f[i].path);
+    }
+    for (size_t i = 0; i < s->n; i++) free(s->t[i].name);
+    free(s->f);
+    free(s->t);
+    free(s->dir);
+    free(s);
+}
+
+nvfp4moe_status nvfp4moe_st_shards_add(nvfp4moe_st_shards *s, const char *name, nvfp4moe_st_dtype dtype,
+                                       int32_t ndim, const int64_t *shape, int64_t *index) {
+    NVFP4MOE_RETURN_IF(!s || !name || !*name || !strcmp(name, "__metadata__") || s->nfiles, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_shards_add: bad argument (tensor '%s')", name ? name : "(null)");
+    NVFP4MOE_RETURN_IF((unsigned)dtype >= NVFP4MOE_ST_DTYPE_COUNT || ndim < 0 || ndim > NVFP4MOE_ST_MAX_DIMS ||
+                           (ndim && !shape),
+                       NVFP4MOE_ERR_INVALID_ARGUMENT, "st_shards_add: tensor '%s': bad dtype or ndim", name);
+    int64_t numel = 1;
+    for (int32_t i = 0; i < ndim; i++) {
+        NVFP4MOE_RETURN_IF(shape[i] < 0 || (shape[i] && numel > INT64_MAX / shape[i]), NVFP4MOE_ERR_SHAPE,
+                           "st_shards_add: tensor '%s': bad shape[%d]=%lld", name, i, (long long)shape[i]);
+        numel *= shape[i];
+    }
+    bool misaligned;
+    uint64_t nbytes;
+    NVFP4MOE_RETURN_IF(!tensor_bytes(numel, nvfp4moe_st_dtype_bits(dtype), &nbytes, &misaligned), NVFP4MOE_ERR_SHAPE,
+                       "st_shards_add: tensor '%s': size is not whole bytes", name);
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        stensor *nt = realloc(s->t, cap * sizeof *nt);
+        NVFP4MOE_RETURN_IF(!nt, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        s->t = nt;
+        s->cap = cap;
+    }
+    stensor t = {.dtype = dtype, .ndim = ndim, .nbytes = nbytes};
+    for (int32_t i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    NVFP4MOE_RETURN_IF(!(t.name = strdup(name)), NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    if (index) *index = (int64_t)s->n;
+    s->t[s->n++] = t;
+    return NVFP4MOE_OK;
+}
+
+uint64_t nvfp4moe_st_shards_bytes(const nvfp4moe_st_shards *s, int64_t i) {
+    return s && i >= 0 && (size_t)i < s->n ? s->t[i].nbytes : 0;
+}
+const char *nvfp4moe_st_shards_name(const nvfp4moe_st_shards *s, int64_t i) {
+    return s && i >= 0 && (size_t)i < s->n ? s->t[i].name : "";
+}
+int64_t nvfp4moe_st_shards_count(const nvfp4moe_st_shards *s) { return s ? (int64_t)s->n : 0; }
+int32_t nvfp4moe_st_shards_files(const nvfp4moe_st_shards *s) { return s ? s->nfiles : 0; }
+
+static int cmp_stensor_name(const void *a, const void *b) {
+    const stensor *const *x = a, *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+/* Writes all of buf at file offset off. */
+static bool pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k, n -= (size_t)k, off += (uint64_t)k;
+    }
+    return true;
+}
+
+/* The header of shard f (its tensors in order), padded with spaces to a multiple of 8. */
+static nvfp4moe_status shard_header(const nvfp4moe_st_shards *s, int32_t f, char **out, size_t *len) {
+    json_t *root = json_object();
+    NVFP4MOE_RETURN_IF(!root, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    bool ok = json_object_set_new(root, "__metadata__", json_pack("{s:s}", "format", "pt")) == 0;
+    uint64_t off = 0;
+    for (size_t i = 0; i < s->n && ok; i++) {
+        const stensor *t = &s->t[i];
+        if (t->shard != f) continue;
+        json_t *shape = json_array();
+        for (int32_t d = 0; d < t->ndim && shape; d++)
+            if (json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) != 0) ok = false;
+        json_t *e = shape ? json_pack("{s:s,s:o,s:[I,I]}", "dtype", nvfp4moe_st_dtype_name(t->dtype), "shape", shape,
+                                      "data_offsets", (json_int_t)off, (json_int_t)(off + t->nbytes))
+                          : NULL;
+        ok = ok && e && json_object_set_new(root, t->name, e) == 0;
+        off += t->nbytes;
+    }
+    char *text = ok ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    NVFP4MOE_RETURN_IF(!text, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "safetensors header: cannot encode it (tensor names must be UTF-8)");
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    char *buf = malloc(padded);
+    if (!buf) {
+        free(text);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    memcpy(buf, text, n);
+    memset(buf + n, ' ', padded - n);
+    free(text);
+    *out = buf;
+    *len = padded;
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_st_shards_layout(nvfp4moe_st_shards *s, uint64_t max_shard_bytes, const char *dir) {
+    NVFP4MOE_RETURN_IF(!s || !dir || !max_shard_bytes || s->nfiles || !s->n, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "st_shards_layout: bad argument");
+    // Names must be unique: sort pointers once.
+    const stensor **by = malloc(sizeof *by * s->n);
+    NVFP4MOE_RETURN_IF(!by, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < s->n; i++) by[i] = &s->t[i];
+    qsort(by, s->n, sizeof *by, cmp_stensor_name);
+    const char *dup = NULL;
+    for (size_t i = 1; i < s->n && !dup; i++)
+        if (!strcmp(by[i - 1]->name, by[i]->name)) dup = by[i]->name;
+    free(by);
+    NVFP4MOE_RETURN_IF(dup, NVFP4MOE_ERR_INVALID_ARGUMENT, "safetensors: tensor '%s' would be written twice", dup);
+    int32_t shard = 0;
+    uint64_t size = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (size > 0 && size + s->t[i].nbytes > max_shard_bytes) shard++, size = 0;
+        s->t[i].shard = shard;
+        size += s->t[i].nbytes;
+    }
+    const int32_t nfiles = shard + 1;
+    NVFP4MOE_RETURN_IF(nfiles > 99999, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "safetensors: %d shards of at most %llu bytes: more than 99999 files", nfiles,
+                       (unsigned long long)max_shard_bytes);
+    s->f = calloc((size_t)nfiles, sizeof *s->f);
+    s->dir = strdup(dir);
+    NVFP4MOE_RETURN_IF(!s->f || !s->dir, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    s->nfiles = nfiles;
+    for (int32_t f = 0; f < nfiles; f++) s->f[f].fd = -1;
+    for (int32_t f = 0; f < nfiles; f++) {
+        char name[64];
+        if (nfiles == 1) snprintf(name, sizeof name, "model.safetensors");
+        else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", f + 1, nfiles);
+        s->f[f].path = join_path(dir, name);
+        NVFP4MOE_RETURN_IF(!s->f[f].path, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        s->f[f].fd = open(s->f[f].path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (s->f[f].fd < 0) {
+            const int err = errno;
+            free(s->f[f].path);   // not ours: never removed
+            s->f[f].path = NULL;
+            return nvfp4moe_set_error(NVFP4MOE_ERR_IO, "%s/%s: cannot create: %s", dir, name, strerror(err));
+        }
+        char *hdr = NULL;
+        size_t hlen = 0;
+        NVFP4MOE_TRY(shard_header(s, f, &hdr, &hlen));
+        uint8_t len8[8];
+        for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+        const bool ok = pwrite_all(s->f[f].fd, len8, 8, 0) && pwrite_all(s->f[f].fd, hdr, hlen, 8);
+        const int err = errno;
+        free(hdr);
+        NVFP4MOE_RETURN_IF(!ok, NVFP4MOE_ERR_IO, "%s: write failed: %s", s->f[f].path, strerror(err));
+        s->f[f].data_start = 8 + hlen;
+    }
+    uint64_t *next = calloc((size_t)nfiles, sizeof *next);   // per shard, the next tensor's data offset
+    NVFP4MOE_RETURN_IF(!next, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    for (size_t i = 0; i < s->n; i++) {
+        stensor *t = &s->t[i];
+        t->offset = s->f[t->shard].data_start + next[t->shard];
+        next[t->shard] += t->nbytes;
+    }
+    free(next);
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_st_shards_write(nvfp4moe_st_shards *s, int64_t index, uint64_t offset, const void *data,
+                                         uint64_t n) {
+    NVFP4MOE_RETURN_IF(!s || !s->nfiles || index < 0 || (size_t)index >= s->n || (n && !data),
+                       NVFP4MOE_ERR_INVALID_ARGUMENT, "st_shards_write: bad argument");
+    stensor *t = &s->t[index];
+    NVFP4MOE_RETURN_IF(offset > t->nbytes || n > t->nbytes - offset, NVFP4MOE_ERR_INTERNAL,
+                       "st_shards_write: tensor '%s': bytes [%llu, %llu) outside its %llu", t->name,
+                       (unsigned long long)offset, (unsigned long long)(offset + n), (unsigned long long)t->nbytes);
+    sshard *f = &s->f[t->shard];
+    NVFP4MOE_RETURN_IF(n && !pwrite_all(f->fd, data, (size_t)n, t->offset + offset), NVFP4MOE_ERR_IO,
+                       "%s: tensor '%s': write failed: %s", f->path, t->name, strerror(errno));
+    t->written += n;
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_st_shards_finish(nvfp4moe_st_shards *s) {
+    NVFP4MOE_RETURN_IF(!s || !s->nfiles || s->finished, NVFP4MOE_ERR_INVALID_ARGUMENT, "st_shards_finish: bad argument");
+    for (size_t i = 0; i < s->n; i++)
+        NVFP4MOE_RETURN_IF(s->t[i].written != s->t[i].nbytes, NVFP4MOE_ERR_INTERNAL,
+                           "safetensors: tensor '%s': %llu of its %llu bytes written", s->t[i].name,
+                           (unsigned long long)s->t[i].written, (unsigned long long)s->t[i].nbytes);
+    for (int32_t f = 0; f < s->nfiles; f++) {
+        const int rc = fsync(s->f[f].fd), err = errno;
+        const int rc2 = close(s->f[f].fd);
+        s->f[f].fd = -1;
+        NVFP4MOE_RETURN_IF(rc != 0 || rc2 != 0, NVFP4MOE_ERR_IO, "%s: cannot write: %s", s->f[f].path,
+                           strerror(rc ? err : errno));
+    }
+    NVFP4MOE_TRY(nvfp4moe_sync_parent_dir(s->f[0].path));
+    if (s->nfiles > 1) {
+        // model.safetensors.index.json, as Hugging Face writes it: the tensor bytes, the sorted map.
+        json_t *root = json_object(), *map = json_object();
+        uint64_t total = 0;
+        bool ok = root && map;
+        for (size_t i = 0; i < s->n && ok; i++) {
+            total += s->t[i].nbytes;
+            const char *base = strrchr(s->f[s->t[i].shard].path, '/');
+            ok = json_object_set_new(map, s->t[i].name, json_string(base ? base + 1 : s->f[s->t[i].shard].path)) == 0;
+        }
+        ok = ok && json_object_set_new(root, "metadata", json_pack("{s:I}", "total_size", (json_int_t)total)) == 0 &&
+             json_object_set(root, "weight_map", map) == 0;
+        char *text = ok ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+        if (root) json_decref(root);
+        if (map) json_decref(map);
+        NVFP4MOE_RETURN_IF(!text, NVFP4MOE_ERR_OUT_OF_MEMORY, "model.safetensors.index.json: out of memory");
+        char *path = join_path(s->dir, "model.safetensors.index.json");
+        nvfp4moe_status st = path ? nvfp4moe_write_text_file(path, text)
+                                  : nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+        free(path);
+        free(text);
+        NVFP4MOE_TRY(st);
+        s->indexed = true;
+    }
+    s->finished = true;
+    return NVFP4MOE_OK;
 }

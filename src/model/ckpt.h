@@ -84,4 +84,39 @@ nvfp4moe_status nvfp4moe_ckpt_storage_alloc(const nvfp4moe_config *cfg, bool rou
                                    ckpt_storage **out);
 void nvfp4moe_ckpt_point_weights(nvfp4moe_ckpt_layer *l, const ckpt_storage *s);
 
+// ---- unquantized sources, one expert at a time (float_layer.c) ----
+
+/* An unquantized MoE layer whose every tensor has been resolved and checked: what reading it one
+ * expert at a time (quantize's streaming path) needs. */
+typedef struct {
+    load_ctx c;                 /* the layer: base, projection names, config (has_bias) */
+    nvfp4moe_warnings warnings;
+    bool fused, transposed;     /* fused experts.gate_up_proj / down_proj, in [in, out] order */
+    const nvfp4moe_st_tensor *gu, *dn, *gub, *dnb;   /* the fused tensors (and biases) */
+    const nvfp4moe_st_tensor *router, *router_bias, *correction;
+    char router_name[8];
+} nvfp4moe_float_src;
+
+/* Checks layer `layer` of an unquantized model (every expert tensor's presence, dtype and shape,
+ * the router, the biases) and fills src; nothing is allocated. */
+nvfp4moe_status nvfp4moe_float_src_open(const nvfp4moe_model_info *info, const nvfp4moe_st_model *tensors,
+                                        int32_t layer, nvfp4moe_float_src *src);
+/* Expert e as float: w13 [N1, H] (canonical rows), w2 [H, I], and when the layer has biases and the
+ * pointers are not NULL, b13 [N1] and b2 [H]. */
+nvfp4moe_status nvfp4moe_float_src_expert(const nvfp4moe_float_src *src, int32_t e, float *w13, float *w2,
+                                          float *b13, float *b2);
+
+/* ModelOpt's quantization of one expert (nvfp4moe_float_layer_quantize's, shared with quantize's
+ * streaming path so that both write the same bits). x: the calibration tokens [M, H], in13 their
+ * input scale. Writes q13 [N1, H/2], sf13 [N1, H/16], *s13 (gate and up share one amax), q2
+ * [H, I/2], sf2 [H, I/16], *s2, and *in2 (the down projection's calibrated input scale).
+ * wdq [N1 * H], g [N1], a [I]: scratch. */
+nvfp4moe_status nvfp4moe_quantize_expert(const nvfp4moe_config *cfg, const float *w13, const float *w2,
+                                         const float *b13, const float *x, int64_t M, uint8_t *q13, uint8_t *sf13,
+                                         float *s13, uint8_t *q2, uint8_t *sf2, float *s2, float *in2, float *wdq,
+                                         double *g, double *a);
+/* The calibration tokens of a layer: M x H standard normal values from seed, and their input scale
+ * (ModelOpt's amax / (6*448)). */
+void nvfp4moe_calibration_tokens(uint64_t seed, int64_t M, int64_t H, float *x, float *in13);
+
 #endif // NVFP4MOE_CKPT_H

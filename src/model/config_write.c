@@ -94,40 +94,33 @@ static json_t *make_config(const nvfp4moe_config *cfg, int32_t num_layers, int32
     return c;
 }
 
-nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
-                                            int32_t num_layers, int32_t first_moe_layer,
-                                            nvfp4moe_ckpt_format fmt,
-                                            const char *base_config_json,
-                                            const char *router_name) {
-    NVFP4MOE_RETURN_IF(!dir || !cfg, NVFP4MOE_ERR_INVALID_ARGUMENT, "model_config_write: NULL");
-    NVFP4MOE_RETURN_IF((unsigned)fmt >= NVFP4MOE_CKPT_FORMAT_COUNT, NVFP4MOE_ERR_INVALID_ARGUMENT,
-                       "model_config_write: bad format %d", (int)fmt);
-    NVFP4MOE_RETURN_IF(num_layers < 1 || first_moe_layer < 0 || first_moe_layer >= num_layers,
-                       NVFP4MOE_ERR_INVALID_ARGUMENT,
-                       "model_config_write: first_moe_layer=%d must be in [0, num_layers=%d)",
-                       first_moe_layer, num_layers);
-    json_t *c;
-    if (base_config_json) {
-        json_error_t err;
-        c = json_loads(base_config_json, JSON_REJECT_DUPLICATES, &err);
-        NVFP4MOE_RETURN_IF(!c || !json_is_object(c), NVFP4MOE_ERR_FORMAT,
-                           "base config.json: not a JSON object: %s", c ? "" : err.text);
-        json_object_del(c, "quantization_config");
-    } else {
-        c = make_config(cfg, num_layers, first_moe_layer);
-        NVFP4MOE_RETURN_IF(!c, NVFP4MOE_ERR_OUT_OF_MEMORY, "model_config_write: out of memory");
+/* ModelOpt's quantization_config in config.json (what its export converts hf_quant_config.json
+ * into): config_groups for NVFP4, the exclusions as "ignore", quant_algo, producer, quant_method. */
+static json_t *modelopt_quant_config(const char *algo, json_t *excluded) {
+    json_t *qc = json_object();
+    bool ok = qc != NULL;
+    if (ok && !strcmp(algo, "NVFP4")) {
+        json_t *g = json_pack("{s:{s:{s:b,s:i,s:s,s:i},s:{s:b,s:i,s:s,s:i},s:[s]}}", "group_0", "input_activations",
+                              "dynamic", 0, "num_bits", 4, "type", "float", "group_size", 16, "weights", "dynamic", 0,
+                              "num_bits", 4, "type", "float", "group_size", 16, "targets", "Linear");
+        ok = g && json_object_set_new(qc, "config_groups", g) == 0;
     }
-    bool w4a16 = cfg->scheme == NVFP4MOE_SCHEME_W4A16;
-    // The router and everything that is not an expert stays unquantized, as real exports do. The
-    // exclusion names the router module the tensors use (gpt-oss: mlp.router), or vLLM would
-    // build that Linear as NVFP4 and look for scales it does not have.
-    const char *router = nvfp4moe_ckpt_router_name(router_name, cfg);
-    char ct_router[64], mo_router[64];
-    snprintf(ct_router, sizeof ct_router, "re:.*mlp\\.%s$", router);
-    snprintf(mo_router, sizeof mo_router, "*.mlp.%s", router);
-    json_t *ignore = json_pack("[s,s]", "lm_head", ct_router);
+    ok = ok && json_object_set(qc, "ignore", excluded) == 0 &&
+         json_object_set_new(qc, "quant_algo", json_string(algo)) == 0 &&
+         json_object_set_new(qc, "producer", json_pack("{s:s,s:s}", "name", "nvfp4moe", "version",
+                                                       nvfp4moe_version())) == 0 &&
+         json_object_set_new(qc, "quant_method", json_string("modelopt")) == 0;
+    if (!ok && qc) json_decref(qc);
+    return ok ? qc : NULL;
+}
+
+/* Writes dir/config.json (c, taken, with its quantization_config replaced per fmt) and, for ModelOpt,
+ * dir/hf_quant_config.json; excluded (borrowed): the exclude_modules / ignore list. */
+static nvfp4moe_status write_configs(const char *dir, json_t *c, nvfp4moe_ckpt_format fmt, bool w4a16,
+                                     json_t *excluded) {
+    json_object_del(c, "quantization_config");
     json_t *hfq = NULL;
-    bool ok = ignore != NULL;
+    bool ok = excluded != NULL;
     if (ok && fmt == NVFP4MOE_CKPT_COMPRESSED_TENSORS) {
         json_t *ia = w4a16 ? json_null()
                            : json_pack("{s:i,s:s,s:s,s:i,s:b,s:s}", "num_bits", 4, "type", "float",
@@ -139,23 +132,16 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
                                "num_bits", 4, "type", "float", "strategy", "tensor_group",
                                "group_size", 16, "symmetric", 1, "dynamic", 0,
                                "input_activations", ia, "targets", "Linear", "format",
-                               "nvfp4-pack-quantized", "ignore", ignore);
+                               "nvfp4-pack-quantized", "ignore", excluded);
         ok = qc && json_object_set_new(c, "quantization_config", qc) == 0;
     } else if (ok && fmt != NVFP4MOE_CKPT_UNQUANTIZED) {
         const char *algo = w4a16 ? "W4A16_NVFP4" : "NVFP4";
-        json_t *ex = json_pack("[s,s]", "lm_head", mo_router);
-        json_t *qc = ex ? json_pack("{s:s,s:s,s:O,s:{s:s,s:s}}", "quant_method", "modelopt",
-                                    "quant_algo", algo, "ignore", ex, "producer", "name",
-                                    "nvfp4moe", "version", nvfp4moe_version())
-                        : NULL;
-        hfq = ex ? json_pack("{s:{s:s,s:s},s:{s:s,s:n,s:i,s:O}}", "producer", "name", "nvfp4moe",
-                             "version", nvfp4moe_version(), "quantization", "quant_algo", algo,
-                             "kv_cache_quant_algo", "group_size", 16, "exclude_modules", ex)
-                 : NULL;
+        json_t *qc = modelopt_quant_config(algo, excluded);
+        hfq = json_pack("{s:{s:s,s:s},s:{s:s,s:n,s:i,s:O}}", "producer", "name", "nvfp4moe", "version",
+                        nvfp4moe_version(), "quantization", "quant_algo", algo, "kv_cache_quant_algo",
+                        "group_size", 16, "exclude_modules", excluded);
         ok = qc && hfq && json_object_set_new(c, "quantization_config", qc) == 0;
-        if (ex) json_decref(ex);
     }
-    if (ignore) json_decref(ignore);
     char *text = ok ? json_dumps(c, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     char *htext = ok && hfq ? json_dumps(hfq, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(c);
@@ -174,5 +160,61 @@ nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_conf
     }
     free(text);
     free(htext);
+    return s;
+}
+
+nvfp4moe_status nvfp4moe_model_config_write(const char *dir, const nvfp4moe_config *cfg,
+                                            int32_t num_layers, int32_t first_moe_layer,
+                                            nvfp4moe_ckpt_format fmt,
+                                            const char *base_config_json,
+                                            const char *router_name) {
+    NVFP4MOE_RETURN_IF(!dir || !cfg, NVFP4MOE_ERR_INVALID_ARGUMENT, "model_config_write: NULL");
+    NVFP4MOE_RETURN_IF((unsigned)fmt >= NVFP4MOE_CKPT_FORMAT_COUNT, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "model_config_write: bad format %d", (int)fmt);
+    NVFP4MOE_RETURN_IF(num_layers < 1 || first_moe_layer < 0 || first_moe_layer >= num_layers,
+                       NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "model_config_write: first_moe_layer=%d must be in [0, num_layers=%d)",
+                       first_moe_layer, num_layers);
+    json_t *c;
+    if (base_config_json) {
+        json_error_t err;
+        c = json_loads(base_config_json, JSON_REJECT_DUPLICATES, &err);
+        if (c && !json_is_object(c)) json_decref(c), c = NULL;
+        NVFP4MOE_RETURN_IF(!c, NVFP4MOE_ERR_FORMAT, "base config.json: not a JSON object: %s", err.text);
+    } else {
+        c = make_config(cfg, num_layers, first_moe_layer);
+        NVFP4MOE_RETURN_IF(!c, NVFP4MOE_ERR_OUT_OF_MEMORY, "model_config_write: out of memory");
+    }
+    // The router and everything that is not an expert stays unquantized, as real exports do. The
+    // exclusion names the router module the tensors use (gpt-oss: mlp.router), or vLLM would
+    // build that Linear as NVFP4 and look for scales it does not have.
+    const char *router = nvfp4moe_ckpt_router_name(router_name, cfg);
+    char pattern[64];
+    if (fmt == NVFP4MOE_CKPT_COMPRESSED_TENSORS) snprintf(pattern, sizeof pattern, "re:.*mlp\\.%s$", router);
+    else snprintf(pattern, sizeof pattern, "*.mlp.%s", router);
+    json_t *excluded = json_pack("[s,s]", "lm_head", pattern);
+    nvfp4moe_status s = write_configs(dir, c, fmt, cfg->scheme == NVFP4MOE_SCHEME_W4A16, excluded);
+    if (excluded) json_decref(excluded);
+    return s;
+}
+
+nvfp4moe_status nvfp4moe_model_config_write_quantized(const char *dir, const char *base_config_json,
+                                                      nvfp4moe_ckpt_format fmt, bool w4a16,
+                                                      const char *const *excluded, size_t n_excluded) {
+    json_error_t err;
+    json_t *c = json_loads(base_config_json, JSON_REJECT_DUPLICATES, &err);
+    if (c && !json_is_object(c)) json_decref(c), c = NULL;
+    NVFP4MOE_RETURN_IF(!c, NVFP4MOE_ERR_FORMAT, "config.json: not a JSON object: %s", err.text);
+    json_t *ex = json_array();
+    bool ok = ex != NULL;
+    for (size_t i = 0; i < n_excluded && ok; i++) ok = json_array_append_new(ex, json_string(excluded[i])) == 0;
+    if (!ok) {
+        json_decref(c);
+        if (ex) json_decref(ex);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
+                                  "the exclusion list: cannot encode it (module names must be UTF-8)");
+    }
+    nvfp4moe_status s = write_configs(dir, c, fmt, w4a16, ex);
+    json_decref(ex);
     return s;
 }

@@ -166,14 +166,15 @@ static nvfp4moe_status float_weight(const load_ctx *c, const char *suffix, int32
     return nvfp4moe_ckpt_bad_shape(*out, want);
 }
 
-/* Resolves and checks every expert tensor of the layer and, when l is not NULL, reads them into l.
- * Run first without l, so that nothing is allocated from config.json's sizes before the file is
- * known to hold tensors of those sizes. */
-static nvfp4moe_status float_experts(const load_ctx *c, bool fused, nvfp4moe_float_layer *l) {
+/* Resolves and checks every expert tensor of the layer (nothing is allocated from config.json's
+ * sizes before the file is known to hold tensors of those sizes): fills the fused tensors and
+ * their orientation into src. */
+static nvfp4moe_status float_experts_check(nvfp4moe_float_src *src) {
+    const load_ctx *c = &src->c;
     const nvfp4moe_config *cfg = &c->cfg;
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t N1 = nvfp4moe_config_n1(cfg);
-    if (fused) {
+    if (src->fused) {
         // Unquantized fused experts: the Hugging Face [in, out] layout (gpt-oss, Llama-4,
         // Qwen3-VL-MoE: gate_up_proj [E, H, N1], down_proj [E, I, H]) or [out, in] (Transformers v5
         // and Qwen3.5-MoE: [E, N1, H], [E, H, I]). Where the shapes fit both (H == N1 and I == H),
@@ -194,50 +195,106 @@ static nvfp4moe_status float_experts(const load_ctx *c, bool fused, nvfp4moe_flo
             return nvfp4moe_ckpt_bad_shape(gu, want);
         }
         const char *mt = c->info ? c->info->model_type : "";
-        const bool transposed = is_t && (!is_n || !strcmp(mt, "gpt_oss") || !strncmp(mt, "llama4", 6) ||
-                                         !strncmp(mt, "qwen3_vl_moe", 12));
-        NVFP4MOE_TRY(float_weight(c, "experts.down_proj", 3, transposed ? ddn_t : ddn_n, &dn));
-        for (int64_t e = 0; l && e < E; e++) {
-            NVFP4MOE_TRY(float_matrix(gu, N1, H, e * H * N1, transposed, l->w13 + e * N1 * H));
-            NVFP4MOE_TRY(float_matrix(dn, H, I, e * I * H, transposed, l->w2 + e * H * I));
-        }
+        src->transposed = is_t && (!is_n || !strcmp(mt, "gpt_oss") || !strncmp(mt, "llama4", 6) ||
+                                   !strncmp(mt, "qwen3_vl_moe", 12));
+        NVFP4MOE_TRY(float_weight(c, "experts.down_proj", 3, src->transposed ? ddn_t : ddn_n, &dn));
+        src->gu = gu;
+        src->dn = dn;
         // gate_up_proj_bias follows gate_up_proj's last dimension: w13's rows (gpt-oss interleaved).
         if (cfg->has_bias) {
-            NVFP4MOE_TRY(float_bias(c, "experts.gate_up_proj_bias", 2, E, N1, l ? l->w13_bias : NULL));
-            NVFP4MOE_TRY(float_bias(c, "experts.down_proj_bias", 2, E, H, l ? l->w2_bias : NULL));
+            NVFP4MOE_TRY(float_bias(c, "experts.gate_up_proj_bias", 2, E, N1, NULL));
+            NVFP4MOE_TRY(float_bias(c, "experts.down_proj_bias", 2, E, H, NULL));
+            src->gub = nvfp4moe_ckpt_maybe(c, "experts.gate_up_proj_bias");
+            src->dnb = nvfp4moe_ckpt_maybe(c, "experts.down_proj_bias");
         }
         return NVFP4MOE_OK;
     }
     const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
-    float *rowbuf = l ? malloc(sizeof(float) * (size_t)(I * H)) : NULL;
-    NVFP4MOE_RETURN_IF(l && !rowbuf, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
-    nvfp4moe_status s = NVFP4MOE_OK;
-    for (int32_t e = 0; s == NVFP4MOE_OK && e < E; e++) {
-        for (int p = gated ? 0 : 1; p < 3 && s == NVFP4MOE_OK; p++) {
+    for (int32_t e = 0; e < E; e++) {
+        for (int p = gated ? 0 : 1; p < 3; p++) {
             const char *proj = p == 0 ? c->gate : p == 1 ? c->up : c->down;
             char suf[128];
             nvfp4moe_ckpt_expert_suffix(c, e, proj, "weight", suf, sizeof suf);
             const nvfp4moe_st_tensor *t;
             const int64_t dims[2] = {p < 2 ? I : H, p < 2 ? H : I};
-            s = float_weight(c, suf, 2, dims, &t);
+            NVFP4MOE_TRY(float_weight(c, suf, 2, dims, &t));
             nvfp4moe_ckpt_expert_suffix(c, e, proj, "bias", suf, sizeof suf);
-            if (s != NVFP4MOE_OK || !l) {
-                if (s == NVFP4MOE_OK && cfg->has_bias) s = float_bias(c, suf, 1, 1, dims[0], NULL);
-                continue;
-            }
-            if (p == 2) {
-                s = float_matrix(t, H, I, 0, false, l->w2 + (int64_t)e * H * I);
-                if (s == NVFP4MOE_OK && cfg->has_bias) s = float_bias(c, suf, 1, 1, H, l->w2_bias + (int64_t)e * H);
-                continue;
-            }
-            s = float_matrix(t, I, H, 0, false, rowbuf);
-            for (int64_t r = 0; r < I && s == NVFP4MOE_OK; r++)
-                memcpy(l->w13 + ((int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)) * H, rowbuf + r * H,
-                       sizeof(float) * (size_t)H);
-            if (s == NVFP4MOE_OK && cfg->has_bias) s = float_bias(c, suf, 1, 1, I, rowbuf);
-            for (int64_t r = 0; cfg->has_bias && r < I && s == NVFP4MOE_OK; r++)
-                l->w13_bias[(int64_t)e * N1 + nvfp4moe_ckpt_w13_row(cfg, p, r)] = rowbuf[r];
+            if (cfg->has_bias) NVFP4MOE_TRY(float_bias(c, suf, 1, 1, dims[0], NULL));
         }
+    }
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_float_src_open(const nvfp4moe_model_info *info, const nvfp4moe_st_model *tensors,
+                                        int32_t layer, nvfp4moe_float_src *src) {
+    char where[256];
+    nvfp4moe_ckpt_model_where(tensors, where, sizeof where);
+    NVFP4MOE_RETURN_IF(!nvfp4moe_model_info_is_moe_layer(info, layer), NVFP4MOE_ERR_NOT_FOUND,
+                       "layer %d is not a MoE layer of this model", layer);
+    memset(src, 0, sizeof *src);
+    load_ctx *c = &src->c;
+    *c = (load_ctx){.info = info, .tensors = tensors, .layer = layer, .cfg = info->cfg, .check_only = true,
+                    .warn = &src->warnings};
+    nvfp4moe_strlcpy(c->where, where, sizeof c->where);
+    nvfp4moe_ckpt_format fmt;
+    bool quantized;
+    NVFP4MOE_TRY(nvfp4moe_config_validate(&c->cfg));
+    NVFP4MOE_TRY(nvfp4moe_ckpt_find_layer(c));
+    NVFP4MOE_TRY(nvfp4moe_ckpt_detect_format(c, &fmt, &quantized));
+    NVFP4MOE_RETURN_IF(quantized, NVFP4MOE_ERR_UNSUPPORTED,
+                       "%s: layer %d is already quantized (%s): quantize needs a BF16/F16/F32 "
+                       "source", where, layer, nvfp4moe_ckpt_format_name(fmt));
+    nvfp4moe_ckpt_layer probe = {0};
+    c->cfg.has_correction_bias = false;
+    NVFP4MOE_TRY(nvfp4moe_ckpt_load_router(c, &probe));   // check only: shapes and bias presence
+    NVFP4MOE_TRY(nvfp4moe_config_validate(&c->cfg));
+    src->fused = fmt == NVFP4MOE_CKPT_MODELOPT_FUSED;
+    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(c, src->fused, &c->cfg.has_bias));
+    NVFP4MOE_TRY(float_experts_check(src));
+    src->router = c->router_t;
+    src->router_bias = c->router_bias_t;
+    if (c->cfg.has_correction_bias) {
+        src->correction = nvfp4moe_ckpt_maybe(c, "gate.e_score_correction_bias");
+        if (!src->correction) src->correction = nvfp4moe_ckpt_maybe(c, "e_score_correction_bias");
+    }
+    nvfp4moe_strlcpy(src->router_name, probe.router_name, sizeof src->router_name);
+    return NVFP4MOE_OK;
+}
+
+nvfp4moe_status nvfp4moe_float_src_expert(const nvfp4moe_float_src *src, int32_t e, float *w13, float *w2,
+                                          float *b13, float *b2) {
+    const load_ctx *c = &src->c;
+    const nvfp4moe_config *cfg = &c->cfg;
+    const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, N1 = nvfp4moe_config_n1(cfg);
+    if (src->fused) {
+        NVFP4MOE_TRY(float_matrix(src->gu, N1, H, (int64_t)e * H * N1, src->transposed, w13));
+        NVFP4MOE_TRY(float_matrix(src->dn, H, I, (int64_t)e * I * H, src->transposed, w2));
+        if (cfg->has_bias && b13) NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(src->gub, (int64_t)e * N1, N1, b13));
+        if (cfg->has_bias && b2) NVFP4MOE_TRY(nvfp4moe_ckpt_read_floats(src->dnb, (int64_t)e * H, H, b2));
+        return NVFP4MOE_OK;
+    }
+    const bool gated = nvfp4moe_activation_is_gated(cfg->activation);
+    float *rowbuf = malloc(sizeof(float) * (size_t)(I * H));
+    NVFP4MOE_RETURN_IF(!rowbuf, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    nvfp4moe_status s = NVFP4MOE_OK;
+    for (int p = gated ? 0 : 1; p < 3 && s == NVFP4MOE_OK; p++) {
+        const char *proj = p == 0 ? c->gate : p == 1 ? c->up : c->down;
+        char suf[128];
+        nvfp4moe_ckpt_expert_suffix(c, e, proj, "weight", suf, sizeof suf);
+        const nvfp4moe_st_tensor *t = nvfp4moe_ckpt_maybe(c, suf);
+        nvfp4moe_ckpt_expert_suffix(c, e, proj, "bias", suf, sizeof suf);
+        const nvfp4moe_st_tensor *bt = cfg->has_bias ? nvfp4moe_ckpt_maybe(c, suf) : NULL;
+        if (p == 2) {
+            s = float_matrix(t, H, I, 0, false, w2);
+            if (s == NVFP4MOE_OK && bt && b2) s = nvfp4moe_ckpt_read_floats(bt, 0, H, b2);
+            continue;
+        }
+        s = float_matrix(t, I, H, 0, false, rowbuf);
+        for (int64_t r = 0; r < I && s == NVFP4MOE_OK; r++)
+            memcpy(w13 + nvfp4moe_ckpt_w13_row(cfg, p, r) * H, rowbuf + r * H, sizeof(float) * (size_t)H);
+        if (s == NVFP4MOE_OK && bt && b13) s = nvfp4moe_ckpt_read_floats(bt, 0, I, rowbuf);
+        for (int64_t r = 0; bt && b13 && r < I && s == NVFP4MOE_OK; r++)
+            b13[nvfp4moe_ckpt_w13_row(cfg, p, r)] = rowbuf[r];
     }
     free(rowbuf);
     return s;
@@ -248,42 +305,20 @@ nvfp4moe_status nvfp4moe_float_layer_load(const nvfp4moe_model_info *info,
                                           nvfp4moe_float_layer **out) {
     NVFP4MOE_RETURN_IF(!info || !tensors || !out, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "float_layer_load: NULL argument");
-    char where[256];
-    nvfp4moe_ckpt_model_where(tensors, where, sizeof where);
-    NVFP4MOE_RETURN_IF(!nvfp4moe_model_info_is_moe_layer(info, layer), NVFP4MOE_ERR_NOT_FOUND,
-                       "layer %d is not a MoE layer of this model", layer);
-    nvfp4moe_warnings discard = {0};
-    load_ctx c = {.info = info, .tensors = tensors, .layer = layer, .cfg = info->cfg,
-                  .check_only = true, .warn = &discard};
-    nvfp4moe_strlcpy(c.where, where, sizeof c.where);
-    nvfp4moe_ckpt_format fmt;
-    bool quantized;
-    NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
-    NVFP4MOE_TRY(nvfp4moe_ckpt_find_layer(&c));
-    NVFP4MOE_TRY(nvfp4moe_ckpt_detect_format(&c, &fmt, &quantized));
-    NVFP4MOE_RETURN_IF(quantized, NVFP4MOE_ERR_UNSUPPORTED,
-                       "%s: layer %d is already quantized (%s): quantize needs a BF16/F16/F32 "
-                       "source", where, layer, nvfp4moe_ckpt_format_name(fmt));
-    nvfp4moe_ckpt_layer probe = {0};
-    c.cfg.has_correction_bias = false;
-    NVFP4MOE_TRY(nvfp4moe_ckpt_load_router(&c, &probe));   // check only: shapes and bias presence
-    NVFP4MOE_TRY(nvfp4moe_config_validate(&c.cfg));
-    const bool fused = fmt == NVFP4MOE_CKPT_MODELOPT_FUSED;
-    NVFP4MOE_TRY(nvfp4moe_ckpt_bias_presence(&c, fused, &c.cfg.has_bias));
-    NVFP4MOE_TRY(float_experts(&c, fused, NULL));
-    const int64_t E = c.cfg.num_experts, H = c.cfg.hidden_size;
-    const nvfp4moe_st_tensor *router = c.router_t, *router_bias = c.router_bias_t;
+    nvfp4moe_float_src src;
+    NVFP4MOE_TRY(nvfp4moe_float_src_open(info, tensors, layer, &src));
+    const nvfp4moe_config *cfg = &src.c.cfg;
+    const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size, N1 = nvfp4moe_config_n1(cfg);
     nvfp4moe_float_layer *l;
-    NVFP4MOE_TRY(float_alloc(&c.cfg, router != NULL, router_bias != NULL, &l));
-    nvfp4moe_strlcpy(l->router_name, probe.router_name, sizeof l->router_name);
-    nvfp4moe_status s = float_experts(&c, fused, l);
-    if (s == NVFP4MOE_OK && router) s = nvfp4moe_ckpt_read_floats(router, 0, E * H, l->router);
-    if (s == NVFP4MOE_OK && router_bias) s = nvfp4moe_ckpt_read_floats(router_bias, 0, E, l->router_bias);
-    if (s == NVFP4MOE_OK && l->correction_bias) {
-        const nvfp4moe_st_tensor *b = nvfp4moe_ckpt_maybe(&c, "gate.e_score_correction_bias");
-        if (!b) b = nvfp4moe_ckpt_maybe(&c, "e_score_correction_bias");
-        s = nvfp4moe_ckpt_read_floats(b, 0, E, l->correction_bias);
-    }
+    NVFP4MOE_TRY(float_alloc(cfg, src.router != NULL, src.router_bias != NULL, &l));
+    nvfp4moe_strlcpy(l->router_name, src.router_name, sizeof l->router_name);
+    nvfp4moe_status s = NVFP4MOE_OK;
+    for (int32_t e = 0; e < E && s == NVFP4MOE_OK; e++)
+        s = nvfp4moe_float_src_expert(&src, e, l->w13 + e * N1 * H, l->w2 + e * H * I,
+                                      l->w13_bias ? l->w13_bias + e * N1 : NULL, l->w2_bias ? l->w2_bias + e * H : NULL);
+    if (s == NVFP4MOE_OK && src.router) s = nvfp4moe_ckpt_read_floats(src.router, 0, E * H, l->router);
+    if (s == NVFP4MOE_OK && src.router_bias) s = nvfp4moe_ckpt_read_floats(src.router_bias, 0, E, l->router_bias);
+    if (s == NVFP4MOE_OK && l->correction_bias) s = nvfp4moe_ckpt_read_floats(src.correction, 0, E, l->correction_bias);
     if (s != NVFP4MOE_OK) {
         nvfp4moe_float_layer_free(l);
         return s;
@@ -310,6 +345,80 @@ static float amax_of(const float *x, int64_t n) {
     float m = 0;
     for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
     return m;
+}
+
+void nvfp4moe_calibration_tokens(uint64_t seed, int64_t M, int64_t H, float *x, float *in13) {
+    uint64_t rs = seed ^ 0xbb67ae8584caa73bull;
+    for (int64_t i = 0; i < M * H; i++) x[i] = (float)nvfp4moe_rand_normal(&rs);
+    *in13 = modelopt_scale_2(amax_of(x, M * H));
+}
+
+/* h [M, N1] = x [M, H] . w [N1, H]^T + b, each dot product summed in float64 in k order (the order
+ * fixes the bits; four rows and two tokens at a time only keep more sums in flight). */
+static void calib_gemm(const float *x, int64_t M, const float *w, int64_t N1, int64_t H, const float *b,
+                       double *h) {
+    int64_t m = 0;
+    for (; m + 2 <= M; m += 2) {
+        const float *x0 = x + m * H, *x1 = x0 + H;
+        int64_t n = 0;
+        for (; n + 4 <= N1; n += 4) {
+            const float *w0 = w + n * H, *w1 = w0 + H, *w2 = w1 + H, *w3 = w2 + H;
+            double a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
+            for (int64_t k = 0; k < H; k++) {
+                const double p = x0[k], q = x1[k];
+                a00 += p * w0[k], a01 += p * w1[k], a02 += p * w2[k], a03 += p * w3[k];
+                a10 += q * w0[k], a11 += q * w1[k], a12 += q * w2[k], a13 += q * w3[k];
+            }
+            double *h0 = h + m * N1 + n, *h1 = h0 + N1;
+            h0[0] = a00, h0[1] = a01, h0[2] = a02, h0[3] = a03;
+            h1[0] = a10, h1[1] = a11, h1[2] = a12, h1[3] = a13;
+        }
+        for (; n < N1; n++) {
+            double a0 = 0, a1 = 0;
+            for (int64_t k = 0; k < H; k++) a0 += (double)x0[k] * w[n * H + k], a1 += (double)x1[k] * w[n * H + k];
+            h[m * N1 + n] = a0, h[(m + 1) * N1 + n] = a1;
+        }
+    }
+    for (; m < M; m++)
+        for (int64_t n = 0; n < N1; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < H; k++) acc += (double)x[m * H + k] * w[n * H + k];
+            h[m * N1 + n] = acc;
+        }
+    for (int64_t i = 0; b && i < M; i++)
+        for (int64_t n = 0; n < N1; n++) h[i * N1 + n] += b[n];
+}
+
+nvfp4moe_status nvfp4moe_quantize_expert(const nvfp4moe_config *cfg, const float *w13, const float *w2,
+                                         const float *b13, const float *x, int64_t M, uint8_t *q13, uint8_t *sf13,
+                                         float *s13_out, uint8_t *q2, uint8_t *sf2, float *s2_out, float *in2,
+                                         float *wdq, double *g, double *a) {
+    const int64_t H = cfg->hidden_size, I = cfg->intermediate_size, N1 = nvfp4moe_config_n1(cfg);
+    // Gate and up share one amax (ModelOpt's preprocess_linear_fusion).
+    const float s13 = modelopt_scale_2(amax_of(w13, N1 * H)), s2 = modelopt_scale_2(amax_of(w2, H * I));
+    NVFP4MOE_TRY(nvfp4moe_quantize(w13, N1, H, 1.0f / s13, q13, sf13));
+    NVFP4MOE_TRY(nvfp4moe_quantize(w2, H, I, 1.0f / s2, q2, sf2));
+    NVFP4MOE_TRY(nvfp4moe_dequantize(q13, sf13, N1, H, s13, wdq));
+    *s13_out = s13;
+    *s2_out = s2;
+    // Calibrate the down projection's input: amax of act(x W13^T + b13) over the tokens, a few
+    // tokens at a time (g holds N1 sums per token).
+    const int64_t chunk = 8;
+    double *h = malloc(sizeof(double) * (size_t)(chunk * N1));
+    NVFP4MOE_RETURN_IF(!h, NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    float amax2 = 0;
+    for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+        const int64_t mc = M - m0 < chunk ? M - m0 : chunk;
+        calib_gemm(x + m0 * H, mc, wdq, N1, H, b13, h);
+        for (int64_t m = 0; m < mc; m++) {
+            memcpy(g, h + m * N1, sizeof(double) * (size_t)N1);
+            nvfp4moe_activation_ref(cfg, g, a);
+            for (int64_t i = 0; i < I; i++) amax2 = fmaxf(amax2, (float)fabs(a[i]));
+        }
+    }
+    free(h);
+    *in2 = modelopt_scale_2(amax2);
+    return NVFP4MOE_OK;
 }
 
 nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, int32_t calib_tokens,
@@ -346,43 +455,20 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
         s = nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
     if (s == NVFP4MOE_OK) {
         l->storage_ = st;
-        uint64_t rs = seed ^ 0xbb67ae8584caa73bull;
-        for (int64_t i = 0; i < M * H; i++) x[i] = (float)nvfp4moe_rand_normal(&rs);
-        const float in13 = modelopt_scale_2(amax_of(x, M * H));
+        float in13;
+        nvfp4moe_calibration_tokens(seed, M, H, x, &in13);
         for (int64_t e = 0; e < E && s == NVFP4MOE_OK; e++) {
-            const float *w13 = src->w13 + e * N1 * H, *w2 = src->w2 + e * H * I;
-            const float *b13 = src->w13_bias ? src->w13_bias + e * N1 : NULL;
-            // Gate and up share one amax (ModelOpt's preprocess_linear_fusion).
-            float amax13 = amax_of(w13, N1 * H);
-            float s13 = modelopt_scale_2(amax13), s2 = modelopt_scale_2(amax_of(w2, H * I));
-            s = nvfp4moe_quantize(w13, N1, H, 1.0f / s13, st->w13 + e * N1 * H / 2,
-                                  st->w13_scale + e * N1 * H / 16);
-            if (s == NVFP4MOE_OK)
-                s = nvfp4moe_quantize(w2, H, I, 1.0f / s2, st->w2 + e * H * I / 2,
-                                      st->w2_scale + e * H * I / 16);
-            if (s == NVFP4MOE_OK)
-                s = nvfp4moe_dequantize(st->w13 + e * N1 * H / 2, st->w13_scale + e * N1 * H / 16,
-                                        N1, H, s13, wdq);
+            float in2;
+            s = nvfp4moe_quantize_expert(cfg, src->w13 + e * N1 * H, src->w2 + e * H * I,
+                                         src->w13_bias ? src->w13_bias + e * N1 : NULL, x, M,
+                                         st->w13 + e * N1 * H / 2, st->w13_scale + e * N1 * H / 16,
+                                         &st->w13_scale_2[e], st->w2 + e * H * I / 2,
+                                         st->w2_scale + e * H * I / 16, &st->w2_scale_2[e], &in2, wdq, g, a);
             if (s != NVFP4MOE_OK) break;
-            st->w13_scale_2[e] = s13;
-            if (st->w13_up_scale_2) st->w13_up_scale_2[e] = s13;   // one amax for both halves
-            st->w2_scale_2[e] = s2;
-            // Calibrate the down projection's input: amax of act(x W13^T + b13) over the tokens.
-            float amax2 = 0;
-            for (int64_t m = 0; m < M; m++) {
-                const float *xm = x + m * H;
-                for (int64_t n = 0; n < N1; n++) {
-                    const float *wr = wdq + n * H;
-                    double acc = 0;
-                    for (int64_t k = 0; k < H; k++) acc += (double)xm[k] * wr[k];
-                    g[n] = acc + (b13 ? b13[n] : 0.0);
-                }
-                nvfp4moe_activation_ref(cfg, g, a);
-                for (int64_t i = 0; i < I; i++) amax2 = fmaxf(amax2, (float)fabs(a[i]));
-            }
+            if (st->w13_up_scale_2) st->w13_up_scale_2[e] = st->w13_scale_2[e];   // one amax for both halves
             if (st->w13_input_scale) {
                 st->w13_input_scale[e] = in13;
-                st->w2_input_scale[e] = modelopt_scale_2(amax2);
+                st->w2_input_scale[e] = in2;
             }
         }
     }

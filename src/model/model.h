@@ -24,4 +24,12 @@ bool nvfp4moe_pattern_match(const nvfp4moe_pattern *p, const char *name);
 const char *nvfp4moe_pattern_text(const nvfp4moe_pattern *p);
 void nvfp4moe_pattern_free(nvfp4moe_pattern *p);
 
+/* config.json for a model quantized by nvfp4moe (config_write.c): base_config_json (the source's)
+ * with its quantization_config replaced by fmt's (ModelOpt as its export writes it, or
+ * compressed-tensors), plus hf_quant_config.json for ModelOpt; excluded: the exclude_modules /
+ * ignore list. */
+nvfp4moe_status nvfp4moe_model_config_write_quantized(const char *dir, const char *base_config_json,
+                                                      nvfp4moe_ckpt_format fmt, bool w4a16,
+                                                      const char *const *excluded, size_t n_excluded);
+
 #endif // NVFP4MOE_MODEL_H
