@@ -345,6 +345,15 @@ static void rename_mixtral(const char *in, char *out, size_t len) {
     snprintf(out, len, "%s", tmp);
 }
 
+/* MiniMax-M2: Mixtral's names, the correction bias directly under block_sparse_moe. */
+static void rename_minimax(const char *in, char *out, size_t len) {
+    char tmp[320];
+    rename_mixtral(in, tmp, sizeof tmp);
+    const char *g = strstr(tmp, ".gate.e_score_correction_bias");
+    if (g) snprintf(out, len, "%.*s.e_score_correction_bias", (int)(g - tmp), tmp);
+    else snprintf(out, len, "%s", tmp);
+}
+
 /* The expert naming vLLM's loaders accept: each one loads to the same layer. */
 static void test_expert_names(void) {
     nvfp4moe_config cfg = small_cfg();
@@ -394,6 +403,31 @@ static void test_expert_names(void) {
         nvfp4moe_ckpt_layer_free(l);
     }
     nvfp4moe_ckpt_layer_free(q);
+
+    T_CASE("MiniMax-M2: block_sparse_moe.e_score_correction_bias");
+    {
+        nvfp4moe_config mc = small_cfg();
+        mc.routing = NVFP4MOE_ROUTING_MINIMAX2;
+        mc.has_correction_bias = true;
+        mc.routed_scaling_factor = 2.0f;
+        nvfp4moe_ckpt_layer *mq = make_quantized(&mc, 23);
+        const char *src = dir_in("names_mm_src"), *dst = dir_in("names_minimax");
+        if (mq) save_layer(src, NVFP4MOE_CKPT_MODELOPT, mq, 0);
+        copy_renamed(src, dst, rename_minimax);
+        CHECK(file_has_tensor(dst, "model.layers.0.block_sparse_moe.e_score_correction_bias") &&
+                  file_has_tensor(dst, "model.layers.0.block_sparse_moe.experts.0.w1.weight_scale_2"),
+              "the fixture has MiniMax-M2's names");
+        nvfp4moe_ckpt_layer *l = NULL;
+        CHECK_OK(nvfp4moe_ckpt_layer_load(dst, 0, &l));
+        if (l && mq) {
+            same_weights(&mc, &mq->layer.w, &l->layer.w);
+            CHECK(l->layer.cfg.routing == NVFP4MOE_ROUTING_MINIMAX2 && l->layer.w.correction_bias &&
+                      same_floats(l->layer.w.correction_bias, mq->layer.w.correction_bias, (size_t)E),
+                  "routing %s, correction bias", nvfp4moe_routing_name(l->layer.cfg.routing));
+        }
+        nvfp4moe_ckpt_layer_free(l);
+        nvfp4moe_ckpt_layer_free(mq);
+    }
 
     // Unquantized sources (quantize --in): per expert projection first, and fused experts in both
     // orientations.
