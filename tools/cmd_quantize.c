@@ -208,11 +208,11 @@ static int quantize_dir(const char *in, const char *out, bool force, nvfp4moe_ck
     char size[24];
     human_bytes((double)res.bytes, size, sizeof size);
     printf("wrote %s: %s, %s format, %d MoE layer%s quantized%s; %lld tensors (%lld quantized, %lld copied bit "
-           "for bit), %s in %d shard%s; %d excluded-module pattern%s; %d other file%s copied\n",
+           "for bit), %s in %d shard%s; exclusion list of %d entr%s; %d other file%s copied\n",
            out, w4a16 ? "W4A16_NVFP4 (weight-only)" : "NVFP4 w4a4", nvfp4moe_ckpt_format_name(fmt), res.moe_layers,
            res.moe_layers == 1 ? "" : "s", res.expert_biases ? " (with their biases)" : "", (long long)res.tensors,
            (long long)res.tensors_quantized, (long long)res.tensors_copied, size, res.shards,
-           res.shards == 1 ? "" : "s", res.excluded, res.excluded == 1 ? "" : "s", res.files_copied,
+           res.shards == 1 ? "" : "s", res.excluded, res.excluded == 1 ? "y" : "ies", res.files_copied,
            res.files_copied == 1 ? "" : "s");
     return CLI_EXIT_OK;
 }
