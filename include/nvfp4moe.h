@@ -772,9 +772,10 @@ typedef struct nvfp4moe_ckpt_layer {
 } nvfp4moe_ckpt_layer;
 
 /* Loads MoE layer `layer` of a model directory: config from config.json, tensors from its
- * safetensors. Gated layers get both halves' global scales (w13_scale_2 the gate's,
- * w13_up_scale_2 the up's), exactly as stored, block scales untouched; when they differ within an
- * expert a warning names the first such expert (vLLM's loader keeps the gate's scale for both).
+ * safetensors. Gated layers whose gate and up global scales differ in some expert get both
+ * (w13_scale_2 the gate's, w13_up_scale_2 the up's), exactly as stored, block scales untouched,
+ * and a warning naming the first such expert (vLLM's loader keeps the gate's scale for both);
+ * where they agree in every expert, w13_up_scale_2 is NULL.
  * Input scales: max over gate/up per expert. Every tensor's presence, dtype and shape is checked
  * (NOT_FOUND / FORMAT naming the tensor and the file). Free with nvfp4moe_ckpt_layer_free. */
 NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_layer_load(const char *dir, int32_t layer, nvfp4moe_ckpt_layer **out);
@@ -1023,9 +1024,10 @@ NVFP4MOE_API nvfp4moe_status nvfp4moe_ckpt_layer_load_json(const char *request, 
  *                  null: detect);
  *   "num_threads"  host backends' threads (nvfp4moe_plan_options.num_threads);
  *   "weights"      {<name>: <tensor>} with the names of nvfp4moe_weights: w13, w13_scale,
- *                  w13_scale_2, w13_input_scale (W4A4 schemes), w2, w2_scale, w2_scale_2,
- *                  w2_input_scale (W4A4 schemes), w13_bias and w2_bias (expert biases),
- *                  correction_bias (has_correction_bias; ignored when that is set false).
+ *                  w13_scale_2, w13_up_scale_2 (optional: the up half's own global scale),
+ *                  w13_input_scale (W4A4 schemes), w2, w2_scale, w2_scale_2, w2_input_scale
+ *                  (W4A4 schemes), w13_bias and w2_bias (expert biases), correction_bias
+ *                  (has_correction_bias; ignored when that is set false).
  * A <tensor> is {"data": <address>, "shape": [...], "dtype": "u8" | "f8_e4m3" | "f32" | ...,
  * "device": "cpu" | "cuda:N"}, C-contiguous; every weight in the same memory; CUDA weights only
  * for a plan on that GPU. Packed weights are u8 (w13 [E, N1, H/2], w2 [E, H, I/2]), block scales

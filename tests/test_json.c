@@ -492,6 +492,86 @@ static void test_checkpoints(void) {
               "/nonexistent/model");
 }
 
+/* A checkpoint whose gate and up halves have global scales of their own: the response lists
+ * w13_up_scale_2, and the plan made from the response runs the layer the struct plan runs, which
+ * is not the layer with the gate's scale on both halves. */
+static void test_split_scales(void) {
+    T_CASE("ckpt_layer_load_json + plan_create_json: gate and up global scales that differ");
+    nvfp4moe_config cfg = small_cfg();
+    nvfp4moe_ckpt_layer *q = make_quantized(&cfg, 9);
+    if (!q) return;
+    float up[4];
+    for (int e = 0; e < 4; e++) up[e] = q->layer.w.w13_scale_2[e] * (float)(1 << (e + 1)) * 1.25f;  /* 2.5x .. 20x */
+    q->layer.w.w13_up_scale_2 = up;
+    const char *dir = dir_in("split");
+    save_layer(dir, NVFP4MOE_CKPT_MODELOPT, q, 0);
+    nvfp4moe_ckpt_layer_free(q);
+
+    nvfp4moe_ckpt_layer *l = NULL;
+    char *resp = NULL;
+    CHECK_OK(nvfp4moe_ckpt_layer_load_json(req("{\"path\": \"%s\"}", dir), &l, &resp));
+    json_t *j = parse(resp);
+    json_t *t = json_object_get(j, "tensors"), *u = json_object_get(t, "w13_up_scale_2");
+    CHECK(l && l->layer.w.w13_up_scale_2 && u &&
+              json_integer_value(json_object_get(u, "data")) == (json_int_t)(uintptr_t)l->layer.w.w13_up_scale_2 &&
+              json_integer_value(json_array_get(json_object_get(u, "shape"), 0)) == 4 &&
+              !strcmp(json_string_value(json_object_get(u, "dtype")), "f32"),
+          "w13_up_scale_2 descriptor: %s", resp ? resp : "(no response)");
+    CHECK(json_object_size(t) == 9, "9 tensors, got %zu", json_object_size(t));
+    if (!l || !u) {
+        json_decref(j);
+        nvfp4moe_json_free(resp);
+        nvfp4moe_ckpt_layer_free(l);
+        return;
+    }
+    char *cfgs = json_dumps(json_object_get(j, "config"), JSON_COMPACT);
+    char *ts = json_dumps(t, JSON_COMPACT);
+    nvfp4moe_plan *p = NULL, *ref = NULL, *gate_only = NULL;
+    char *presp = NULL;
+    CHECK_OK(nvfp4moe_plan_create_json(req("{\"device\": \"cpu\", \"base\": %s, \"deployment\": {\"moe_backend\": "
+                                           "\"cpu_reference\"}, \"weights\": %s}", cfgs, ts), &p, &presp));
+    nvfp4moe_device cpu;
+    CHECK_OK(nvfp4moe_device_parse("cpu", &cpu));
+    nvfp4moe_plan_options po = {.backend = "cpu_reference", .device = &cpu};
+    CHECK_OK(nvfp4moe_plan_create(&l->layer.cfg, &l->layer.w, &po, &ref));
+    nvfp4moe_weights g = l->layer.w;
+    g.w13_up_scale_2 = NULL;
+    CHECK_OK(nvfp4moe_plan_create(&l->layer.cfg, &g, &po, &gate_only));
+    float x[3 * 64], logits[3 * 4], a[3 * 64], b[3 * 64], c[3 * 64];
+    nvfp4moe_fill_normal(x, NVFP4MOE_DTYPE_F32, 3 * 64, 4);
+    CHECK_OK(nvfp4moe_ckpt_router_logits(l, x, 3, logits));
+    size_t ws = nvfp4moe_plan_workspace_size(ref, 3);
+    void *wsb = ws ? malloc(ws) : NULL;
+    memset(a, 0xFF, sizeof a);
+    memset(b, 0xFF, sizeof b);
+    memset(c, 0xFF, sizeof c);
+    CHECK_OK(nvfp4moe_plan_run(p, 3, x, logits, NULL, NULL, a, wsb, ws, NULL));
+    CHECK_OK(nvfp4moe_plan_run(ref, 3, x, logits, NULL, NULL, b, wsb, ws, NULL));
+    CHECK_OK(nvfp4moe_plan_run(gate_only, 3, x, logits, NULL, NULL, c, wsb, ws, NULL));
+    CHECK(p && ref && !memcmp(a, b, sizeof a), "the JSON plan of the checkpoint differs from the struct plan");
+    CHECK(gate_only && memcmp(a, c, sizeof a), "the up scale made no difference");
+
+    /* the up scale is checked like the others: its shape, and finite positive values */
+    char bad[256];
+    snprintf(bad, sizeof bad, "%s", tensor(l->layer.w.w13_up_scale_2, "f32", "[3]"));
+    plan_fails(req("{\"device\": \"cpu\", \"base\": %s, \"weights\": %s}", cfgs,
+                   weights_json(&l->layer.w, "+w13_up_scale_2", bad)),
+               NVFP4MOE_ERR_INVALID_ARGUMENT, "weights.w13_up_scale_2: shape [3], expected [4] for this layer");
+    float nan_up[4] = {up[0], up[1], NAN, up[3]};
+    snprintf(bad, sizeof bad, "%s", tensor(nan_up, "f32", "[4]"));
+    plan_fails(req("{\"device\": \"cpu\", \"base\": %s, \"weights\": %s}", cfgs,
+                   weights_json(&l->layer.w, "+w13_up_scale_2", bad)),
+               NVFP4MOE_ERR_INVALID_ARGUMENT, "w13_up_scale_2[expert 2]=nan");
+    free(wsb), free(cfgs), free(ts);
+    nvfp4moe_plan_destroy(p);
+    nvfp4moe_plan_destroy(ref);
+    nvfp4moe_plan_destroy(gate_only);
+    nvfp4moe_json_free(presp);
+    json_decref(j);
+    nvfp4moe_json_free(resp);
+    nvfp4moe_ckpt_layer_free(l);
+}
+
 int main(void) {
     fixtures_begin("test_json");
     test_select_same_as_struct();
@@ -499,6 +579,7 @@ int main(void) {
     test_bad_requests();
     test_plans();
     test_checkpoints();
+    test_split_scales();
     fixtures_end();
     return t_finish("test_json");
 }

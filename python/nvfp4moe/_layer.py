@@ -21,6 +21,7 @@ _TENSOR_NAMES = {
     "w13": "w13", "w13_weight": "w13",
     "w13_scale": "w13_scale", "w13_weight_scale": "w13_scale",
     "w13_scale_2": "w13_scale_2", "w13_weight_scale_2": "w13_scale_2",
+    "w13_up_scale_2": "w13_up_scale_2",
     "w13_input_scale": "w13_input_scale",
     "w2": "w2", "w2_weight": "w2",
     "w2_scale": "w2_scale", "w2_weight_scale": "w2_scale",
@@ -29,7 +30,8 @@ _TENSOR_NAMES = {
     "w13_bias": "w13_bias", "w2_bias": "w2_bias",
     "correction_bias": "correction_bias", "e_score_correction_bias": "correction_bias",
 }
-_PER_EXPERT = ("w13_scale_2", "w2_scale_2", "w13_input_scale", "w2_input_scale", "correction_bias")
+_PER_EXPERT = ("w13_scale_2", "w13_up_scale_2", "w2_scale_2", "w13_input_scale", "w2_input_scale",
+               "correction_bias")
 _FLOAT_TENSORS = _PER_EXPERT + ("w13_bias", "w2_bias")
 
 
@@ -136,7 +138,7 @@ class CheckpointLayer:
 
     @property
     def warnings(self) -> list:
-        """What loading warned about (gate and up scales reconciled, ...)."""
+        """What loading warned about (gate and up global scales that differ, ...)."""
         return list(self._info["warnings"])
 
     @property
@@ -208,22 +210,30 @@ def _plan_device(device, tensor_device: str | None) -> str | None:
     return None
 
 
+def _split_w13_scale_2(tensors):
+    """vLLM's [E, 2] w13 global scales (gate, up): the gate's become w13_scale_2 and, where the
+    halves differ in some expert, the up's w13_up_scale_2 (each half is applied with its own)."""
+    s2 = tensors.get("w13_scale_2")
+    if s2 is None or len(s2.shape) != 2 or s2.shape[1] != 2:
+        return
+    gate, up = s2[:, 0], s2[:, 1]
+    if "w13_up_scale_2" in tensors:
+        raise _bad("w13_up_scale_2 is given twice: as itself and as the second column of an [E, 2] w13_scale_2")
+    tensors["w13_scale_2"] = gate
+    if not bool((gate == up).all()):
+        tensors["w13_up_scale_2"] = up
+
+
 def _per_expert(name: str, x, experts: int):
     """A per-expert vector [E] from the shapes vLLM keeps: [E, 2] (gate and up) input scales are
-    reduced to their maximum, [E, 2] global scales must agree; a scalar or [1] is one value for every
+    reduced to their maximum (GEMM1 quantizes its input once); a scalar or [1] is one value for every
     expert. Other float dtypes become float32."""
     np = _tensors.numpy_module()
     if is_numpy(x):
         if x.dtype != np.float32:
             x = x.astype(np.float32)
-        if x.ndim == 2 and x.shape[1] == 2 and name in ("w13_scale_2", "w13_input_scale"):
-            if name == "w13_scale_2":
-                if not (x[:, 0] == x[:, 1]).all():
-                    raise _bad("w13_scale_2: gate and up global scales differ; the layer takes one per expert "
-                               "(CheckpointLayer reconciles them as vLLM does)")
-                x = x[:, 0]
-            else:
-                x = x.max(axis=1)
+        if x.ndim == 2 and x.shape[1] == 2 and name == "w13_input_scale":
+            x = x.max(axis=1)
         if x.size == 1 and experts > 1 and name != "correction_bias":
             x = np.full((experts,), x.reshape(()), dtype=np.float32)
         return x
@@ -231,14 +241,8 @@ def _per_expert(name: str, x, experts: int):
     torch = torch_module()
     if t.dtype != torch.float32:
         t = t.float()
-    if t.dim() == 2 and t.shape[1] == 2 and name in ("w13_scale_2", "w13_input_scale"):
-        if name == "w13_scale_2":
-            if not bool((t[:, 0] == t[:, 1]).all()):
-                raise _bad("w13_scale_2: gate and up global scales differ; the layer takes one per expert "
-                           "(CheckpointLayer reconciles them as vLLM does)")
-            t = t[:, 0]
-        else:
-            t = t.amax(dim=1)
+    if t.dim() == 2 and t.shape[1] == 2 and name == "w13_input_scale":
+        t = t.amax(dim=1)
     if t.numel() == 1 and experts > 1 and name != "correction_bias":
         t = t.reshape(()).expand(experts)
     return t
@@ -359,7 +363,8 @@ class MoELayer:
 
         w13 / w13_weight              [E, N1, H/2] uint8 (packed E2M1; N1 = 2I gate then up, or I)
         w13_scale / w13_weight_scale  [E, N1, H/16] float8_e4m3fn (or its uint8 codes)
-        w13_scale_2 / w13_weight_scale_2  [E] float32 (dequantization form; [E, 2] if equal)
+        w13_scale_2 / w13_weight_scale_2  [E] float32 (dequantization form), or [E, 2] (gate, up)
+        w13_up_scale_2                [E] float32: the up half's own (optional; else w13_scale_2's)
         w13_input_scale               [E] float32 (W4A4; [E, 2] gives the max of gate and up)
         w2 / w2_weight, w2_scale / w2_weight_scale, w2_scale_2 / w2_weight_scale_2, w2_input_scale
         w13_bias [E, N1], w2_bias [E, H], correction_bias / e_score_correction_bias [E]  (optional)
@@ -395,6 +400,7 @@ class MoELayer:
             raise _bad("weights.w13 is missing")
         w13 = tensors["w13"]
         experts = int(w13.shape[0]) if len(w13.shape) else 0
+        _split_w13_scale_2(tensors)
         for k in list(tensors):
             if k in _PER_EXPERT:
                 tensors[k] = _per_expert(k, tensors[k], experts)

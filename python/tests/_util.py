@@ -126,8 +126,12 @@ def silu(np, x):
 
 
 def reference_w4a16(np, w, x, topk_ids, topk_weights, activation="silu"):
-    """out[t] = sum_j w_tj * W2_e (act(W13_e x_t)) in float64; gate = first half of W13's rows."""
+    """out[t] = sum_j w_tj * W2_e (act(W13_e x_t)) in float64; gate = first half of W13's rows, the
+    up half scaled by w13_up_scale_2 when w has one."""
     w13 = dequant(np, w["w13"], w["w13_scale"], w["w13_scale_2"])
+    if w.get("w13_up_scale_2") is not None:
+        half = w13.shape[1] // 2
+        w13[:, half:] = dequant(np, w["w13"], w["w13_scale"], w["w13_up_scale_2"])[:, half:]
     w2 = dequant(np, w["w2"], w["w2_scale"], w["w2_scale_2"])
     x = x.astype(np.float64)
     out = np.zeros((x.shape[0], w2.shape[1]))

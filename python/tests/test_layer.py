@@ -162,10 +162,30 @@ class TestFromTensors(unittest.TestCase):
         np.testing.assert_array_equal(nvfp4moe.MoELayer.from_tensors(obj, device="cpu", backend="cpu_reference",
                                                                      top_k=2, dtype="f32")(x, logits),
                                       canonical(x, logits))
-        bad = dict(vllm, w13_weight_scale_2=np.stack([w["w13_scale_2"], w["w13_scale_2"] * 2], axis=1))
+        both = dict(vllm, w13_weight_scale_2=w["w13_scale_2"], w13_up_scale_2=w["w13_scale_2"])
         with self.assertRaises(nvfp4moe.InvalidArgumentError) as ctx:
-            nvfp4moe.MoELayer.from_tensors(bad, device="cpu", top_k=2)
-        self.assertIn("gate and up global scales differ", str(ctx.exception))
+            nvfp4moe.MoELayer.from_tensors(dict(both, w13_weight_scale_2=vllm["w13_weight_scale_2"]), device="cpu",
+                                           top_k=2)
+        self.assertIn("w13_up_scale_2 is given twice", str(ctx.exception))
+
+    def test_gate_and_up_global_scales_that_differ(self):
+        """vLLM's [E, 2] w13_weight_scale_2 whose columns differ (up to 10x): each half is applied
+        with its own, as w13_up_scale_2 does, against the float64 reference of both."""
+        rng = np.random.default_rng(11)
+        w = random_weights(np, rng, experts=4, hidden=64, inter=32)
+        up = (w["w13_scale_2"] * np.array([1.0, 2.5, 0.1, 10.0])).astype(np.float32)
+        x = rng.standard_normal((5, 64)).astype(np.float32)
+        logits = rng.standard_normal((5, 4)).astype(np.float32)
+        ids, wts = renormalize_topk(np, logits, 2)
+        want = reference_w4a16(np, dict(w, w13_up_scale_2=up), x, ids, wts)
+        kw = dict(device="cpu", backend="cpu_reference", top_k=2, scheme="w4a16", dtype="f32")
+        pairs = nvfp4moe.MoELayer.from_tensors(dict(w, w13_scale_2=np.stack([w["w13_scale_2"], up], axis=1)), **kw)
+        named = nvfp4moe.MoELayer.from_tensors(dict(w, w13_up_scale_2=up), **kw)
+        gate_only = nvfp4moe.MoELayer.from_tensors(w, **kw)
+        out = pairs(x, logits)
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+        np.testing.assert_array_equal(named(x, logits), out)
+        self.assertGreater(np.abs(gate_only(x, logits) - out).max(), 1e-2 * np.abs(want).max())
 
     def test_vllm_fused_moe_config(self):
         import dataclasses

@@ -406,9 +406,10 @@ static const weight_def k_weights[] = {
     {"w13_bias", WOFF(w13_bias), W_F32},
     {"w2_bias", WOFF(w2_bias), W_F32},
     {"correction_bias", WOFF(correction_bias), W_F32},
+    {"w13_up_scale_2", WOFF(w13_up_scale_2), W_F32},
 };
 enum { W_W13, W_W13_SCALE, W_W13_S2, W_W13_IN, W_W2, W_W2_SCALE, W_W2_S2, W_W2_IN, W_W13_BIAS, W_W2_BIAS, W_CORR,
-       W_COUNT };
+       W_W13_UP_S2, W_COUNT };
 
 static void shape_str(const int64_t *shape, int32_t ndim, char *buf, size_t len) {
     size_t used = (size_t)snprintf(buf, len, "[");
@@ -488,8 +489,9 @@ static nvfp4moe_status weights_check(const nvfp4moe_config *c, tensor_desc *t, n
         [W_W13] = {E, N1, H / 2}, [W_W13_SCALE] = {E, N1, H / 16}, [W_W13_S2] = {E}, [W_W13_IN] = {E},
         [W_W2] = {E, H, I / 2},   [W_W2_SCALE] = {E, H, I / 16},   [W_W2_S2] = {E},  [W_W2_IN] = {E},
         [W_W13_BIAS] = {E, N1},   [W_W2_BIAS] = {E, H},            [W_CORR] = {E},
+        [W_W13_UP_S2] = {E},
     };
-    static const int32_t ndims[W_COUNT] = {3, 3, 1, 1, 3, 3, 1, 1, 2, 2, 1};
+    static const int32_t ndims[W_COUNT] = {3, 3, 1, 1, 3, 3, 1, 1, 2, 2, 1, 1};
     if (a4) {
         NVFP4MOE_RETURN_IF(!t[W_W13_IN].present || !t[W_W2_IN].present, NVFP4MOE_ERR_INVALID_ARGUMENT,
                            "weights.%s is missing (scheme %s quantizes the activations)",
@@ -678,8 +680,9 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_json(const char *request, nvfp4moe_ckpt
         [W_W13] = {E, N1, H / 2}, [W_W13_SCALE] = {E, N1, H / 16}, [W_W13_S2] = {E}, [W_W13_IN] = {E},
         [W_W2] = {E, H, I / 2},   [W_W2_SCALE] = {E, H, I / 16},   [W_W2_S2] = {E},  [W_W2_IN] = {E},
         [W_W13_BIAS] = {E, N1},   [W_W2_BIAS] = {E, H},            [W_CORR] = {E},
+        [W_W13_UP_S2] = {E},
     };
-    static const int32_t ndims[W_COUNT] = {3, 3, 1, 1, 3, 3, 1, 1, 2, 2, 1};
+    static const int32_t ndims[W_COUNT] = {3, 3, 1, 1, 3, 3, 1, 1, 2, 2, 1, 1};
     json_t *tensors = json_object(), *warn = json_array();
     o = json_object();
     int bad = !tensors || !warn || !o;

@@ -358,6 +358,12 @@ nvfp4moe_status nvfp4moe_ckpt_layer_load_from(const nvfp4moe_model_info *info,
         }
     }
     if (s == NVFP4MOE_OK) scale_warnings(&c);
+    if (s == NVFP4MOE_OK && l->storage_ && !c.n_differ) {
+        // The halves agree in every expert: one scale per expert, the layout every caller knows.
+        ckpt_storage *st = l->storage_;
+        free(st->w13_up_scale_2);
+        st->w13_up_scale_2 = NULL;
+    }
     if (s == NVFP4MOE_OK) {
         s = nvfp4moe_config_validate(&c.cfg);
         if (s != NVFP4MOE_OK)

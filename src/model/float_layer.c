@@ -465,12 +465,15 @@ nvfp4moe_status nvfp4moe_float_layer_quantize(const nvfp4moe_float_layer *src, i
                                          &st->w13_scale_2[e], st->w2 + e * H * I / 2,
                                          st->w2_scale + e * H * I / 16, &st->w2_scale_2[e], &in2, wdq, g, a);
             if (s != NVFP4MOE_OK) break;
-            if (st->w13_up_scale_2) st->w13_up_scale_2[e] = st->w13_scale_2[e];   // one amax for both halves
             if (st->w13_input_scale) {
                 st->w13_input_scale[e] = in13;
                 st->w2_input_scale[e] = in2;
             }
         }
+    }
+    if (s == NVFP4MOE_OK) {   // one amax for both halves: one global scale, w13_scale_2
+        free(st->w13_up_scale_2);
+        st->w13_up_scale_2 = NULL;
     }
     if (s == NVFP4MOE_OK && src->correction_bias && st->correction_bias)
         memcpy(st->correction_bias, src->correction_bias, sizeof(float) * (size_t)E);
