@@ -165,7 +165,7 @@ if has cli; then
         set -x
         N=$B/nvfp4moe G=/tmp/cli
         rm -rf $G && mkdir -p $G
-        $N quantize --random --num-experts 128 --top-k 8 --hidden-size 2048 --intermediate-size 768 --out $G/src &&
+        $N quantize --random --num-experts 32 --top-k 8 --hidden-size 2048 --intermediate-size 768 --out $G/src &&
             $N quantize --in $G/src --out $G/q || exit 1
         $N run --model $G/q --tokens 64 --moe-backend cpu_reference --scheme w4a16 --output $G/ref.safetensors
         $N run --model $G/q --input $G/ref.safetensors --router-logits $G/ref.safetensors --output $G/auto.safetensors
@@ -173,7 +173,7 @@ if has cli; then
             --output $G/wgmma.safetensors
         $N compare $G/auto.safetensors $G/ref.safetensors; echo "compare auto rc=$?"
         $N compare $G/wgmma.safetensors $G/ref.safetensors; echo "compare hopper_wgmma rc=$?"
-        python3 -c "import struct,random;r=random.Random(1);open('$G/ids.bin','wb').write(b''.join(struct.pack('<8i',*r.sample(range(128),8)) for _ in range(64)));open('$G/w.bin','wb').write(struct.pack('<512f',*[0.125]*512))"
+        python3 -c "import struct,random;r=random.Random(1);open('$G/ids.bin','wb').write(b''.join(struct.pack('<8i',*r.sample(range(32),8)) for _ in range(64)));open('$G/w.bin','wb').write(struct.pack('<512f',*[0.125]*512))"
         $N run --model $G/q --input $G/ref.safetensors --topk-ids $G/ids.bin --topk-weights $G/w.bin --moe-backend cpu_reference \
             --scheme w4a16 --output $G/ref_k.safetensors
         $N run --model $G/q --input $G/ref.safetensors --topk-ids $G/ids.bin --topk-weights $G/w.bin --output $G/gpu_k.safetensors
@@ -186,7 +186,7 @@ if has cli; then
     log "cli: $(grep -E '^(compare|run --device|bench --json)' "$R/cli.txt" | tr '\n' ';')"
 fi
 if has python; then
-    NVFP4MOE_LIBRARY=$B/libnvfp4moe.so NVFP4MOE_CLI=$B/nvfp4moe timeout 500 python3 python/tests/run.py --gpu -v \
+    NVFP4MOE_LIBRARY=$B/libnvfp4moe.so NVFP4MOE_CLI=$B/nvfp4moe timeout 200 python3 python/tests/run.py --gpu -v \
         >"$R/python.txt" 2>&1
     rc=$?
     log "python ($(python3 -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -n 1)) rc=$rc: $(tail -1 "$R/python.txt")"
