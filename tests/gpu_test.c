@@ -528,10 +528,23 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         }
         CU(&l, cudaStreamSynchronize(stream));
         CU(&l, cudaMemcpy(out2, d_out, sizeof(uint16_t) * (size_t)(M * H), cudaMemcpyDeviceToHost));
-        int64_t diff = 0;
-        for (int64_t i = 0; i < M * H; i++) diff += out[i] != out2[i];
-        logf_(&l, "\n    graph replay: %lld of %lld values differ from eager", (long long)diff, (long long)(M * H));
-        if (diff) l.failed = 1;
+        /* EMULATION sums in a fixed order: the replay must equal eager bit for bit. MARLIN's
+         * stream-K and HOPPER_WGMMA's split-K add fp32 partial sums with atomics, whose order varies
+         * from run to run: there a value may differ by at most one step of the output's 16-bit type. */
+        const bool fixed_order = strcmp(bname, "EMULATION") == 0;
+        int64_t diff = 0, far = 0;
+        for (int64_t i = 0; i < M * H; i++) {
+            if (out[i] == out2[i]) continue;
+            diff++;
+            float a, b;
+            nvfp4moe_to_float(c->dt, &out[i], 1, &a);
+            nvfp4moe_to_float(c->dt, &out2[i], 1, &b);
+            const double step = ldexp(fmax(fabs(a), fabs(b)), c->dt == NVFP4MOE_DTYPE_BF16 ? -7 : -10);
+            far += fixed_order || !(fabs((double)a - b) <= step);
+        }
+        logf_(&l, "\n    graph replay: %lld of %lld values differ from eager, %lld by more than %s", (long long)diff,
+              (long long)(M * H), (long long)far, fixed_order ? "nothing" : "one 16-bit step");
+        if (far) l.failed = 1;
     }
     t_gpu = now_s() - t0;
     pthread_mutex_unlock(&g_gpu);

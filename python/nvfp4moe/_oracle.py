@@ -212,8 +212,14 @@ def resolve_model(model, download: bool = True) -> str:
             except ImportError:
                 huggingface_hub = None
             if huggingface_hub is not None:
-                path = huggingface_hub.snapshot_download(name, allow_patterns=["config.json", "hf_quant_config.json"])
-                return str(path)
+                try:
+                    path = huggingface_hub.snapshot_download(name, allow_patterns=["config.json", "hf_quant_config.json"])
+                    return str(path)
+                except Exception as e:  # offline, unknown repository, no access: say so, with the cache
+                    raise NotFoundError(
+                        f"model '{name}': not a directory, not in the Hugging Face cache ({cache}), and "
+                        f"huggingface_hub could not fetch its config files ({type(e).__name__}: {e}); download it "
+                        "(or its config.json) first, or pass hf_config=", 4, "not found") from e
     raise NotFoundError(
         f"model '{name}': not a directory, and not in the Hugging Face cache ({cache}); download it (or its "
         "config.json) first, or pass hf_config=", 4, "not found")

@@ -135,6 +135,28 @@ class TestSameAsCli(unittest.TestCase):
             else:
                 os.environ["HF_HUB_CACHE"] = old
 
+    def test_hub_offline(self):
+        """huggingface_hub installed but unable to fetch (no network): NotFoundError, not its exception"""
+        import types
+        fake = types.ModuleType("huggingface_hub")
+
+        def snapshot_download(*args, **kwargs):
+            raise OSError("network is unreachable")
+
+        fake.snapshot_download = snapshot_download
+        saved = sys.modules.get("huggingface_hub")
+        sys.modules["huggingface_hub"] = fake
+        try:
+            with self.assertRaises(nvfp4moe.NotFoundError) as ctx:
+                nvfp4moe.select(model="someorg/not-downloaded", device="h200")
+            self.assertIn("network is unreachable", str(ctx.exception))
+            self.assertIsInstance(ctx.exception, FileNotFoundError)
+        finally:
+            if saved is None:
+                del sys.modules["huggingface_hub"]
+            else:
+                sys.modules["huggingface_hub"] = saved
+
 
 class TestVllmKeywords(unittest.TestCase):
     def test_expert_parallel_is_tp_times_dp(self):
