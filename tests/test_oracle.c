@@ -214,7 +214,7 @@ static const oracle_case k_cases[] = {
     {"sm_75", "", ALL, true, OK, "MARLIN", "MarlinExperts", NULL, "HUMMING/BatchedHummingGroupedExperts",
      EXACT(FMT_STANDARD), NULL, NULL},
     // -- sm_90 with ours: HOPPER_WGMMA ahead of HUMMING and MARLIN on hidden 7168 layers, behind
-    //    MARLIN on the others (bench/results/2026-12-03-h200-decode.md); hidden under vllm_only.
+    //    MARLIN on the others (bench/results/2026-12-04-h200-decode.md); hidden under vllm_only.
     //    vLLM's log line never lists ours, and there is none when ours is chosen --
     {"h200", "hidden=7168", ALL, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "",
      "HUMMING/HummingIndexedExperts", "", NULL, "vLLM itself would choose HUMMING (HummingIndexedExperts)"},

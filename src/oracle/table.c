@@ -300,21 +300,21 @@ static rank_move humming_on_hopper(const oracle_ctx *c, char *why, size_t len) {
 static const rank_rule k_prioritize_humming = {"MARLIN", humming_on_hopper};
 
 /* HOPPER_WGMMA or MARLIN first? From the committed H200 table of whole-layer times,
- * bench/results/2026-12-03-h200-decode.md (MARLIN us / HOPPER_WGMMA us, M = 1 4 16 64 256 1024 4096):
- *   deepseek-v3     (H 7168, 256 experts)  1.33 1.34 1.33 1.31 1.18 1.05 1.20
- *   kimi-k2         (H 7168, 384 experts)  1.28 1.31 1.31 1.30 1.24 1.21 1.43
- *   qwen3-235b-a22b (H 4096, 128 experts)  1.39 1.31 1.23 0.86 0.63 0.99 1.16
- *   qwen3-30b-a3b   (H 2048, 128 experts)  1.58 1.25 1.09 0.85 0.69 0.55 1.01
- *   mixtral-8x7b    (H 4096,   8 experts)  1.31 1.38 0.98 0.92 0.78 0.99 1.43
- *   gpt-oss-120b    (H 2880, 128 experts)  1.42 1.38 1.31 1.34 0.96 0.83 1.18
+ * bench/results/2026-12-04-h200-decode.md (MARLIN us / HOPPER_WGMMA us, M = 1 4 16 64 256 1024 4096):
+ *   deepseek-v3     (H 7168, 256 experts)  1.52 1.54 1.68 1.65 1.27 1.13 1.22
+ *   kimi-k2         (H 7168, 384 experts)  1.43 1.50 1.61 1.66 1.34 1.23 1.40
+ *   qwen3-235b-a22b (H 4096, 128 experts)  1.45 1.39 1.51 1.24 0.64 1.00 1.18
+ *   qwen3-30b-a3b   (H 2048, 128 experts)  1.57 1.44 1.40 1.03 0.68 0.54 1.01
+ *   mixtral-8x7b    (H 4096,   8 experts)  1.38 1.45 1.22 0.93 0.78 1.04 1.43
+ *   gpt-oss-120b    (H 2880, 128 experts)  1.46 1.36 1.58 1.69 1.01 0.89 1.18
  * The large-expert layers (hidden 7168) gain at every batch size; every other measured layer gains
- * at 1-4 tokens (the decode regime) and loses up to 1.8x at 64-1024. The oracle sees the shape, not
- * the batch size, so: ahead of MARLIN for hidden_size >= 7168, behind it otherwise. */
+ * up to 16-64 tokens (the decode regime) and loses up to 1.9x at 256-1024. The oracle sees the
+ * shape, not the batch size, so: ahead of MARLIN for hidden_size >= 7168, behind it otherwise. */
 #define HOPPER_MIN_HIDDEN 7168
 static rank_move hopper_behind_marlin(const oracle_ctx *c, char *why, size_t len) {
     if (c->cfg->hidden_size >= HOPPER_MIN_HIDDEN) return RANK_KEEP;
     snprintf(why, len, "ranked behind MARLIN for hidden_size=%d < %d: MARLIN is faster on such layers on "
-             "the H200 at 64-1024 tokens (bench/results/2026-12-03-h200-decode.md); moe_backend='hopper_wgmma' "
+             "the H200 at 256-1024 tokens (bench/results/2026-12-04-h200-decode.md); moe_backend='hopper_wgmma' "
              "selects it",
              c->cfg->hidden_size, HOPPER_MIN_HIDDEN);
     return RANK_AFTER;
