@@ -750,6 +750,27 @@ nvfp4moe_status nvfp4moe_st_writer_set_metadata(nvfp4moe_st_writer *w, const cha
     return NVFP4MOE_OK;
 }
 
+/* Encodes a header object (ok: it was built without error) as text padded with spaces to a
+ * multiple of 8; consumes root. who names the writer in the message. Caller frees *out. */
+static nvfp4moe_status pad_header(json_t *root, bool ok, const char *who, char **out, size_t *len) {
+    char *text = ok ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    NVFP4MOE_RETURN_IF(!text, NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: cannot encode the header (tensor names must be UTF-8)",
+                       who);
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    char *buf = malloc(padded);
+    if (!buf) {
+        free(text);
+        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    memcpy(buf, text, n);
+    memset(buf + n, ' ', padded - n);
+    free(text);
+    *out = buf;
+    *len = padded;
+    return NVFP4MOE_OK;
+}
+
 /* The header text, padded with spaces to a multiple of 8. Caller frees. */
 static nvfp4moe_status writer_header(const nvfp4moe_st_writer *w, char **out, size_t *len) {
     json_t *root = json_object();
@@ -773,22 +794,7 @@ static nvfp4moe_status writer_header(const nvfp4moe_st_writer *w, char **out, si
         if (offs) json_decref(offs);
         off += t->nbytes;
     }
-    char *text = ok ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(root);
-    NVFP4MOE_RETURN_IF(!text, NVFP4MOE_ERR_INVALID_ARGUMENT,
-                       "st_writer_save: cannot encode the header (tensor names must be UTF-8)");
-    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
-    char *buf = malloc(padded);
-    if (!buf) {
-        free(text);
-        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    memcpy(buf, text, n);
-    memset(buf + n, ' ', padded - n);
-    free(text);
-    *out = buf;
-    *len = padded;
-    return NVFP4MOE_OK;
+    return pad_header(root, ok, "st_writer_save", out, len);
 }
 
 nvfp4moe_status nvfp4moe_st_writer_save(const nvfp4moe_st_writer *w, const char *path) {
@@ -965,22 +971,7 @@ static nvfp4moe_status shard_header(const nvfp4moe_st_shards *s, int32_t f, char
         ok = ok && e && json_object_set_new(root, t->name, e) == 0;
         off += t->nbytes;
     }
-    char *text = ok ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(root);
-    NVFP4MOE_RETURN_IF(!text, NVFP4MOE_ERR_INVALID_ARGUMENT,
-                       "safetensors header: cannot encode it (tensor names must be UTF-8)");
-    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
-    char *buf = malloc(padded);
-    if (!buf) {
-        free(text);
-        return nvfp4moe_set_error(NVFP4MOE_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    memcpy(buf, text, n);
-    memset(buf + n, ' ', padded - n);
-    free(text);
-    *out = buf;
-    *len = padded;
-    return NVFP4MOE_OK;
+    return pad_header(root, ok, "st_shards_layout", out, len);
 }
 
 nvfp4moe_status nvfp4moe_st_shards_layout(nvfp4moe_st_shards *s, uint64_t max_shard_bytes, const char *dir) {
