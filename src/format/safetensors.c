@@ -689,6 +689,21 @@ void nvfp4moe_st_writer_free(nvfp4moe_st_writer *w) {
     free(w);
 }
 
+/* The bytes of a tensor of this dtype and shape, checked (who names the caller in the message). */
+static nvfp4moe_status shape_bytes(const char *who, const char *name, nvfp4moe_st_dtype dtype, int32_t ndim,
+                                   const int64_t *shape, uint64_t *nbytes) {
+    int64_t numel = 1;
+    for (int32_t i = 0; i < ndim; i++) {
+        NVFP4MOE_RETURN_IF(shape[i] < 0 || (shape[i] && numel > INT64_MAX / shape[i]), NVFP4MOE_ERR_SHAPE,
+                           "%s: tensor '%s': bad shape[%d]=%lld", who, name, i, (long long)shape[i]);
+        numel *= shape[i];
+    }
+    bool misaligned;
+    NVFP4MOE_RETURN_IF(!tensor_bytes(numel, nvfp4moe_st_dtype_bits(dtype), nbytes, &misaligned), NVFP4MOE_ERR_SHAPE,
+                       "%s: tensor '%s': size is not whole bytes", who, name);
+    return NVFP4MOE_OK;
+}
+
 nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const char *name,
                                        nvfp4moe_st_dtype dtype, int32_t ndim,
                                        const int64_t *shape, const void *data) {
@@ -703,18 +718,8 @@ nvfp4moe_status nvfp4moe_st_writer_add(nvfp4moe_st_writer *w, const char *name,
     for (size_t i = 0; i < w->n; i++)
         NVFP4MOE_RETURN_IF(!strcmp(w->t[i].name, name), NVFP4MOE_ERR_INVALID_ARGUMENT,
                            "st_writer_add: tensor '%s' added twice", name);
-    int64_t numel = 1;
-    for (int32_t i = 0; i < ndim; i++) {
-        NVFP4MOE_RETURN_IF(shape[i] < 0 || (shape[i] && numel > INT64_MAX / shape[i]),
-                           NVFP4MOE_ERR_SHAPE, "st_writer_add: tensor '%s': bad shape[%d]=%lld",
-                           name, i, (long long)shape[i]);
-        numel *= shape[i];
-    }
-    bool misaligned;
     uint64_t nbytes;
-    NVFP4MOE_RETURN_IF(!tensor_bytes(numel, nvfp4moe_st_dtype_bits(dtype), &nbytes, &misaligned),
-                       NVFP4MOE_ERR_SHAPE, "st_writer_add: tensor '%s': size is not whole bytes",
-                       name);
+    NVFP4MOE_TRY(shape_bytes("st_writer_add", name, dtype, ndim, shape, &nbytes));
     NVFP4MOE_RETURN_IF(nbytes && !data, NVFP4MOE_ERR_INVALID_ARGUMENT,
                        "st_writer_add: tensor '%s': NULL data", name);
     if (w->n == w->cap) {
@@ -902,16 +907,8 @@ nvfp4moe_status nvfp4moe_st_shards_add(nvfp4moe_st_shards *s, const char *name, 
     NVFP4MOE_RETURN_IF((unsigned)dtype >= NVFP4MOE_ST_DTYPE_COUNT || ndim < 0 || ndim > NVFP4MOE_ST_MAX_DIMS ||
                            (ndim && !shape),
                        NVFP4MOE_ERR_INVALID_ARGUMENT, "st_shards_add: tensor '%s': bad dtype or ndim", name);
-    int64_t numel = 1;
-    for (int32_t i = 0; i < ndim; i++) {
-        NVFP4MOE_RETURN_IF(shape[i] < 0 || (shape[i] && numel > INT64_MAX / shape[i]), NVFP4MOE_ERR_SHAPE,
-                           "st_shards_add: tensor '%s': bad shape[%d]=%lld", name, i, (long long)shape[i]);
-        numel *= shape[i];
-    }
-    bool misaligned;
     uint64_t nbytes;
-    NVFP4MOE_RETURN_IF(!tensor_bytes(numel, nvfp4moe_st_dtype_bits(dtype), &nbytes, &misaligned), NVFP4MOE_ERR_SHAPE,
-                       "st_shards_add: tensor '%s': size is not whole bytes", name);
+    NVFP4MOE_TRY(shape_bytes("st_shards_add", name, dtype, ndim, shape, &nbytes));
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
         stensor *nt = realloc(s->t, cap * sizeof *nt);
