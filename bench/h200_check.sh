@@ -9,7 +9,10 @@
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
 #                                         # others,python,bench,triton,gemm (default: all of them);
 #                                         # not in the default: regimes (both regimes forced on every
-#                                         # preset), cpu, cli (the tool's files through the GPU)
+#                                         # preset), cpu, cli (the tool's files through the GPU),
+#                                         # prof (ncu sections + SASS stall samples of the prefill GEMMs),
+#                                         # gsan (the wgmma GEMM under compute-sanitizer), variants
+#                                         # (gpu_hopper_gemm and the HOPPER_VARIANTS pack built: tests, bench)
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
 # --gpu: torch.ops.nvfp4moe.moe against the C API, stream order, CUDA graphs, torch.compile).
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
@@ -29,6 +32,16 @@ if [ "${1:-}" = pack ]; then
     cp build-dev/nvfp4moe build-dev/tests/test_cpu_fast build-dev/tests/gpu_test build-dev/tests/gpu_hopper_decode \
        build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback \
        build-dev/tests/gpu_emulation .devbin/b/
+    # GEMM-kernel variants for A/B runs (HOPPER_VARIANTS="NAME:-DFLAG=V ..."): gpu_hopper_gemm relinked
+    # against kernels/hopper_gemm.cu built with those flags
+    for v in ${HOPPER_VARIANTS:-}; do
+        n=${v%%:*} f=${v#*:}
+        nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Iinclude -Isrc -Ikernels \
+            --expt-relaxed-constexpr -lineinfo ${f//,/ } -c kernels/hopper_gemm.cu -o build-dev/hopper_gemm_$n.o
+        cc -O2 -std=c11 -pthread -DNVFP4MOE_HAVE_CUDA -I/usr/local/cuda/include -Iinclude -Isrc -I. -o .devbin/b/gpu_hopper_gemm_$n \
+            tests/gpu_hopper_gemm.c build-dev/hopper_gemm_$n.o $(ls tools/*.cu | sed "s,^,build-dev/obj/,; s,\.cu$,.o,") build-dev/libnvfp4moe.a \
+            -ljansson -lm -pthread -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lstdc++
+    done
     strip .devbin/b/*
     cp -L build-dev/libnvfp4moe.so .devbin/b/libnvfp4moe.so && strip --strip-unneeded .devbin/b/libnvfp4moe.so
     cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
@@ -97,6 +110,49 @@ if has stalls; then
         grep -E "stalled|issue_active|dram__" "$f" | awk '$NF+0 >= 0.1 || /issue_active|dram__/' >>"$out/summary.txt"
     done
     log "stalls done"
+fi
+if has prof; then
+    # the prefill GEMMs as ncu sees them: DeepSeek-V3 M = 4096, GEMM1 (launch 8: after 4 warm-up pairs)
+    # and GEMM2 (launch 9): sections, then the per-SASS-instruction stall samples of GEMM1
+    sec="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section SourceCounters"
+    for l in 8 9; do
+        timeout 200 ncu --clock-control none $sec -k regex:hopper_moe_gemm --launch-skip $l --launch-count 1 \
+            $B/gpu_hopper_gemm --bench 4096 >"$R/prof_gemm_l$l.txt" 2>&1
+        log "prof launch $l rc=$?: $(grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|L2 Cache Throughput|DRAM Throughput' "$R/prof_gemm_l$l.txt" | tr -s ' ' | tr '\n' ';')"
+    done
+    timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats -k regex:hopper_moe_gemm \
+        --launch-skip 8 --launch-count 1 --page source --print-source sass --csv \
+        $B/gpu_hopper_gemm --bench 4096 >"$R/prof_gemm_sass.csv" 2>&1
+    log "prof sass rc=$?: $(wc -l <"$R/prof_gemm_sass.csv") lines"
+    # the GEMMs alone per model and M, at the default token tile and forced to 64
+    timeout 200 $B/gpu_hopper_gemm --bench 256,1024,4096 --model all >"$R/gemm_bench.txt" 2>&1
+    log "gemm bench rc=$?"; grep -E '^\|' "$R/gemm_bench.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"
+    HOPPER_BENCH_BLOCK_M=64 timeout 200 $B/gpu_hopper_gemm --bench 1024,4096 --model all >"$R/gemm_bench64.txt" 2>&1
+    log "gemm bench block_m 64 rc=$?"; grep -E '^\| [0-9]' "$R/gemm_bench64.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"
+fi
+if has gsan; then
+    # the wgmma GEMM under compute-sanitizer: partial token tiles at block_m 128 and 64, split-K
+    for c in 14 6 2 20; do
+        timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_gemm --case $c >"$R/gemm_memcheck$c.txt" 2>&1
+        log "gemm memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/gemm_memcheck$c.txt")"
+    done
+    for c in 14 17; do
+        timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_gemm --case $c >"$R/gemm_racecheck$c.txt" 2>&1
+        log "gemm racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/gemm_racecheck$c.txt" | tr '\n' ' ')"
+    done
+fi
+if has variants; then
+    # the GEMMs alone, the built kernel and each variant built by pack (HOPPER_VARIANTS)
+    for b in $B/gpu_hopper_gemm $B/gpu_hopper_gemm_*; do
+        [ -x "$b" ] || continue
+        n=$(basename "$b")
+        timeout 120 $b >"$R/$n.test.txt" 2>&1
+        log "$n tests rc=$?: $(tail -1 "$R/$n.test.txt")"
+        timeout 200 $b --bench ${VARIANT_M:-1024,4096} --model all >"$R/$n.bench.txt" 2>&1
+        log "$n bench rc=$?"; grep -E '^\| [0-9]' "$R/$n.bench.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"
+    done
+    HOPPER_BENCH_BLOCK_M=64 timeout 200 $B/gpu_hopper_gemm --bench 4096 --model all >"$R/gemm_bench_bm64.txt" 2>&1
+    log "gpu_hopper_gemm block_m 64 bench rc=$?"; grep -E '^\| [0-9]' "$R/gemm_bench_bm64.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"
 fi
 if has sass; then
     cuobjdump -sass $B/hopper_decode.o >"$R/hopper_decode.sass" 2>&1

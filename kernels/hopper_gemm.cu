@@ -179,8 +179,6 @@ static_assert(128 * kProducerRegs + 256 * 224 <= 384 * 168, "KS = 1 register bud
 static_assert(128 * kProducerRegs + 512 * 104 <= 640 * 96, "KS = 2 register budget");
 
 // ---- wgmma wrappers (generated) -----------------------------------------------------------
-template <int N, bool BF16>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
 #include "hopper_wgmma.cuh"
 
 // ---- PTX helpers ----------------------------------------------------------------------------
@@ -282,9 +280,6 @@ __device__ __forceinline__ void fence_operands(float (&acc)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(acc[i])::"memory");
 }
-__device__ __forceinline__ void producer_barrier() {
-    asm volatile("bar.sync 3, 128;\n" ::: "memory");
-}
 __device__ __forceinline__ void red_add_f32(float *p, float v) {
     asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
 }
@@ -354,14 +349,23 @@ struct Kernel {
     using C = Cfg<BM>;
 
     // ---- producer warpgroup ----
+    // Thread tid copies 16-byte chunk cc = tid % 16 of the 256-byte k-tile slice of rows
+    // r0 + 8j (r0 = tid / 16, j < CPT). The rows' offsets are resolved ONCE per work item into
+    // registers (16-byte units, 32 bits: the launcher checks the activations fit), so a tile costs
+    // per chunk one address multiply-add and the cp.async: the per-tile row-id loads and 64-bit
+    // address arithmetic of the first version made this warpgroup, not the tensor cores, the
+    // limit at large M (ncu: the consumers waited on the full barrier a third of their time).
+    // Sentinel rows are not copied at all: wgmma's output column m depends on token row m only,
+    // so whatever a sentinel's slot holds lands in accumulators the epilogue skips.
     static __device__ void produce(const Params &p, uint8_t *smem, uint32_t bars, int items,
-                                   int splits, int *s_rows) {
+                                   int splits) {
         const int tid = threadIdx.x;  // 0..127
         const int cc = tid % 16;      // 16-byte chunk of the 256-byte row slice (constant)
         const int r0 = tid / 16;      // first row; rows r0 + 8j
         // Destination of chunk cc of row r: K half cc/8, swizzled chunk (cc%8) ^ (r & 7); r & 7
         // is r0 & 7 for every j since rows step by 8.
         const uint32_t dst0 = (uint32_t)((cc / 8) * BM * 128 + r0 * 128 + (((cc % 8) ^ (r0 & 7)) * 16));
+        const uint32_t row16 = (uint32_t)p.K / 8;  // a row's length in 16-byte units
         uint32_t it = 0;
 #if NVFP4MOE_HOPPER_PFENCE
         int pending = -1;  // stage whose copies were issued but whose full barrier waits on them
@@ -371,15 +375,12 @@ struct Kernel {
             const int e = p.block_expert[w.blk];
             const uint8_t *wsrc =
                 p.b + ((size_t)(e * p.n_tiles + w.nt) * p.k_tiles) * kWChunk;
-            // The block's A rows (-1 for sentinels) in shared memory rather than CPT registers
-            // per thread (the producer runs on 56 registers). Barrier 3 = the producer warpgroup:
-            // the previous item's readers are done before the table is rewritten.
-            producer_barrier();
-            if (tid < BM) {
-                const int pid = p.sorted_ids[w.blk * BM + tid];
-                s_rows[tid] = pid < p.P ? pid / p.a_row_div : -1;
+            uint32_t roff[C::CPT];  // ~0u: row r0 + 8j is a sentinel
+#pragma unroll
+            for (int j = 0; j < C::CPT; j++) {
+                const int pid = p.sorted_ids[w.blk * BM + r0 + 8 * j];
+                roff[j] = pid >= 0 && pid < p.P ? (uint32_t)(pid / p.a_row_div) * row16 : ~0u;
             }
-            producer_barrier();
             for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
                 const uint32_t st = it % C::STAGES;
                 const uint32_t ph = (it / C::STAGES) & 1;
@@ -399,15 +400,16 @@ struct Kernel {
                     mbar_arrive_expect_tx(full, kWChunk);
                     bulk_g2s(smem_u32(stage + C::ACT), wsrc + (size_t)kt * kWChunk, kWChunk, full);
                 }
+                // The K tail (k >= K) is zero-filled from a valid address: the weights there are
+                // zero codes, but 0 * (stale NaN) would not be.
                 const int k = kt * kTK + cc * 8;
+                const bool kok = k < p.K;
+                const uint4 *abase = reinterpret_cast<const uint4 *>(p.a + (kok ? k : 0));
+                const uint32_t bytes = kok ? 16u : 0u;
                 const uint32_t sdst = smem_u32(stage) + dst0;
 #pragma unroll
-                for (int j = 0; j < C::CPT; j++) {
-                    const int arow = s_rows[r0 + 8 * j];
-                    const bool ok = arow >= 0 && k < p.K;
-                    const uint16_t *src = ok ? p.a + (size_t)arow * p.K + k : p.a;
-                    cp_async16(sdst + j * 8 * 128, src, ok ? 16u : 0u);
-                }
+                for (int j = 0; j < C::CPT; j++)
+                    if (roff[j] != ~0u) cp_async16(sdst + j * 8 * 128, abase + roff[j], bytes);
 #if NVFP4MOE_HOPPER_PFENCE
                 // The activations are written by cp.async (generic proxy) and read by wgmma
                 // (async proxy): this thread waits for its copies of the previous stage, fences
@@ -453,6 +455,120 @@ struct Kernel {
         return (uint32_t)((j / 4) * BM * 8 + (j % 4) * 2);
     }
 
+    // Token sub-tiles. At KS = 1 a block's BM token columns are NSUB wgmma tiles of SUBN = BM/NSUB
+    // columns each (the same shape, each on its own slice of the accumulators); an item runs only
+    // the sub-tiles up to its last real pair, so an expert with 137 pairs at block_m 128 costs
+    // 128 + 64 token columns instead of 256. The k-tile loop is compiled once per sub-tile count
+    // and chosen per item. (Several wgmma widths in one kernel, or NSUB = 4 at block_m 128, make
+    // ptxas spill or serialize the wgmma pipeline for want of registers; a runtime condition
+    // around each wgmma makes it fence every one.) KS = 2 blocks (block_m <= 32) are one tile.
+#ifndef NVFP4MOE_HOPPER_NSUB
+#define NVFP4MOE_HOPPER_NSUB 2
+#endif
+    static constexpr int NSUB = KS == 1 ? NVFP4MOE_HOPPER_NSUB : 1;
+    static constexpr int SUBN = BM / NSUB;
+    static_assert(SUBN % 8 == 0 && NSUB * SUBN == BM, "whole sub-tiles");
+
+    // Sub-tiles (1..NSUB) that block blk needs: up to its last real pair. The same in every lane.
+    static __device__ __forceinline__ int subtiles(const Params &p, int blk, int lane) {
+        if constexpr (NSUB == 1) return 1;
+        int last = -1;  // highest row holding a real pair
+#pragma unroll
+        for (int r0 = 0; r0 < BM; r0 += 32) {
+            const int r = r0 + lane;
+            const int pid = r < BM ? p.sorted_ids[blk * BM + r] : p.P;
+            const unsigned m = __ballot_sync(0xffffffffu, pid >= 0 && pid < p.P);
+            if (m) last = r0 + 31 - __clz(m);
+        }
+        const int n = (last + SUBN) / SUBN;  // last + 1 rows, rounded up; none -> 0
+        return n < 1 ? 1 : n;
+    }
+
+    // One k16 step (A fragment a, descriptor low word dlo of the step) on sub-tiles CI .. NS-1:
+    // 8-row groups are 1024 B apart, so sub-tile c starts c*SUBN*128 bytes into the K half.
+    template <int NS, int CI = 0>
+    static __device__ __forceinline__ void mma_step(float (&acc)[C::NACC], const uint32_t (&a)[4],
+                                                    uint32_t dlo) {
+        if constexpr (CI < NS) {
+            Wgmma<SUBN, BF16>::template rs<CI * SUBN / 2>(acc, a, desc_of(dlo + (uint32_t)(CI * SUBN * 8)));
+            mma_step<NS, CI + 1>(acc, a, dlo);
+        }
+    }
+
+    // The k tiles kt0 .. kt1-1 of one item on its first NS sub-tiles (see consume).
+    template <int NS>
+    static __device__ __forceinline__ void tiles(float (&acc)[C::NACC], int kt0, int kt1,
+                                                 uint32_t &it, int &prev_stage, uint32_t bars,
+                                                 uint32_t smem0, uint32_t code_off,
+                                                 uint32_t scale_off, uint32_t dlo0, int lane) {
+        for (int kt = kt0; kt < kt1; kt++, it++) {
+            const uint32_t st = it % C::STAGES;
+            const uint32_t ph = (it / C::STAGES) & 1;
+            mbar_wait(bars + 8 * st, ph);
+#if !NVFP4MOE_HOPPER_PFENCE
+            fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+#endif
+            const uint32_t sbase = smem0 + st * C::STAGE;
+            const uint32_t dlo = dlo0 + st * (uint32_t)(C::STAGE / 16);
+            uint32_t cwd[STEPS], swd[STEPS / 2];
+            if constexpr (KS == 1) {
+                const uint4 q0 = lds128(sbase + code_off);
+                const uint4 q1 = lds128(sbase + code_off + 512);
+                const uint4 sc = lds128(sbase + scale_off);
+                cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+                cwd[4] = q1.x; cwd[5] = q1.y; cwd[6] = q1.z; cwd[7] = q1.w;
+                swd[0] = sc.x; swd[1] = sc.y; swd[2] = sc.z; swd[3] = sc.w;
+            } else {
+                const uint4 q0 = lds128(sbase + code_off);
+                const uint2 sc = lds64(sbase + scale_off);
+                cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+                swd[0] = sc.x; swd[1] = sc.y;
+            }
+            uint32_t a0[HS][4], a1[HS][4];
+
+            wgmma_wait<1>();  // the previous tile's A0 group is done: A0 may be rewritten
+#pragma unroll
+            for (int j = 0; j < HS; j++) {
+                if (j % 2 == 0) decode_step<BF16, 0>(cwd[j], swd[j / 2], a0[j]);
+                else decode_step<BF16, 2>(cwd[j], swd[j / 2], a0[j]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a0[j], dlo + step_off16(j));
+            wgmma_commit();
+
+            // The previous tile's A1 group is done: release its stage, rewrite A1.
+            wgmma_wait<1>();
+            if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
+#pragma unroll
+            for (int j = 0; j < HS; j++) {
+                if (j % 2 == 0) decode_step<BF16, 0>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
+                else decode_step<BF16, 2>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a1[j], dlo + step_off16(HS + j));
+            wgmma_commit();
+            prev_stage = (int)st;
+        }
+    }
+
+    // tiles<V> .. tiles<NSUB> for the item's sub-tile count ns.
+    template <int V = 1>
+    static __device__ __forceinline__ void tiles_for(int ns, float (&acc)[C::NACC], int kt0, int kt1,
+                                                     uint32_t &it, int &prev_stage, uint32_t bars,
+                                                     uint32_t smem0, uint32_t code_off,
+                                                     uint32_t scale_off, uint32_t dlo0, int lane) {
+        if constexpr (V < NSUB) {
+            if (ns > V) {
+                tiles_for<V + 1>(ns, acc, kt0, kt1, it, prev_stage, bars, smem0, code_off, scale_off,
+                                 dlo0, lane);
+                return;
+            }
+        }
+        tiles<V>(acc, kt0, kt1, it, prev_stage, bars, smem0, code_off, scale_off, dlo0, lane);
+    }
+
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
                                    int splits, int *s_flag) {
         const int cw = threadIdx.x / 128 - 1;
@@ -474,62 +590,13 @@ struct Kernel {
 
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
             const Item w = item_of(item, splits, p);
+            const int ns = subtiles(p, w.blk, lane);
 #pragma unroll
             for (int i = 0; i < C::NACC; i++) acc[i] = 0.f;
             fence_operands(acc);
             int prev_stage = -1;
-            for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
-                const uint32_t st = it % C::STAGES;
-                const uint32_t ph = (it / C::STAGES) & 1;
-                mbar_wait(bars + 8 * st, ph);
-#if !NVFP4MOE_HOPPER_PFENCE
-                fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
-#endif
-                const uint32_t sbase = smem0 + st * C::STAGE;
-                const uint32_t dlo = dlo0 + st * (uint32_t)(C::STAGE / 16);
-                uint32_t cwd[STEPS], swd[STEPS / 2];
-                if constexpr (KS == 1) {
-                    const uint4 q0 = lds128(sbase + code_off);
-                    const uint4 q1 = lds128(sbase + code_off + 512);
-                    const uint4 sc = lds128(sbase + scale_off);
-                    cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
-                    cwd[4] = q1.x; cwd[5] = q1.y; cwd[6] = q1.z; cwd[7] = q1.w;
-                    swd[0] = sc.x; swd[1] = sc.y; swd[2] = sc.z; swd[3] = sc.w;
-                } else {
-                    const uint4 q0 = lds128(sbase + code_off);
-                    const uint2 sc = lds64(sbase + scale_off);
-                    cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
-                    swd[0] = sc.x; swd[1] = sc.y;
-                }
-                uint32_t a0[HS][4], a1[HS][4];
-
-                wgmma_wait<1>();  // the previous tile's A0 group is done: A0 may be rewritten
-#pragma unroll
-                for (int j = 0; j < HS; j++) {
-                    if (j % 2 == 0) decode_step<BF16, 0>(cwd[j], swd[j / 2], a0[j]);
-                    else decode_step<BF16, 2>(cwd[j], swd[j / 2], a0[j]);
-                }
-                wgmma_fence();
-#pragma unroll
-                for (int j = 0; j < HS; j++)
-                    wgmma_rs<BM, BF16>(acc, a0[j], desc_of(dlo + step_off16(j)));
-                wgmma_commit();
-
-                // The previous tile's A1 group is done: release its stage, rewrite A1.
-                wgmma_wait<1>();
-                if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
-#pragma unroll
-                for (int j = 0; j < HS; j++) {
-                    if (j % 2 == 0) decode_step<BF16, 0>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
-                    else decode_step<BF16, 2>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
-                }
-                wgmma_fence();
-#pragma unroll
-                for (int j = 0; j < HS; j++)
-                    wgmma_rs<BM, BF16>(acc, a1[j], desc_of(dlo + step_off16(HS + j)));
-                wgmma_commit();
-                prev_stage = (int)st;
-            }
+            tiles_for(ns, acc, w.kt0, w.kt1, it, prev_stage, bars, smem0, code_off, scale_off, dlo0,
+                      lane);
             wgmma_wait<0>();
             fence_operands(acc);
             if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
@@ -626,7 +693,6 @@ struct Kernel {
         extern __shared__ uint8_t smem_raw[];
         __shared__ __align__(8) uint64_t bars_mem[2 * C::STAGES];
         __shared__ int s_flag[2];
-        __shared__ int s_rows[BM];
         // Swizzle atoms need 1024-byte-aligned shared addresses; the dynamic base is only
         // guaranteed 16 (SMEM has 1024 bytes of slack for this).
         uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -648,7 +714,7 @@ struct Kernel {
 
         if (threadIdx.x < 128) {
             setmaxnreg_dec<kProducerRegs>();
-            produce(p, smem, bars, items, splits, s_rows);
+            produce(p, smem, bars, items, splits);
         } else {
             setmaxnreg_inc<ConsumerRegs<C::KS>::value>();
             consume(p, smem, bars, items, splits, s_flag);
@@ -861,6 +927,10 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
         args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0 || args->scale_2_halves < 0 ||
         args->scale_2_halves > 2)
         return cudaErrorInvalidValue;
+    // The producer addresses activation rows by 32-bit offsets in 16-byte units (32 GiB of
+    // activations at most: far beyond one GPU's batch).
+    const long long a_rows = ((long long)args->P + args->a_row_div - 1) / args->a_row_div;
+    if (a_rows * (args->K / 8) > 0xFFFFFFFFLL) return cudaErrorInvalidValue;
     if (args->P == 0 || args->max_blocks == 0) return cudaSuccess;  // nothing to compute
     switch (args->block_m) {
     case 8: return launch_dtype<8>(args, stream);
