@@ -10,13 +10,19 @@
  *   layer     W4A4 with power-of-two activation scales, one expert per token: every output within
  *             one float32 ulp of the float64 reference (the claim: exact up to the final rounding);
  *             the same outputs bit for bit for every ISA and thread count; NaN inputs
- *   pool      barriers and concurrent callers; the thread and ISA settings' errors
+ *   pool      barriers and concurrent callers; the caller's CPU kept free of workers wherever the
+ *             caller runs; runs and forwards after the workers went to sleep; the thread and ISA
+ *             settings' errors
  */
+#define _GNU_SOURCE   /* sched_getaffinity, sched_getcpu */
 #include "harness.h"
 #include "backends/cpu.h"
 #include "core/internal.h"
 #include "format/format.h"
 #include "nvfp4moe.h"
+
+#include <sched.h>
+#include <time.h>
 
 /* An environment variable's value, to put back after a test changed it (the suite may run with
  * NVFP4MOE_CPU_ISA set, to run the layer tests on one instruction set). */
@@ -686,6 +692,135 @@ static void test_pool(void) {
     nvfp4moe_cpu_pool_put(p);
 }
 
+/* Sleeps ms milliseconds: longer than the workers' idle poll (10 ms), so that they sleep. */
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+typedef struct {
+    int cpu[64];   /* the CPU each thread ran on */
+} where_job;
+
+static void where_task(void *ctx, int tid, int n) {
+    where_job *j = ctx;
+    if (tid < 64) j->cpu[tid] = sched_getcpu();
+}
+
+/* While a pool has no more threads than CPUs, no worker runs on the caller's CPU, whichever CPU
+ * the caller is on (the scheduler may move it, or another thread may run the pool): a worker there
+ * would share a core with the caller, and the caller would wait for it at each barrier and at the
+ * join (in the bench, for a scheduler tick: milliseconds of join on a 0.4 ms forward). The caller
+ * is moved onto each CPU in turn, then onto the first again after the workers went to sleep. */
+static void test_pool_caller_cpu(void) {
+    T_CASE("thread pool: the caller's CPU");
+    cpu_set_t keep;
+    if (sched_getaffinity(0, sizeof keep, &keep) != 0) return;
+    int cpus[16], ncpu = 0;
+    for (int c = 0; c < CPU_SETSIZE && ncpu < 16; c++)
+        if (CPU_ISSET(c, &keep)) cpus[ncpu++] = c;
+    if (ncpu < 2) {
+        printf("test_cpu_fast: one CPU: the caller's CPU is not tested\n");
+        return;
+    }
+    const int counts[2] = {ncpu, 2};   /* as many threads as CPUs, and fewer */
+    for (int k = 0; k < (ncpu > 2 ? 2 : 1); k++) {
+        const int n = counts[k];
+        nvfp4moe_cpu_pool *p = NULL;
+        CHECK_OK(nvfp4moe_cpu_pool_get(n, &p));
+        if (!p) return;
+        const int T = nvfp4moe_cpu_pool_size(p);
+        int bad = 0, ran = 0;
+        for (int i = 0; i <= ncpu; i++) {
+            const int c = cpus[i % ncpu];
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            if (sched_setaffinity(0, sizeof one, &one) != 0) continue;
+            if (i == ncpu) sleep_ms(30);
+            where_job j;
+            memset(&j, 0xFF, sizeof j);
+            nvfp4moe_cpu_pool_run(p, where_task, &j);
+            ran++;
+            bad += j.cpu[0] != c;
+            for (int t = 1; t < T; t++) {
+                bad += j.cpu[t] < 0;
+                if (j.cpu[t] == j.cpu[0]) {
+                    if (bad++ < 3) fprintf(stderr, "  %d threads: worker %d runs on the caller's CPU %d\n", T, t, c);
+                }
+            }
+        }
+        sched_setaffinity(0, sizeof keep, &keep);
+        CHECK(ran > 0 && bad == 0, "%d threads, caller on %d CPUs in turn: %d mismatches", T, ran, bad);
+        nvfp4moe_cpu_pool_put(p);
+    }
+}
+
+/* Work handed to workers that went to sleep after their idle poll completes, on pools with fewer
+ * threads than CPUs, as many and more; a plan's forwards after such a sleep give the same bits for
+ * every thread count. */
+static void test_pool_sleep(void) {
+    T_CASE("thread pool: runs after the workers slept");
+    for (int n = 2; n <= 5; n += 3) {
+        nvfp4moe_cpu_pool *p = NULL;
+        CHECK_OK(nvfp4moe_cpu_pool_get(n, &p));
+        if (!p) return;
+        pool_job job;
+        memset(&job, 0, sizeof job);
+        job.pool = p;
+        enum { RUNS = 3 };
+        for (int r = 0; r < RUNS; r++) {
+            sleep_ms(30);
+            nvfp4moe_cpu_pool_run(p, pool_task, &job);
+            nvfp4moe_cpu_pool_run(p, pool_task, &job);   /* and once more at once: awake */
+        }
+        const int T = nvfp4moe_cpu_pool_size(p);
+        int bad = job.bad;
+        for (int t = 0; t < T; t++)
+            for (int ph = 0; ph < 64; ph++) bad += job.counts[t][ph] != 2 * RUNS;
+        CHECK(T == n && bad == 0, "%d threads: %d mismatches", T, bad);
+        nvfp4moe_cpu_pool_put(p);
+    }
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 8;
+    c.top_k = 2;
+    c.hidden_size = 256;
+    c.intermediate_size = 128;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, 31, &l));
+    if (!l) return;
+    enum { M = 6, H = 256 };
+    uint16_t hidden[M * H], out[M * H], first[M * H];
+    float logits[M * 8];
+    nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, M * H, 32);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * 8, 33);
+    nvfp4moe_device dev = t_cpu();
+    static const int threads[] = {1, 2, 3};
+    bool have = false;
+    for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+        nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &dev, .num_threads = threads[ti]};
+        nvfp4moe_plan *plan = NULL;
+        CHECK_OK(nvfp4moe_plan_create(&c, &l->w, &po, &plan));
+        if (!plan) continue;
+        for (int r = 0; r < 2; r++) {
+            sleep_ms(30);
+            memset(out, 0xFF, sizeof out);
+            nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out};
+            CHECK_OK(nvfp4moe_plan_forward(plan, &io, NULL));
+            if (!have) memcpy(first, out, sizeof out);
+            else {
+                char what[64];
+                snprintf(what, sizeof what, "%d threads, forward %d after a sleep", threads[ti], r + 1);
+                check_bytes(what, (const uint8_t *)out, (const uint8_t *)first, sizeof out);
+            }
+            have = true;
+        }
+        nvfp4moe_plan_destroy(plan);
+    }
+    nvfp4moe_layer_free(l);
+}
+
 int main(void) {
     uint64_t seed = 4242;
     printf("test_cpu_fast: kernels on this CPU:");
@@ -729,5 +864,7 @@ int main(void) {
     test_prefetch_settings();
     test_plan_internals();
     test_pool();
+    test_pool_caller_cpu();
+    test_pool_sleep();
     return t_finish("test_cpu_fast");
 }

@@ -36,7 +36,9 @@
 // One pool per thread count, shared by every plan of the process that asks for that count (a
 // model's layers keep their threads hot between one another and do not multiply them). The
 // caller of run() is thread 0; workers 1..n-1 are pinned to the CPUs this process may run on,
-// round robin. Runs from several callers are serialized.
+// round robin, the caller's CPU left out while there are no more threads than CPUs (a run that
+// finds the caller on a worker's CPU moves that worker to the CPU the caller left). Runs from
+// several callers are serialized.
 
 typedef struct nvfp4moe_cpu_pool nvfp4moe_cpu_pool;
 typedef void (*nvfp4moe_cpu_task)(void *ctx, int tid, int nthreads);
