@@ -4,7 +4,7 @@
  * A run publishes (fn, ctx) and bumps a generation counter; workers spin on it for a while after
  * their last job (a model's next layer comes within microseconds), then sleep on a condition
  * variable. The barrier is a counter with a phase: spin, then yield, so that a machine with more
- * threads than CPUs still makes progress.
+ * threads than CPUs still makes progress; the idle poll yields as often.
  *
  * The caller is thread 0 and is not pinned (it is the application's thread): the pool keeps its CPU
  * free of workers. A worker pinned to the caller's CPU would share a core with it, and the two would
@@ -36,7 +36,7 @@ enum {
     SPIN_IDLE_NS = 10000000,  /* how long an idle worker polls before it sleeps: a wake from sleep cost up
                                  to 0.57 ms of a 1 ms forward on a 16-core Xeon (bench --cpu --profile) */
     SPIN_CLOCK = 256,         /* polls between two looks at the clock */
-    SPIN_WAIT = 4000,         /* polls in a barrier or a join before each yield */
+    SPIN_WAIT = 4000,         /* polls in a barrier, a join or the idle poll before each yield */
     MAX_THREADS = 1024,
 };
 
@@ -109,16 +109,22 @@ static int64_t now_ns(void) {
 }
 
 /* Polls gen for about SPIN_IDLE_NS (by the clock: a pause lasts 10 to 140 cycles depending on the
- * CPU); returns its value, == seen if nothing came. */
+ * CPU); returns its value, == seen if nothing came. Yields every SPIN_WAIT polls, as a barrier does:
+ * a thread that shares this CPU (more threads than CPUs, another process) then runs within a
+ * yield's spin, not when the scheduler preempts this one; alone on its CPU, a yield returns at once. */
 static unsigned poll_gen(nvfp4moe_cpu_pool *p, unsigned seen) {
     const int64_t until = now_ns() + SPIN_IDLE_NS;
-    for (;;) {
+    for (int polls = 0;; polls += SPIN_CLOCK) {
         for (int i = 0; i < SPIN_CLOCK; i++) {
             unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
             if (g != seen) return g;
             CPU_RELAX();
         }
         if (now_ns() >= until) return seen;
+        if (polls >= SPIN_WAIT) {
+            sched_yield();
+            polls = 0;
+        }
     }
 }
 
