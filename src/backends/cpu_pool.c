@@ -37,6 +37,8 @@ enum {
                                  to 0.57 ms of a 1 ms forward on a 16-core Xeon (bench --cpu --profile) */
     SPIN_CLOCK = 256,         /* polls between two looks at the clock */
     SPIN_WAIT = 4000,         /* polls in a barrier, a join or the idle poll before each yield */
+    SPIN_WAIT_SHARED = 64,    /* the same when there are more threads than CPUs: the thread waited
+                                 for may be the one that shares this CPU */
     MAX_THREADS = 1024,
 };
 
@@ -46,6 +48,7 @@ struct nvfp4moe_cpu_pool {
     int refs;                       /* plans holding it (under g_lock) */
     struct nvfp4moe_cpu_pool *next; /* the registry's list */
     pthread_t *workers;             /* n - 1 */
+    int spin;                       /* SPIN_WAIT, or SPIN_WAIT_SHARED */
     int *cpu;                       /* [n]: the CPU of each worker (-1: not pinned); cpu[0] the one
                                        left to the caller, -1 when there are more threads than CPUs */
     pthread_mutex_t run_lock;       /* one run at a time */
@@ -121,7 +124,7 @@ static unsigned poll_gen(nvfp4moe_cpu_pool *p, unsigned seen) {
             CPU_RELAX();
         }
         if (now_ns() >= until) return seen;
-        if (polls >= SPIN_WAIT) {
+        if (polls >= p->spin) {
             sched_yield();
             polls = 0;
         }
@@ -149,10 +152,10 @@ static void *worker_main(void *arg) {
 }
 
 /* Waits (spin, then yield) until *v reads 0. */
-static void wait_zero(atomic_int *v) {
+static void wait_zero(atomic_int *v, int spin) {
     for (int i = 0; atomic_load_explicit(v, memory_order_acquire) != 0; i++) {
         CPU_RELAX();
-        if (i >= SPIN_WAIT) {
+        if (i >= spin) {
             sched_yield();
             i = 0;
         }
@@ -252,6 +255,7 @@ static nvfp4moe_status pool_new(int nthreads, nvfp4moe_cpu_pool **out) {
             break;
         }
     p->cpu[0] = nthreads <= ncpu ? cpus[0] : -1;
+    p->spin = nthreads <= ncpu ? SPIN_WAIT : SPIN_WAIT_SHARED;
     p->n = 1;
     for (int i = 1; i < nthreads; i++) {
         worker_arg *a = malloc(sizeof *a);
@@ -327,7 +331,7 @@ void nvfp4moe_cpu_pool_run(nvfp4moe_cpu_pool *p, nvfp4moe_cpu_task fn, void *ctx
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     fn(ctx, 0, p->n);
-    wait_zero(&p->pending);
+    wait_zero(&p->pending, p->spin);
     pthread_mutex_unlock(&p->run_lock);
 }
 
@@ -341,7 +345,7 @@ void nvfp4moe_cpu_pool_barrier(nvfp4moe_cpu_pool *p) {
     }
     for (int i = 0; atomic_load_explicit(&p->bar_phase, memory_order_acquire) == phase; i++) {
         CPU_RELAX();
-        if (i >= SPIN_WAIT) {
+        if (i >= p->spin) {
             sched_yield();
             i = 0;
         }
