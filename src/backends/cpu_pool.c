@@ -112,9 +112,10 @@ static int64_t now_ns(void) {
 }
 
 /* Polls gen for about SPIN_IDLE_NS (by the clock: a pause lasts 10 to 140 cycles depending on the
- * CPU); returns its value, == seen if nothing came. Yields every SPIN_WAIT polls, as a barrier does:
- * a thread that shares this CPU (more threads than CPUs, another process) then runs within a
- * yield's spin, not when the scheduler preempts this one; alone on its CPU, a yield returns at once. */
+ * CPU); returns its value, == seen if nothing came. Yields every p->spin polls (at least SPIN_CLOCK),
+ * as a barrier does: a thread that shares this CPU (more threads than CPUs, another process) then
+ * runs within a yield's spin, not when the scheduler preempts this one; alone on its CPU, a yield
+ * returns at once. */
 static unsigned poll_gen(nvfp4moe_cpu_pool *p, unsigned seen) {
     const int64_t until = now_ns() + SPIN_IDLE_NS;
     for (int polls = 0;; polls += SPIN_CLOCK) {
