@@ -469,16 +469,23 @@ struct Kernel {
     static constexpr int SUBN = BM / NSUB;
     static_assert(SUBN % 8 == 0 && NSUB * SUBN == BM, "whole sub-tiles");
 
-    // Sub-tiles (1..NSUB) that block blk needs: up to its last real pair. The same in every lane.
-    static __device__ __forceinline__ int subtiles(const Params &p, int blk, int lane) {
+    // Sub-tiles (1..NSUB) that block blk needs: up to its last real pair. The block's pair ids
+    // are loaded one item ahead (load_rows before the k loop of the item before) so that the
+    // count costs no memory latency between items.
+    static constexpr int NR = NSUB == 1 ? 1 : BM / 32;  // ids per lane
+    static __device__ __forceinline__ void load_rows(const Params &p, int blk, int lane, int (&pid)[NR]) {
+        if constexpr (NSUB > 1) {
+#pragma unroll
+            for (int i = 0; i < NR; i++) pid[i] = p.sorted_ids[blk * BM + 32 * i + lane];
+        }
+    }
+    static __device__ __forceinline__ int subtiles(const Params &p, const int (&pid)[NR]) {
         if constexpr (NSUB == 1) return 1;
         int last = -1;  // highest row holding a real pair
 #pragma unroll
-        for (int r0 = 0; r0 < BM; r0 += 32) {
-            const int r = r0 + lane;
-            const int pid = r < BM ? p.sorted_ids[blk * BM + r] : p.P;
-            const unsigned m = __ballot_sync(0xffffffffu, pid >= 0 && pid < p.P);
-            if (m) last = r0 + 31 - __clz(m);
+        for (int i = 0; i < NR; i++) {
+            const unsigned m = __ballot_sync(0xffffffffu, pid[i] >= 0 && pid[i] < p.P);
+            if (m) last = 32 * i + 31 - __clz(m);
         }
         const int n = (last + SUBN) / SUBN;  // last + 1 rows, rounded up; none -> 0
         return n < 1 ? 1 : n;
@@ -495,78 +502,96 @@ struct Kernel {
         }
     }
 
-    // The k tiles kt0 .. kt1-1 of one item on its first NS sub-tiles (see consume).
+    // Decodes half `half` of a tile's steps into A register set a (see consume).
+    template <int HALF>
+    static __device__ __forceinline__ void decode_half(const uint32_t (&cwd)[STEPS],
+                                                       const uint32_t (&swd)[STEPS / 2],
+                                                       uint32_t (&a)[HS][4]) {
+#pragma unroll
+        for (int j = 0; j < HS; j++) {
+            const int s = HALF * HS + j;
+            if (s % 2 == 0) decode_step<BF16, 0>(cwd[s], swd[s / 2], a[j]);
+            else decode_step<BF16, 2>(cwd[s], swd[s / 2], a[j]);
+        }
+    }
+
+    // One k tile on the first NS sub-tiles (see the comment above KS): the first half of its
+    // steps is decoded into a0 once the previous tile's first group has retired, the second
+    // into a1 once the previous tile's second group has, which also frees that tile's stage.
+    // (A third group in flight, with three A sets in rotation, was not faster on the H200 and
+    // without ptxas's serialization it read A registers being rewritten.)
+    template <int NS>
+    static __device__ __forceinline__ void tile(float (&acc)[C::NACC], uint32_t (&a0)[HS][4],
+                                                uint32_t (&a1)[HS][4], uint32_t it, int &prev,
+                                                uint32_t bars,
+                                                uint32_t smem0, uint32_t code_off,
+                                                uint32_t scale_off, uint32_t dlo0, int lane) {
+        const uint32_t st = it % C::STAGES;
+        const uint32_t ph = (it / C::STAGES) & 1;
+        mbar_wait(bars + 8 * st, ph);
+#if !NVFP4MOE_HOPPER_PFENCE
+        fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+#endif
+        const uint32_t sbase = smem0 + st * C::STAGE;
+        const uint32_t dlo = dlo0 + st * (uint32_t)(C::STAGE / 16);
+        uint32_t cwd[STEPS], swd[STEPS / 2];
+        if constexpr (KS == 1) {
+            const uint4 q0 = lds128(sbase + code_off);
+            const uint4 q1 = lds128(sbase + code_off + 512);
+            const uint4 sc = lds128(sbase + scale_off);
+            cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+            cwd[4] = q1.x; cwd[5] = q1.y; cwd[6] = q1.z; cwd[7] = q1.w;
+            swd[0] = sc.x; swd[1] = sc.y; swd[2] = sc.z; swd[3] = sc.w;
+        } else {
+            const uint4 q0 = lds128(sbase + code_off);
+            const uint2 sc = lds64(sbase + scale_off);
+            cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+            swd[0] = sc.x; swd[1] = sc.y;
+        }
+
+        wgmma_wait<1>();  // the previous tile's first group is done: a0 may be rewritten
+        decode_half<0>(cwd, swd, a0);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < HS; j++) mma_step<NS>(acc, a0[j], dlo + step_off16(j));
+        wgmma_commit();
+
+        wgmma_wait<1>();  // the previous tile's second group is done: free its stage, rewrite a1
+        if (prev >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
+        decode_half<1>(cwd, swd, a1);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < HS; j++) mma_step<NS>(acc, a1[j], dlo + step_off16(HS + j));
+        wgmma_commit();
+        prev = (int)st;
+    }
+
+    // The k tiles kt0 .. kt1-1 of one item on its first NS sub-tiles; the stage not yet released
+    // is left in prev.
     template <int NS>
     static __device__ __forceinline__ void tiles(float (&acc)[C::NACC], int kt0, int kt1,
-                                                 uint32_t &it, int &prev_stage, uint32_t bars,
+                                                 uint32_t &it, int &prev, uint32_t bars,
                                                  uint32_t smem0, uint32_t code_off,
                                                  uint32_t scale_off, uint32_t dlo0, int lane) {
-        for (int kt = kt0; kt < kt1; kt++, it++) {
-            const uint32_t st = it % C::STAGES;
-            const uint32_t ph = (it / C::STAGES) & 1;
-            mbar_wait(bars + 8 * st, ph);
-#if !NVFP4MOE_HOPPER_PFENCE
-            fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
-#endif
-            const uint32_t sbase = smem0 + st * C::STAGE;
-            const uint32_t dlo = dlo0 + st * (uint32_t)(C::STAGE / 16);
-            uint32_t cwd[STEPS], swd[STEPS / 2];
-            if constexpr (KS == 1) {
-                const uint4 q0 = lds128(sbase + code_off);
-                const uint4 q1 = lds128(sbase + code_off + 512);
-                const uint4 sc = lds128(sbase + scale_off);
-                cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
-                cwd[4] = q1.x; cwd[5] = q1.y; cwd[6] = q1.z; cwd[7] = q1.w;
-                swd[0] = sc.x; swd[1] = sc.y; swd[2] = sc.z; swd[3] = sc.w;
-            } else {
-                const uint4 q0 = lds128(sbase + code_off);
-                const uint2 sc = lds64(sbase + scale_off);
-                cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
-                swd[0] = sc.x; swd[1] = sc.y;
-            }
-            uint32_t a0[HS][4], a1[HS][4];
-
-            wgmma_wait<1>();  // the previous tile's A0 group is done: A0 may be rewritten
-#pragma unroll
-            for (int j = 0; j < HS; j++) {
-                if (j % 2 == 0) decode_step<BF16, 0>(cwd[j], swd[j / 2], a0[j]);
-                else decode_step<BF16, 2>(cwd[j], swd[j / 2], a0[j]);
-            }
-            wgmma_fence();
-#pragma unroll
-            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a0[j], dlo + step_off16(j));
-            wgmma_commit();
-
-            // The previous tile's A1 group is done: release its stage, rewrite A1.
-            wgmma_wait<1>();
-            if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
-#pragma unroll
-            for (int j = 0; j < HS; j++) {
-                if (j % 2 == 0) decode_step<BF16, 0>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
-                else decode_step<BF16, 2>(cwd[HS + j], swd[(HS + j) / 2], a1[j]);
-            }
-            wgmma_fence();
-#pragma unroll
-            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a1[j], dlo + step_off16(HS + j));
-            wgmma_commit();
-            prev_stage = (int)st;
-        }
+        uint32_t a0[HS][4], a1[HS][4];
+        for (int kt = kt0; kt < kt1; kt++, it++)
+            tile<NS>(acc, a0, a1, it, prev, bars, smem0, code_off, scale_off, dlo0, lane);
     }
 
     // tiles<V> .. tiles<NSUB> for the item's sub-tile count ns.
     template <int V = 1>
     static __device__ __forceinline__ void tiles_for(int ns, float (&acc)[C::NACC], int kt0, int kt1,
-                                                     uint32_t &it, int &prev_stage, uint32_t bars,
+                                                     uint32_t &it, int &prev, uint32_t bars,
                                                      uint32_t smem0, uint32_t code_off,
                                                      uint32_t scale_off, uint32_t dlo0, int lane) {
         if constexpr (V < NSUB) {
             if (ns > V) {
-                tiles_for<V + 1>(ns, acc, kt0, kt1, it, prev_stage, bars, smem0, code_off, scale_off,
+                tiles_for<V + 1>(ns, acc, kt0, kt1, it, prev, bars, smem0, code_off, scale_off,
                                  dlo0, lane);
                 return;
             }
         }
-        tiles<V>(acc, kt0, kt1, it, prev_stage, bars, smem0, code_off, scale_off, dlo0, lane);
+        tiles<V>(acc, kt0, kt1, it, prev, bars, smem0, code_off, scale_off, dlo0, lane);
     }
 
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
@@ -588,18 +613,25 @@ struct Kernel {
         uint32_t it = 0;
         float acc[C::NACC];
 
+        int pid[NR];
+        if (blockIdx.x < items) load_rows(p, item_of(blockIdx.x, splits, p).blk, lane, pid);
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
             const Item w = item_of(item, splits, p);
-            const int ns = subtiles(p, w.blk, lane);
+            const int ns = subtiles(p, pid);
+            if (item + (int)gridDim.x < items)
+                load_rows(p, item_of(item + gridDim.x, splits, p).blk, lane, pid);
+            // the epilogue's per-item values, loaded before the k loop hides their latency
+            const int e = p.block_expert[w.blk];
+            const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
+            const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
 #pragma unroll
             for (int i = 0; i < C::NACC; i++) acc[i] = 0.f;
             fence_operands(acc);
-            int prev_stage = -1;
-            tiles_for(ns, acc, w.kt0, w.kt1, it, prev_stage, bars, smem0, code_off, scale_off, dlo0,
-                      lane);
+            int prev = -1;
+            tiles_for(ns, acc, w.kt0, w.kt1, it, prev, bars, smem0, code_off, scale_off, dlo0, lane);
             wgmma_wait<0>();
             fence_operands(acc);
-            if (prev_stage >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev_stage));
+            if (prev >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
             if constexpr (KS == 2) {
                 // k group 1 hands its partial sums to k group 0 of the same rows through shared
                 // memory ([wg][i][128 threads]: conflict-free); barrier 4 + wg = those 256 threads.
@@ -617,18 +649,16 @@ struct Kernel {
                 pair_barrier(wg);  // read before k group 1 rewrites it for the next item
                 if (kg == 1) continue;
             }
-            epilogue(p, acc, w, splits, wg, warp, g, t, s_flag);
+            epilogue(p, acc, w, e, s2, s2_up, splits, wg, warp, g, t, s_flag);
         }
     }
 
     // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the warpgroup][token 8i + 2t + b].
-    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w,
-                                    int splits, int wg, int warp, int g, int t, int *s_flag) {
-        const int e = p.block_expert[w.blk];
-        // One scale per expert, or per (expert, half): row n takes the up half's when n >= N/2
-        // (stacked) or n is odd (interleaved).
-        const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
-        const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
+    // e: the block's expert; s2, s2_up: its scale_2 times kAccUnscale, one per expert or per
+    // (expert, half): row n takes the up half's when n >= N/2 (stacked) or n is odd (interleaved).
+    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w, int e,
+                                    float s2, float s2_up, int splits, int wg, int warp, int g,
+                                    int t, int *s_flag) {
         const int n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
         const int32_t *ids = p.sorted_ids + w.blk * BM;
         if (splits > 1) {
@@ -943,9 +973,13 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
 }
 
 extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E) {
+    // Measured on the H200 (GEMM1 + GEMM2, cold L2): Qwen3-30B-A3B at M = 1024 (64 pairs per
+    // expert) 701 us at 64 against 870 at 128; DeepSeek-V3 and gpt-oss-120b at M = 4096 (128 per
+    // expert) 8424 and 2397 us at 128 against 9427 and 2773 at 64.
     static const int32_t kSizes[] = {8, 16, 32, 64};
+    static const double kBelow[] = {0.9, 0.9, 0.9, 1.9};
     if (E <= 0) return 128;
     for (int i = 0; i < 4; i++)
-        if ((double)P / E / kSizes[i] < 0.9) return kSizes[i];
+        if ((double)P / E / kSizes[i] < kBelow[i]) return kSizes[i];
     return 128;
 }

@@ -55,8 +55,10 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
  * rows of K values: the kernel addresses rows by 32-bit offsets). */
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
-/* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32, 64 with
- * P/E/block_m < 0.9, else 128 (wgmma's token dimension N = block_m). */
+/* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with
+ * P/E/block_m < 0.9, then 64 while P/E < 1.9 * 64, else 128 (wgmma's token dimension N = block_m;
+ * from 64 up a block is two sub-tiles and runs only those it fills, so 64 stays the better grain
+ * until experts hold about two 64-blocks each). */
 int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E);
 
 #ifdef __cplusplus
