@@ -219,9 +219,10 @@ static void test_gemm_f(int64_t N, int64_t K, int nt, uint64_t seed) {
 
 // ---- the prefetch cursor and its settings ----
 
-/* Where a cursor stands, as a byte offset in its stream (-1: finished). */
+/* Where a cursor stands, as a byte offset in its stream (-1: finished, or at the end waiting for
+ * more). */
 static int64_t stream_pos(const nvfp4moe_cpu_stream *c, const nvfp4moe_cpu_seg *segs) {
-    if (c->hint == NVFP4MOE_CPU_PF_OFF) return -1;
+    if (c->hint == NVFP4MOE_CPU_PF_OFF || c->seg == c->end) return -1;
     int64_t pos = 0;
     for (const nvfp4moe_cpu_seg *g = segs; g < c->seg; g++) pos += (int64_t)g->n;
     return pos + (int64_t)c->off;
@@ -262,6 +263,66 @@ static void test_stream(void) {
     nvfp4moe_cpu_stream_start(&c, segs, 0, &(nvfp4moe_cpu_prefetch){NVFP4MOE_CPU_PF_T0, 4608, 64});
     CHECK(c.hint == NVFP4MOE_CPU_PF_OFF, "an empty stream is finished");
     nvfp4moe_cpu_stream_advance(NULL, 576);   /* a kernel without a cursor */
+}
+
+/* The address at byte `off` of the concatenation of segs [0, n) (NULL past the end). */
+static const uint8_t *seg_addr(const nvfp4moe_cpu_seg *segs, int n, int64_t off) {
+    for (int i = 0; i < n; i++) {
+        if (off < (int64_t)segs[i].n) return segs[i].p + off;
+        off -= (int64_t)segs[i].n;
+    }
+    return NULL;
+}
+
+/* A growing cursor fed a segment at a time (one ahead of the reads, as a thread pushes the chunk it
+ * claims next) asks for the lines a fixed one over all of them would, and waits at the end of what
+ * it has been given until more comes; in a buffer of two, the segments it passed are dropped. */
+static void test_stream_push(void) {
+    T_CASE("prefetch cursor, growing");
+    static uint8_t buf[8 * 576];
+    const nvfp4moe_cpu_seg segs[] = {{buf + 4 * 576, 3 * 576}, {buf, 576}, {buf + 2 * 576, 2 * 576}, {buf + 7 * 576, 576}};
+    const int64_t start[] = {0, 3 * 576, 4 * 576, 6 * 576}, total = 7 * 576;
+    const char *cases[] = {"t0:1152", "t1:640", "nta:64", "t2:1024:512", "t1:1600:320", "t0:2048:1024", "t0:8192:1024"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nvfp4moe_cpu_prefetch pf;
+        CHECK_OK(nvfp4moe_cpu_prefetch_parse(cases[i], "test", &pf));
+        nvfp4moe_cpu_seg room[2];
+        nvfp4moe_cpu_stream c;
+        nvfp4moe_cpu_stream_open(&c, room, 2, &pf);
+        int pushed = 0, bad = 0;
+        nvfp4moe_cpu_stream_push(&c, segs, 1);
+        pushed = 1;
+        for (int64_t done = 0; done <= total + 576; done += 576) {
+            if (done > 0) nvfp4moe_cpu_stream_advance(&c, 576);
+            if (pushed < 4 && done >= start[pushed - 1]) {
+                nvfp4moe_cpu_stream_push(&c, &segs[pushed], 1);
+                pushed++;
+            }
+            const int64_t have = pushed < 4 ? start[pushed] : total;
+            const int64_t next = (pf.distance + done) / pf.stride * pf.stride;
+            const bool waiting = c.seg == c.end;
+            const uint8_t *at = waiting ? NULL : c.seg->p + c.off;
+            const uint8_t *want = next < have ? seg_addr(segs, 4, next) : NULL;
+            if ((c.hint == NVFP4MOE_CPU_PF_OFF || at != want) && bad++ < 3)
+                fprintf(stderr, "  [%s] after %lld bytes, %d segments: %s, want %s\n", cases[i], (long long)done, pushed,
+                        waiting ? "waiting" : "asking", want ? "asking" : "waiting");
+        }
+        CHECK(bad == 0, "%s: %d positions off", cases[i], bad);
+    }
+    /* more than it has room for: it stops; "off": it keeps nothing */
+    nvfp4moe_cpu_prefetch t0;
+    CHECK_OK(nvfp4moe_cpu_prefetch_parse("t0:64", "test", &t0));
+    nvfp4moe_cpu_seg room[2];
+    nvfp4moe_cpu_stream c;
+    nvfp4moe_cpu_stream_open(&c, room, 2, &t0);
+    nvfp4moe_cpu_stream_push(&c, segs, 3);
+    CHECK(c.hint == NVFP4MOE_CPU_PF_OFF, "overflow stops the cursor");
+    nvfp4moe_cpu_stream_advance(&c, 576);
+    nvfp4moe_cpu_prefetch off;
+    CHECK_OK(nvfp4moe_cpu_prefetch_parse("off", "test", &off));
+    nvfp4moe_cpu_stream_open(&c, room, 2, &off);
+    nvfp4moe_cpu_stream_push(&c, segs, 2);
+    CHECK(c.hint == NVFP4MOE_CPU_PF_OFF && c.end == room, "off keeps no segment");
 }
 
 static void test_prefetch_settings(void) {
@@ -861,6 +922,7 @@ int main(void) {
     test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A16);
     test_settings();
     test_stream();
+    test_stream_push();
     test_prefetch_settings();
     test_plan_internals();
     test_pool();

@@ -132,17 +132,28 @@ typedef struct nvfp4moe_cpu_seg {
 } nvfp4moe_cpu_seg;
 
 typedef struct nvfp4moe_cpu_stream {
-    const nvfp4moe_cpu_seg *seg, *end;   /* the current segment, one past the last */
-    size_t off;                          /* the next line to ask for: seg->p + off */
+    const nvfp4moe_cpu_seg *seg, *end;   /* the current segment, one past the last known (seg == end:
+                                            at the end, waiting for more) */
+    size_t off;                          /* the next line to ask for: seg->p + off (at the end: that
+                                            far into the next segment to come) */
     size_t credit;                       /* bytes advanced not yet covered by a prefetch */
     size_t stride;
     nvfp4moe_cpu_pf_hint hint;
+    nvfp4moe_cpu_seg *buf;               /* a growing stream's segments (NULL: a fixed list) */
+    int64_t cap;                         /* their room */
 } nvfp4moe_cpu_stream;
 
 /* A cursor at the start of segs [0, n) for setting pf; then `distance` bytes of it asked for at
  * once (the warm-up, while the thread does other work). */
 void nvfp4moe_cpu_stream_start(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *segs, int64_t n,
                                const nvfp4moe_cpu_prefetch *pf);
+/* A growing cursor for setting pf with room for cap segments in buf, empty: the warm-up's
+ * `distance` bytes are asked for as the first segments come. */
+void nvfp4moe_cpu_stream_open(nvfp4moe_cpu_stream *s, nvfp4moe_cpu_seg *buf, int64_t cap, const nvfp4moe_cpu_prefetch *pf);
+/* Appends segs [0, n) (empty ones skipped) to a growing cursor's sequence, first dropping the
+ * segments it has passed; a cursor waiting at the end goes on into them at once. When they do not
+ * fit, the cursor stops (prefetching only: the reads do not depend on it). */
+void nvfp4moe_cpu_stream_push(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *segs, int64_t n);
 
 #define NVFP4MOE_CPU_STREAM_LOOP(loc)                                                              \
     while (s->credit >= s->stride) {                                                               \
@@ -151,16 +162,13 @@ void nvfp4moe_cpu_stream_start(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *s
         s->off += s->stride;                                                                       \
         while (s->off >= s->seg->n) {   /* into the next segment, carrying what is past the end */ \
             const size_t over = s->off - s->seg->n;                                                \
-            if (++s->seg == s->end) {                                                              \
-                s->hint = NVFP4MOE_CPU_PF_OFF;                                                     \
-                return;                                                                            \
-            }                                                                                      \
             s->off = over;                                                                         \
+            if (++s->seg == s->end) return;   /* at the end: waits for more */                     \
         }                                                                                          \
     }
 
-/* Moves the cursor `bytes` further (NULL, or a finished or "off" cursor: nothing). Prefetches
- * never fault. */
+/* Moves the cursor `bytes` further (NULL or an "off" cursor: nothing; one at the end of its
+ * sequence only counts them). Prefetches never fault. */
 #define NVFP4MOE_CPU_PF_SB(loc)                                                                    \
     for (int i_ = 0; i_ < NVFP4MOE_CPU_SB_BYTES; i_ += 64) __builtin_prefetch(p_ + i_, 0, loc)
 
@@ -168,7 +176,8 @@ static inline __attribute__((always_inline)) void nvfp4moe_cpu_stream_advance(nv
     if (!s || s->hint == NVFP4MOE_CPU_PF_OFF) return;
     /* The kernels' case: a superblock, every line, inside the segment (segments are whole
      * superblocks, so the cursor stays on superblock boundaries). */
-    if (bytes == NVFP4MOE_CPU_SB_BYTES && s->stride == 64 && s->credit == 0 && s->off + bytes < s->seg->n) {
+    if (s->seg != s->end && bytes == NVFP4MOE_CPU_SB_BYTES && s->stride == 64 && s->credit == 0 &&
+        s->off + bytes < s->seg->n) {
         const uint8_t *p_ = s->seg->p + s->off;
         switch (s->hint) {
         case NVFP4MOE_CPU_PF_T0: NVFP4MOE_CPU_PF_SB(3); break;
@@ -180,6 +189,7 @@ static inline __attribute__((always_inline)) void nvfp4moe_cpu_stream_advance(nv
         return;
     }
     s->credit += bytes;
+    if (s->seg == s->end) return;
     switch (s->hint) {
     case NVFP4MOE_CPU_PF_T0: NVFP4MOE_CPU_STREAM_LOOP(3) break;
     case NVFP4MOE_CPU_PF_T1: NVFP4MOE_CPU_STREAM_LOOP(2) break;

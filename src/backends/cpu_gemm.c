@@ -654,3 +654,35 @@ void nvfp4moe_cpu_stream_start(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *s
     if (n == 0) s->hint = NVFP4MOE_CPU_PF_OFF;
     nvfp4moe_cpu_stream_advance(s, (size_t)pf->distance);
 }
+
+void nvfp4moe_cpu_stream_open(nvfp4moe_cpu_stream *s, nvfp4moe_cpu_seg *buf, int64_t cap, const nvfp4moe_cpu_prefetch *pf) {
+    *s = (nvfp4moe_cpu_stream){.seg = buf, .end = buf, .stride = (size_t)pf->stride, .hint = pf->hint, .buf = buf, .cap = cap};
+    if (cap == 0 || !buf) s->hint = NVFP4MOE_CPU_PF_OFF;
+    nvfp4moe_cpu_stream_advance(s, (size_t)pf->distance);   /* at the end: counted, asked for on the first push */
+}
+
+void nvfp4moe_cpu_stream_push(nvfp4moe_cpu_stream *s, const nvfp4moe_cpu_seg *segs, int64_t n) {
+    if (s->hint == NVFP4MOE_CPU_PF_OFF || !s->buf) return;
+    /* the segments still ahead of the cursor to the front */
+    const int64_t keep = s->end - s->seg;
+    if (s->seg != s->buf) memmove(s->buf, s->seg, sizeof(nvfp4moe_cpu_seg) * (size_t)keep);
+    nvfp4moe_cpu_seg *end = s->buf + keep;
+    for (int64_t i = 0; i < n; i++) {
+        if (segs[i].n == 0) continue;
+        if (end == s->buf + s->cap) {
+            s->hint = NVFP4MOE_CPU_PF_OFF;
+            return;
+        }
+        *end++ = segs[i];
+    }
+    const bool waiting = keep == 0;
+    s->seg = s->buf;
+    s->end = end;
+    if (!waiting) return;
+    /* the cursor went on past the end by s->off (a stride's remainder) and s->credit bytes */
+    while (s->seg != s->end && s->off >= s->seg->n) {
+        s->off -= s->seg->n;
+        s->seg++;
+    }
+    nvfp4moe_cpu_stream_advance(s, 0);
+}
