@@ -56,6 +56,9 @@ int nvfp4moe_cpu_pool_size(const nvfp4moe_cpu_pool *p);
 void nvfp4moe_cpu_pool_run(nvfp4moe_cpu_pool *p, nvfp4moe_cpu_task fn, void *ctx);
 /* Inside a task: waits until every thread of the run has reached it. */
 void nvfp4moe_cpu_pool_barrier(nvfp4moe_cpu_pool *p);
+/* Inside a task: waits (spinning, then yielding, as the barrier) until *v reads at least n
+ * (acquire). */
+void nvfp4moe_cpu_pool_wait(nvfp4moe_cpu_pool *p, atomic_llong *v, long long n);
 /* [*lo, *hi): thread tid's share of n items split in nthreads contiguous parts. */
 static inline void nvfp4moe_cpu_split(int64_t n, int tid, int nthreads, int64_t *lo, int64_t *hi) {
     *lo = n * tid / nthreads;

@@ -336,6 +336,16 @@ void nvfp4moe_cpu_pool_run(nvfp4moe_cpu_pool *p, nvfp4moe_cpu_task fn, void *ctx
     pthread_mutex_unlock(&p->run_lock);
 }
 
+void nvfp4moe_cpu_pool_wait(nvfp4moe_cpu_pool *p, atomic_llong *v, long long n) {
+    for (int i = 0; atomic_load_explicit(v, memory_order_acquire) < n; i++) {
+        CPU_RELAX();
+        if (i >= p->spin) {
+            sched_yield();
+            i = 0;
+        }
+    }
+}
+
 void nvfp4moe_cpu_pool_barrier(nvfp4moe_cpu_pool *p) {
     if (p->n == 1) return;
     unsigned phase = atomic_load_explicit(&p->bar_phase, memory_order_acquire);
