@@ -565,6 +565,123 @@ static void test_invariance(nvfp4moe_scheme scheme, nvfp4moe_activation act, boo
     nvfp4moe_layer_free(l);
 }
 
+/* Which thread runs which GEMM chunk, and how the shares are cut, change no bit. Against one
+ * thread: 2, 3 and 5 threads (on this machine's CPUs, in turn, so the claiming interleaves
+ * differently from run to run), each forward repeated; with every thread but one idle (that one
+ * then runs every chunk, all but its own share's stolen), for each thread in turn; with some
+ * threads slowed before each chunk, so that the others take over part of their shares; with
+ * NVFP4MOE_CPU_CHUNKS at 1 and at its largest. float32 outputs, compared bit for bit; in every
+ * run the threads' chunks read each active expert's weights exactly once between them (the
+ * profile's bytes). No timing is checked: the slowed runs may or may not move chunks. */
+static void test_schedule(nvfp4moe_scheme scheme, nvfp4moe_activation act, bool bias, int64_t M) {
+    char name[160];
+    snprintf(name, sizeof name, "schedule %s %s%s, M=%lld", nvfp4moe_scheme_name(scheme), nvfp4moe_activation_name(act),
+             bias ? " bias" : "", (long long)M);
+    T_CASE(name);
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = 16;
+    c.top_k = 4;
+    c.hidden_size = 320;        /* 20 output tiles, a padded superblock */
+    c.intermediate_size = 192;  /* 12 units of 16 columns */
+    c.scheme = scheme;
+    c.activation = act;
+    c.has_bias = bias;
+    c.has_swiglu_limit = act == NVFP4MOE_ACT_SWIGLUOAI;
+    c.swiglu_limit = 7.0;
+    c.out_dtype = NVFP4MOE_DTYPE_F32;
+    nvfp4moe_layer *l = NULL;
+    CHECK_OK(nvfp4moe_layer_random(&c, 301, &l));
+    if (!l) return;
+    enum { H = 320, E = 16, MMAX = 16 };
+    uint16_t hidden[MMAX * H], decoy_hidden[MMAX * H];
+    float logits[MMAX * E], decoy_logits[MMAX * E], want[MMAX * H], got[MMAX * H];
+    nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, MMAX * H, 302);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, MMAX * E, 303);
+    nvfp4moe_fill_normal(decoy_hidden, NVFP4MOE_DTYPE_BF16, MMAX * H, 304);
+    nvfp4moe_fill_normal(decoy_logits, NVFP4MOE_DTYPE_F32, MMAX * E, 305);
+    const size_t bytes = sizeof(float) * (size_t)(M * H);
+    nvfp4moe_device dev = t_cpu();
+    const env_save chunks_env = env_keep("NVFP4MOE_CPU_CHUNKS");
+    unsetenv("NVFP4MOE_CPU_CHUNKS");
+    static const int threads[] = {1, 2, 3, 5};
+    int64_t total = -1;   /* the weight bytes a forward reads */
+    int runs = 0, stolen_runs = 0, bad_bytes = 0, bad_idle = 0;
+    for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+        const int T = threads[ti];
+        for (int setting = 0; setting < (T == 3 ? 3 : 1); setting++) {
+            if (setting == 1) setenv("NVFP4MOE_CPU_CHUNKS", "1", 1);
+            if (setting == 2) setenv("NVFP4MOE_CPU_CHUNKS", "4096", 1);
+            nvfp4moe_plan_options po = {.backend = "cpu_fast", .device = &dev, .num_threads = T};
+            nvfp4moe_plan *plan = NULL;
+            CHECK_OK(nvfp4moe_plan_create(&c, &l->w, &po, &plan));
+            unsetenv("NVFP4MOE_CPU_CHUNKS");
+            if (!plan) continue;
+            const nvfp4moe_cpu_profile *pr = nvfp4moe_cpu_fast_profile(plan, true);
+            CHECK(pr != NULL, "a profile");
+            if (T > 1) {
+                const nvfp4moe_cpu_steer all = {.idle = ((uint64_t)1 << T) - 1};
+                CHECK_ERR(nvfp4moe_cpu_fast_steer(plan, &all), NVFP4MOE_ERR_INVALID_ARGUMENT, "no thread");
+            }
+            /* the steerings: none (3 times), each thread alone, slowed threads */
+            nvfp4moe_cpu_steer steers[16];
+            int ns = 0;
+            for (int r = 0; r < 3; r++) steers[ns++] = (nvfp4moe_cpu_steer){0};
+            for (int t = 0; t < T && T > 1; t++) steers[ns++] = (nvfp4moe_cpu_steer){.idle = (((uint64_t)1 << T) - 1) & ~((uint64_t)1 << t)};
+            if (T > 1) {
+                steers[ns++] = (nvfp4moe_cpu_steer){.slow = 1, .slow_ns = 200000};
+                steers[ns++] = (nvfp4moe_cpu_steer){.slow = 0x5, .slow_ns = 100000};
+                steers[ns++] = (nvfp4moe_cpu_steer){.slow = (uint64_t)1 << (T - 1), .slow_ns = 300000};
+            }
+            for (int k = 0; k < ns; k++) {
+                CHECK_OK(nvfp4moe_cpu_fast_steer(plan, &steers[k]));
+                uint8_t out[MMAX * H * sizeof(float)];
+                /* another batch first, so that a value read before this forward wrote it (the plan
+                 * keeps its workspace) is another one */
+                nvfp4moe_io decoy = {.num_tokens = M, .hidden = decoy_hidden, .router_logits = decoy_logits, .output = out};
+                CHECK_OK(nvfp4moe_plan_forward(plan, &decoy, NULL));
+                memset(out, 0xFF, bytes);
+                nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = out};
+                const nvfp4moe_status st = nvfp4moe_plan_forward(plan, &io, NULL);
+                CHECK(st == NVFP4MOE_OK, "%s", nvfp4moe_last_error());
+                if (st != NVFP4MOE_OK) continue;
+                memcpy(runs == 0 ? want : got, out, bytes);
+                if (runs > 0) {
+                    char what[160];
+                    snprintf(what, sizeof what, "%d threads, chunks %s, idle %#llx, slow %#llx", T,
+                             setting == 0 ? "default" : setting == 1 ? "1" : "4096", (unsigned long long)steers[k].idle,
+                             (unsigned long long)steers[k].slow);
+                    check_bytes(what, (const uint8_t *)got, (const uint8_t *)want, bytes);
+                } else {
+                    int nonfinite = 0;
+                    for (int64_t i = 0; i < M * H; i++) nonfinite += !isfinite(want[i]);
+                    CHECK(nonfinite == 0, "%d outputs are not finite", nonfinite);
+                }
+                runs++;
+                if (!pr) continue;
+                int64_t sum = 0, stolen = 0;
+                for (int t = 0; t < pr->nthreads; t++) {
+                    sum += pr->thread[t].bytes[0] + pr->thread[t].bytes[1];
+                    stolen += pr->thread[t].stolen[0] + pr->thread[t].stolen[1];
+                    const bool idle = steers[k].idle >> t & 1;
+                    if (idle && pr->thread[t].chunks[0] + pr->thread[t].chunks[1] != 0) bad_idle++;
+                }
+                if (total < 0) total = sum;
+                if (sum != total || sum <= 0) bad_bytes++;
+                if (steers[k].idle) stolen_runs += stolen > 0;
+            }
+            nvfp4moe_plan_destroy(plan);
+        }
+    }
+    env_restore(&chunks_env);
+    CHECK(bad_bytes == 0, "%d runs whose chunks did not read each active expert's weights exactly once", bad_bytes);
+    CHECK(bad_idle == 0, "%d idle threads ran chunks", bad_idle);
+    /* a thread alone runs the other shares' chunks: for 2, 3 (three chunk settings) and 5 threads,
+     * each in turn */
+    CHECK(stolen_runs == 2 + 3 * 3 + 5, "%d runs with one thread alone stole chunks, want %d", stolen_runs, 2 + 3 * 3 + 5);
+    nvfp4moe_layer_free(l);
+}
+
 /* A NaN or an infinity in a token's hidden state: its output row is NaN, as the reference's, and
  * the other tokens are untouched. */
 static void test_nonfinite_inputs(nvfp4moe_scheme scheme) {
@@ -631,6 +748,14 @@ static void test_settings(void) {
     setenv("NVFP4MOE_CPU_PREFETCH", "t9:4096", 1);
     CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, "NVFP4MOE_CPU_PREFETCH='t9:4096'");
     unsetenv("NVFP4MOE_CPU_PREFETCH");
+    static const char *const chunks[] = {"0", "4097", "16x", "-3"};
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "NVFP4MOE_CPU_CHUNKS='%s'", chunks[i]);
+        setenv("NVFP4MOE_CPU_CHUNKS", chunks[i], 1);
+        CHECK_ERR(nvfp4moe_plan_create(&c, &l->w, &po, &plan), NVFP4MOE_ERR_INVALID_ARGUMENT, want);
+    }
+    unsetenv("NVFP4MOE_CPU_CHUNKS");
     CHECK(plan == NULL, "no plan on failure");
     nvfp4moe_layer_free(l);
 }
@@ -917,6 +1042,12 @@ int main(void) {
     test_invariance(NVFP4MOE_SCHEME_W4A4_PER_TOKEN, NVFP4MOE_ACT_GELU, false);
     test_invariance(NVFP4MOE_SCHEME_W4A16, NVFP4MOE_ACT_SILU, true);
     test_invariance(NVFP4MOE_SCHEME_W4A8_MXFP8, NVFP4MOE_ACT_RELU2, false);
+    test_schedule(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_SILU, false, 1);
+    test_schedule(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_SILU, false, 16);
+    test_schedule(NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ACT_SWIGLUOAI, true, 3);   /* gate and up interleaved */
+    test_schedule(NVFP4MOE_SCHEME_W4A4_PER_TOKEN, NVFP4MOE_ACT_GELU, false, 5);
+    test_schedule(NVFP4MOE_SCHEME_W4A16, NVFP4MOE_ACT_SILU, true, 1);
+    test_schedule(NVFP4MOE_SCHEME_W4A8_MXFP8, NVFP4MOE_ACT_RELU2, false, 7);
     test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A4);
     test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A4_PER_TOKEN);
     test_nonfinite_inputs(NVFP4MOE_SCHEME_W4A16);

@@ -96,12 +96,15 @@ static inline size_t nvfp4moe_cpu_tile_bytes(int64_t cols) {
 }
 // ---- software prefetch ----
 //
-// A thread's weight reads in a forward are a known sequence of contiguous segments (its tiles of
-// each active expert, GEMM1's then GEMM2's). A stream cursor walks that sequence `distance` bytes
-// ahead of the kernels: the kernels advance it by a superblock per superblock they read, and it
-// asks for one cache line every `stride` bytes it passes, with the hint of the setting. So the
-// prefetches follow the thread's own reads across tiles, experts and the two GEMMs, never touch
-// another thread's share, and come at the pace of the reads rather than in bursts.
+// A thread's weight reads in a forward are a sequence of contiguous segments (the tiles of the
+// chunks it claims, GEMM1's then GEMM2's), known a chunk ahead: a thread claims its next chunk when
+// it starts one and appends that chunk's segments to its stream. A stream cursor walks that
+// sequence `distance` bytes ahead of the kernels: the kernels advance it by a superblock per
+// superblock they read, and it asks for one cache line every `stride` bytes it passes, with the
+// hint of the setting. So the prefetches follow the thread's own reads across tiles, chunks,
+// experts and the two GEMMs, never touch another thread's chunks, and come at the pace of the
+// reads rather than in bursts. A cursor that reaches the end of what is known waits there, still
+// counting the bytes read, and catches up when more segments come.
 
 typedef enum nvfp4moe_cpu_pf_hint {
     NVFP4MOE_CPU_PF_OFF = 0,   /* "off": the hardware prefetchers alone */
@@ -288,12 +291,18 @@ enum {
     NVFP4MOE_CPU_AT_ROWS,        /* W4A4 per-token, W4A8: after a barrier, its rows of GEMM2's input
                                     quantized (else = GEMM1) */
     NVFP4MOE_CPU_AT_GEMM2_GO,    /* the barrier before GEMM2 passed */
-    NVFP4MOE_CPU_AT_END,         /* its GEMM2 tiles and their output columns done */
+    NVFP4MOE_CPU_AT_GEMM2,       /* its GEMM2 chunks done */
+    NVFP4MOE_CPU_AT_END,         /* the chunks of its share run (by whichever threads), their output
+                                    columns summed */
     NVFP4MOE_CPU_AT_COUNT
 };
 typedef struct nvfp4moe_cpu_prof_thread {
-    int64_t t[8];   /* NVFP4MOE_CPU_AT_*; one cache line a thread */
-} nvfp4moe_cpu_prof_thread;
+    int64_t t[8];        /* NVFP4MOE_CPU_AT_* */
+    int64_t chunks[2];   /* the GEMM1 and GEMM2 chunks the thread ran */
+    int64_t stolen[2];   /* of them, those of another thread's share */
+    int64_t bytes[2];    /* the weight bytes of its chunks; of the stolen ones: */
+    int64_t stolen_bytes[2];
+} nvfp4moe_cpu_prof_thread;   /* two cache lines a thread */
 typedef struct nvfp4moe_cpu_profile {
     int64_t entry;    /* the forward began */
     int64_t run;      /* its last pass's pool run began (routing and grouping done) */
@@ -307,6 +316,21 @@ typedef struct nvfp4moe_cpu_profile {
 /* The prefetch setting of a CPU_FAST plan, and a new one for its next forwards (the results do not
  * depend on it). INVALID_ARGUMENT when plan is not a CPU_FAST plan. */
 nvfp4moe_status nvfp4moe_cpu_fast_prefetch(nvfp4moe_plan *plan, const nvfp4moe_cpu_prefetch *set, nvfp4moe_cpu_prefetch *get);
+/* The chunks a CPU_FAST plan cuts each thread's share of a GEMM phase into, about (its
+ * NVFP4MOE_CPU_CHUNKS or the built-in 16; the results do not depend on it); 0 when plan is not a
+ * CPU_FAST plan. */
+int64_t nvfp4moe_cpu_fast_chunks(nvfp4moe_plan *plan);
+/* Steering a CPU_FAST plan's work claiming, for the tests (the results must not depend on it):
+ * the threads of `idle` (bit t: thread t) claim no GEMM chunk, so the others run all of them; those
+ * of `slow` wait `slow_ns` before each chunk they run, so the others take over part of their
+ * shares. Threads from 64 on are never steered. */
+typedef struct nvfp4moe_cpu_steer {
+    uint64_t idle, slow;
+    int64_t slow_ns;
+} nvfp4moe_cpu_steer;
+/* Sets a CPU_FAST plan's steering for its next forwards ({0}: none). INVALID_ARGUMENT when plan is
+ * not a CPU_FAST plan or `idle` holds every thread of its pool. */
+nvfp4moe_status nvfp4moe_cpu_fast_steer(nvfp4moe_plan *plan, const nvfp4moe_cpu_steer *set);
 /* Starts (on) or stops recording a CPU_FAST plan's forwards' timings; returns the record each
  * forward then rewrites (NULL when off, out of memory or not a CPU_FAST plan). */
 const nvfp4moe_cpu_profile *nvfp4moe_cpu_fast_profile(nvfp4moe_plan *plan, bool on);

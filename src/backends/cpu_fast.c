@@ -36,6 +36,7 @@
 #include "format/format.h"
 #include "reference/reference.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -47,6 +48,15 @@
 #define PASS_BYTES ((size_t)256 << 20)
 /* Columns of a token one input piece holds (a multiple of 64: whole superblocks and MXFP8 blocks). */
 #define INPUT_COLS 256
+/* The chunks a thread's share of a GEMM phase is cut into when NVFP4MOE_CPU_CHUNKS does not say
+ * (at least one per active expert; at most one per tile or unit): several per thread, so that the
+ * threads that finish first take over the rest of the slower ones' shares and all end within about
+ * a chunk of one another. */
+#define CHUNKS_DEFAULT 16
+#define CHUNKS_MAX 4096
+/* Room for a thread's prefetch segments: those of the chunk it runs and of the next (two each at
+ * most), and as many to spare. */
+#define SEG_CAP 8
 
 typedef struct {
     nvfp4moe_config cfg;
@@ -68,6 +78,8 @@ typedef struct {
     int64_t chunk;                /* tokens per pass */
     size_t scratch;               /* per-thread scratch bytes (the fixed part) */
     nvfp4moe_cpu_profile *prof;   /* when recording */
+    nvfp4moe_cpu_steer steer;     /* the tests' steering of the work claiming (none: zeros) */
+    int64_t chunks;               /* a share's chunks (CHUNKS_DEFAULT, or NVFP4MOE_CPU_CHUNKS) */
 } fast_state;
 
 static int64_t n1_of(const fast_state *s) { return nvfp4moe_config_n1(&s->cfg); }
@@ -88,29 +100,34 @@ typedef struct {
     int64_t t0, n;
 } tile_run;
 
-/* Thread tid's GEMM1 tiles (the same for every expert): the rows of its intermediate columns
- * [16 j0, 16 j1), J = I / 16 split in nthreads parts. Gated layers hold the gate rows then the up
- * rows ([g | u]: two runs), or interleave them (swigluoai: g0, u0, g1, ..., one run of twice the
- * tiles). Returns the number of runs. */
-static int gemm1_runs(const fast_state *s, int tid, int nthreads, int64_t *j0, int64_t *j1, tile_run r[2]) {
-    const int64_t J = s->cfg.intermediate_size / 16;
-    nvfp4moe_cpu_split(J, tid, nthreads, j0, j1);
-    const int64_t n = *j1 - *j0;
-    if (n == 0) return 0;
+/* The GEMM1 tiles of the intermediate's column units [ja, jb) (a unit: 16 columns, J = I / 16 of
+ * them), the same for every expert. Gated layers hold the gate rows then the up rows ([g | u]: two
+ * runs), or interleave them (swigluoai: g0, u0, g1, ..., one run of twice the tiles). Returns the
+ * number of runs. */
+static int unit_runs(const fast_state *s, int64_t ja, int64_t jb, tile_run r[2]) {
+    const int64_t J = s->cfg.intermediate_size / 16, n = jb - ja;
+    if (n <= 0) return 0;
     if (!nvfp4moe_activation_is_gated(s->cfg.activation)) {
-        r[0] = (tile_run){*j0, n};
+        r[0] = (tile_run){ja, n};
         return 1;
     }
     if (s->cfg.activation == NVFP4MOE_ACT_SWIGLUOAI) {
-        r[0] = (tile_run){2 * *j0, 2 * n};
+        r[0] = (tile_run){2 * ja, 2 * n};
         return 1;
     }
-    r[0] = (tile_run){*j0, n};
-    r[1] = (tile_run){J + *j0, n};
+    r[0] = (tile_run){ja, n};
+    r[1] = (tile_run){J + ja, n};
     return 2;
 }
 
-/* Thread tid's GEMM2 tiles: its share of the H / 16 output tiles. */
+/* Thread tid's share of GEMM1: the units [j0, j1) of J split in nthreads parts, for every expert;
+ * its tiles into r. Returns the number of runs. */
+static int gemm1_runs(const fast_state *s, int tid, int nthreads, int64_t *j0, int64_t *j1, tile_run r[2]) {
+    nvfp4moe_cpu_split(s->cfg.intermediate_size / 16, tid, nthreads, j0, j1);
+    return unit_runs(s, *j0, *j1, r);
+}
+
+/* Thread tid's share of GEMM2: its part of the H / 16 output tiles, for every expert. */
 static tile_run gemm2_run(const fast_state *s, int tid, int nthreads) {
     int64_t a, b;
     nvfp4moe_cpu_split(s->cfg.hidden_size / 16, tid, nthreads, &a, &b);
@@ -212,6 +229,16 @@ static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_we
     NVFP4MOE_TRY(nvfp4moe_cpu_kernels_select(&k));
     nvfp4moe_cpu_prefetch pf;
     NVFP4MOE_TRY(nvfp4moe_cpu_prefetch_default(&pf));
+    int64_t chunks = CHUNKS_DEFAULT;
+    const char *env = getenv("NVFP4MOE_CPU_CHUNKS");
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        const long long v = strtoll(env, &end, 10);
+        NVFP4MOE_RETURN_IF(errno || *end || v < 1 || v > CHUNKS_MAX, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                           "NVFP4MOE_CPU_CHUNKS='%s' must be an integer in [1, %d]", env, CHUNKS_MAX);
+        chunks = v;
+    }
 
     fast_state *s = calloc(1, sizeof *s);
     NVFP4MOE_RETURN_IF(!s, NVFP4MOE_ERR_OUT_OF_MEMORY, "CPU_FAST: out of memory");
@@ -219,6 +246,7 @@ static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_we
     s->cfg = *cfg;
     s->k = k;
     s->pf = pf;
+    s->chunks = chunks;
     s->qpath = cfg->scheme == NVFP4MOE_SCHEME_W4A4 || cfg->scheme == NVFP4MOE_SCHEME_W4A4_PER_TOKEN;
     s->row_pass = cfg->scheme == NVFP4MOE_SCHEME_W4A4_PER_TOKEN || cfg->scheme == NVFP4MOE_SCHEME_W4A8_MXFP8;
     const int64_t E = cfg->num_experts, H = cfg->hidden_size, I = cfg->intermediate_size, N1 = n1_of(s);
@@ -259,7 +287,8 @@ static nvfp4moe_status fast_create(const nvfp4moe_config *cfg, const nvfp4moe_we
     s->scratch = round64(sizeof(double) * (size_t)I) + round64(sizeof(float) * (size_t)wide) +
                  round64((size_t)wide / 2 + (size_t)wide / 16) +
                  round64(sizeof(int64_t) * NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS) +
-                 round64(sizeof(nvfp4moe_cpu_seg) * (size_t)(3 * E)) + round64(nvfp4moe_route_scratch_bytes(cfg)) +
+                 round64(sizeof(nvfp4moe_cpu_seg) * SEG_CAP) + round64(sizeof(int64_t) * (size_t)E) +
+                 round64(nvfp4moe_route_scratch_bytes(cfg)) +
                  round64(sizeof(float) * (size_t)E) + 2 * round64(sizeof(int64_t) * (size_t)(E + 1));
     *state = s;
     return NVFP4MOE_OK;
@@ -287,8 +316,17 @@ typedef struct {
     float *y;                             /* [P, H] GEMM2's output, by pair */
     char *scratch;                        /* per thread, `stride` bytes each */
     size_t stride;
+    struct claim *claim;                  /* [2][nthreads] the chunks of each share claimed so far,
+                                             GEMM1's then GEMM2's */
+    nvfp4moe_cpu_steer steer;
     nvfp4moe_cpu_profile *prof;
 } pass;
+
+/* A share's counters, on a cache line of their own: its chunks claimed, and (GEMM2) run. */
+struct claim {
+    atomic_llong next, done;
+    char pad[64 - 2 * sizeof(atomic_llong)];
+};
 
 typedef struct {
     int64_t *start, *order;               /* [E + 1], [P]: the pass's pairs grouped by expert (each
@@ -300,7 +338,9 @@ typedef struct {
     float *row;                           /* [max(H, I)] */
     uint8_t *qs;                          /* the quantizer's [max(H, I) * 9/16] */
     void *out;                            /* a kernel's output */
-    nvfp4moe_cpu_seg *segs;               /* [3 E] the thread's weight reads */
+    nvfp4moe_cpu_seg *segs;               /* [SEG_CAP] the thread's weight reads to come */
+    int64_t *active;                      /* [E] the active experts, in order */
+    int64_t nact;
     const nvfp4moe_cpu_qblock **qrows;    /* [P] one expert's rows */
     const float **frows;                  /* [P] */
     double *factor;                       /* [P] per row: the integer sums' factor (gate rows, GEMM2) */
@@ -330,30 +370,16 @@ static scratch_view scratch_of(const pass *p, int tid) {
     v.out = b;
     b += round64(sizeof(int64_t) * NVFP4MOE_CPU_MAX_NT * NVFP4MOE_CPU_TILE_ROWS);
     v.segs = (nvfp4moe_cpu_seg *)b;
-    b += round64(sizeof(nvfp4moe_cpu_seg) * (size_t)(3 * s->cfg.num_experts));
+    b += round64(sizeof(nvfp4moe_cpu_seg) * SEG_CAP);
+    v.active = (int64_t *)b;
+    v.nact = 0;
+    b += round64(sizeof(int64_t) * (size_t)E);
     v.qrows = (const nvfp4moe_cpu_qblock **)b;
     v.frows = (const float **)b;
     v.factor = (double *)(b + sizeof(void *) * (size_t)p->P);
     v.factor_up = v.factor + p->P;
     v.order = (int64_t *)(b + (sizeof(void *) + 2 * sizeof(double)) * (size_t)p->P);
     return v;
-}
-
-/* The thread's weight reads of this pass, in the order it makes them. */
-static int64_t stream_segments(const pass *p, int tid, int nthreads, const scratch_view *sv, nvfp4moe_cpu_seg *segs) {
-    const fast_state *s = p->s;
-    const int64_t E = s->cfg.num_experts;
-    int64_t j0, j1, n = 0;
-    tile_run r1[2];
-    const int nr = gemm1_runs(s, tid, nthreads, &j0, &j1, r1);
-    const tile_run r2 = gemm2_run(s, tid, nthreads);
-    for (int64_t e = 0; e < E; e++)
-        for (int i = 0; i < nr && sv->start[e + 1] > sv->start[e]; i++)
-            segs[n++] = (nvfp4moe_cpu_seg){s->w13 + (size_t)e * s->bytes13 + (size_t)r1[i].t0 * s->tb1, (size_t)r1[i].n * s->tb1};
-    for (int64_t e = 0; e < E && r2.n > 0; e++)
-        if (sv->start[e + 1] > sv->start[e])
-            segs[n++] = (nvfp4moe_cpu_seg){s->w2 + (size_t)e * s->bytes2 + (size_t)r2.t0 * s->tb2, (size_t)r2.n * s->tb2};
-    return n;
 }
 
 /* A: columns [c0, c1) of token t of the pass to GEMM1's input (c0 = 0, c1 = H for per-token). */
@@ -510,34 +536,108 @@ static void gemm_tile(const pass *p, int64_t e, bool gemm1, int64_t t, scratch_v
     }
 }
 
-/* B: the thread's GEMM1 tiles of every active expert, then their activations. */
-static void gemm1_phase(const pass *p, int tid, int nthreads, scratch_view *sv, nvfp4moe_cpu_stream *pf) {
-    const fast_state *s = p->s;
-    int64_t j0, j1;
-    tile_run r[2];
-    const int nr = gemm1_runs(s, tid, nthreads, &j0, &j1, r);
-    if (nr == 0) return;
-    for (int64_t e = 0; e < s->cfg.num_experts; e++) {
-        if (sv->start[e + 1] == sv->start[e]) continue;
-        expert_rows(p, e, true, sv);
-        for (int i = 0; i < nr; i++)
-            for (int64_t t = r[i].t0; t < r[i].t0 + r[i].n; t++) gemm_tile(p, e, true, t, sv, pf);
-        for (int64_t q = sv->start[e]; q < sv->start[e + 1]; q++) activate(p, q, 16 * j0, 16 * j1, sv);
-    }
+// ---- the GEMM phases' chunks ----
+//
+// Each thread has a share of each GEMM phase, the one it repacked (so on a machine with several
+// NUMA nodes, its own node's memory): GEMM1, its units of intermediate columns (16 columns: the
+// gate and up tiles) of every active expert; GEMM2, its output tiles of every active expert. A
+// share is cut into chunks, an active expert's part of the share's units or tiles each: the parts
+// of an expert as few as keep about s->chunks chunks to the share (so, at decode, a few parts of
+// each expert; with many active experts, an expert's whole share as one run of tiles: the reads
+// stay long and contiguous). A share's chunks are claimed in order through its counter: a thread
+// first claims from its own share, then, once that is all claimed, from the others' (the next
+// thread's first), until every share of the phase is claimed. Threads with slower memory, or
+// interrupted, so run fewer chunks, and all finish within about a chunk of one another.
+//
+// A GEMM1 chunk ends with the activations of its columns for the expert's pairs. The weighted sum
+// of a GEMM2 share's output columns needs all of the share's chunks: when a thread finds no chunk
+// left to claim, it waits until those of its own share have all been run (a counter per share),
+// then sums its share's columns. So no barrier is needed after GEMM2, the sums stay spread over
+// all threads, and a thread mostly sums the outputs it computed itself.
+//
+// Which thread runs a chunk changes nothing in the results: a chunk writes the outputs of its own
+// tiles (and the activations of its own columns), in fixed places, from the same inputs in the same
+// order, whoever runs it, and a share's sums read them only when all are written; how the shares
+// are cut (which depends on the thread count) changes nothing either, since the tiles, the
+// 16-column quantization blocks and the output columns are independent of one another.
+
+typedef struct {
+    int ph;          /* 0: none, 1: GEMM1, 2: GEMM2 */
+    int owner;       /* the share */
+    int64_t k;       /* its index in the share */
+} chunk;
+
+/* Share v of phase ph: its units [*u0, *u1) (GEMM1: units of 16 intermediate columns; GEMM2:
+ * output tiles), and the parts each active expert's are cut into. */
+static int64_t share_of(const pass *p, const scratch_view *sv, int ph, int v, int nthreads, int64_t *u0, int64_t *u1) {
+    const nvfp4moe_config *c = &p->s->cfg;
+    nvfp4moe_cpu_split((ph == 1 ? c->intermediate_size : c->hidden_size) / 16, v, nthreads, u0, u1);
+    const int64_t units = *u1 - *u0;
+    if (units <= 0 || sv->nact == 0) return 0;
+    return NVFP4MOE_MIN(units, NVFP4MOE_MAX((int64_t)1, NVFP4MOE_CEIL_DIV(p->s->chunks, sv->nact)));
 }
 
-/* C: the thread's GEMM2 tiles of every active expert, then the weighted sum of each token's slots
- * over those output columns. */
-static void gemm2_phase(const pass *p, int tid, int nthreads, scratch_view *sv, nvfp4moe_cpu_stream *pf) {
+/* The chunks of share v of phase ph. */
+static int64_t share_chunks(const pass *p, const scratch_view *sv, int ph, int v, int nthreads) {
+    int64_t u0, u1;
+    return sv->nact * share_of(p, sv, ph, v, nthreads, &u0, &u1);
+}
+
+/* Chunk ch's expert and its runs of tiles (its units [*ua, *ub)). Returns the number of runs. */
+static int chunk_runs(const pass *p, const scratch_view *sv, chunk ch, int nthreads, int64_t *e, int64_t *ua,
+                      int64_t *ub, tile_run r[2]) {
+    int64_t u0, u1, a, b;
+    const int64_t parts = share_of(p, sv, ch.ph, ch.owner, nthreads, &u0, &u1);
+    nvfp4moe_cpu_split(u1 - u0, (int)(ch.k % parts), (int)parts, &a, &b);
+    *ua = u0 + a;
+    *ub = u0 + b;
+    *e = sv->active[ch.k / parts];
+    if (ch.ph == 1) return unit_runs(p->s, *ua, *ub, r);
+    r[0] = (tile_run){*ua, *ub - *ua};
+    return 1;
+}
+
+/* The next chunk for thread tid: phase 1's, then phase 2's; in each, its own share's, then the
+ * others' in turn from the next thread's (d[ph - 1]: the shares it found all claimed). None when
+ * every chunk is claimed, or for a thread the steering keeps idle. */
+static chunk claim_chunk(const pass *p, const scratch_view *sv, int tid, int nthreads, int d[2]) {
+    if (tid < 64 && (p->steer.idle >> tid & 1)) return (chunk){0};
+    for (int ph = 1; ph <= 2; ph++)
+        for (; d[ph - 1] < nthreads; d[ph - 1]++) {
+            const int v = (tid + d[ph - 1]) % nthreads;
+            const int64_t n = share_chunks(p, sv, ph, v, nthreads);
+            atomic_llong *next = &p->claim[(ph - 1) * nthreads + v].next;
+            if (atomic_load_explicit(next, memory_order_relaxed) >= n) continue;
+            const int64_t k = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+            if (k < n) return (chunk){ph, v, k};
+        }
+    return (chunk){0};
+}
+
+/* Chunk ch's weight reads, in the order its kernels make them, to the prefetch cursor; returns
+ * their bytes. */
+static int64_t chunk_segments(const pass *p, const scratch_view *sv, chunk ch, int nthreads, nvfp4moe_cpu_stream *pf) {
+    if (ch.ph == 0) return 0;
     const fast_state *s = p->s;
-    const nvfp4moe_config *c = &s->cfg;
-    const tile_run r = gemm2_run(s, tid, nthreads);
-    if (r.n == 0) return;
-    for (int64_t e = 0; e < c->num_experts; e++) {
-        if (sv->start[e + 1] == sv->start[e]) continue;
-        expert_rows(p, e, false, sv);
-        for (int64_t t = r.t0; t < r.t0 + r.n; t++) gemm_tile(p, e, false, t, sv, pf);
+    int64_t e, ua, ub;
+    tile_run r[2];
+    nvfp4moe_cpu_seg g[2];
+    const int nr = chunk_runs(p, sv, ch, nthreads, &e, &ua, &ub, r);
+    const uint8_t *base = ch.ph == 1 ? s->w13 + (size_t)e * s->bytes13 : s->w2 + (size_t)e * s->bytes2;
+    const size_t tb = ch.ph == 1 ? s->tb1 : s->tb2;
+    int64_t bytes = 0;
+    for (int i = 0; i < nr; i++) {
+        g[i] = (nvfp4moe_cpu_seg){base + (size_t)r[i].t0 * tb, (size_t)r[i].n * tb};
+        bytes += (int64_t)g[i].n;
     }
+    nvfp4moe_cpu_stream_push(pf, g, nr);
+    return bytes;
+}
+
+/* C, once every chunk of a GEMM2 share has run: the weighted sum of each token's slots over its
+ * output tiles r. */
+static void combine(const pass *p, tile_run r, scratch_view *sv) {
+    const nvfp4moe_config *c = &p->s->cfg;
     const int64_t H = c->hidden_size, K = c->top_k, c0 = 16 * r.t0, n = 16 * r.n;
     const size_t osz = nvfp4moe_dtype_size(c->out_dtype);
     float *a = sv->row;
@@ -556,6 +656,87 @@ static void gemm2_phase(const pass *p, int tid, int nthreads, scratch_view *sv, 
         }
         nvfp4moe_from_float(c->out_dtype, a, n, (char *)p->io->output + (size_t)(g * H + c0) * osz);
     }
+}
+
+/* A thread's claiming: its next chunk, claimed (and its reads pushed to the prefetch cursor) once
+ * fewer than `lead` weight bytes of the current one remain to be read: the prefetch distance, so
+ * that the prefetches run on into it without a break while the thread holds it as briefly as can
+ * be (a thread the system preempts then holds up little besides its current chunk); with no
+ * prefetching, at the current one's end. With the chunks, weight bytes and stolen ones per phase
+ * (the profile). */
+typedef struct {
+    chunk next;
+    bool has_next;
+    int64_t next_bytes;
+    int64_t lead;
+    int d[2];
+    int64_t chunks[2], stolen[2], bytes[2], stolen_bytes[2];
+} claimer;
+
+static void claim_next(const pass *p, const scratch_view *sv, int tid, int nthreads, nvfp4moe_cpu_stream *pf, claimer *cl) {
+    if (cl->has_next) return;
+    cl->next = claim_chunk(p, sv, tid, nthreads, cl->d);
+    cl->next_bytes = chunk_segments(p, sv, cl->next, nthreads, pf);
+    cl->has_next = true;
+}
+
+/* The thread's next chunk into *ch when it is of phase ph (false: none left of it for this thread;
+ * a chunk of the next phase stays claimed). */
+static bool take_chunk(const pass *p, const scratch_view *sv, int tid, int nthreads, nvfp4moe_cpu_stream *pf, claimer *cl,
+                       int ph, chunk *ch) {
+    claim_next(p, sv, tid, nthreads, pf, cl);
+    if (cl->next.ph != ph) return false;
+    const int i = ph - 1;
+    const bool stolen = cl->next.owner != tid;
+    cl->chunks[i]++;
+    cl->stolen[i] += stolen;
+    cl->bytes[i] += cl->next_bytes;
+    cl->stolen_bytes[i] += stolen ? cl->next_bytes : 0;
+    *ch = cl->next;
+    cl->has_next = false;
+    return true;
+}
+
+/* B: a GEMM1 chunk, its tiles then the activations of its columns for the expert's pairs. C: a
+ * GEMM2 chunk, its tiles (then counted as run in its share). The next chunk is claimed on the way
+ * (cl->lead). */
+static void run_chunk(const pass *p, chunk ch, int tid, int nthreads, scratch_view *sv, nvfp4moe_cpu_stream *pf, claimer *cl) {
+    int64_t e, ua, ub;
+    tile_run r[2];
+    const int nr = chunk_runs(p, sv, ch, nthreads, &e, &ua, &ub, r);
+    const bool gemm1 = ch.ph == 1;
+    const int64_t tb = (int64_t)(gemm1 ? p->s->tb1 : p->s->tb2);
+    int64_t left = 0;
+    for (int i = 0; i < nr; i++) left += r[i].n * tb;
+    expert_rows(p, e, gemm1, sv);
+    for (int i = 0; i < nr; i++)
+        for (int64_t t = r[i].t0; t < r[i].t0 + r[i].n; t++) {
+            left -= tb;
+            if (left < cl->lead) claim_next(p, sv, tid, nthreads, pf, cl);
+            gemm_tile(p, e, gemm1, t, sv, pf);
+        }
+    if (gemm1) {
+        for (int64_t q = sv->start[e]; q < sv->start[e + 1]; q++) activate(p, q, 16 * ua, 16 * ub, sv);
+        return;
+    }
+    atomic_fetch_add_explicit(&p->claim[nthreads + ch.owner].done, 1, memory_order_release);
+}
+
+/* C, after the thread's chunks: waits until the chunks of its GEMM2 share have run (the others'
+ * last ones: about a chunk), then sums the share's columns. */
+static void combine_share(const pass *p, int tid, int nthreads, scratch_view *sv) {
+    const int64_t n = share_chunks(p, sv, 2, tid, nthreads);
+    const tile_run r = gemm2_run(p->s, tid, nthreads);
+    if (r.n == 0) return;
+    nvfp4moe_cpu_pool_wait(p->s->pool, &p->claim[nthreads + tid].done, n);
+    combine(p, r, sv);
+}
+
+/* The steering's wait before a chunk (tests only). */
+static void steer_wait(const pass *p, int tid) {
+    if (tid >= 64 || !(p->steer.slow >> tid & 1) || p->steer.slow_ns <= 0) return;
+    struct timespec ts = {p->steer.slow_ns / 1000000000, p->steer.slow_ns % 1000000000};
+    nanosleep(&ts, NULL);
 }
 
 static void stamp(nvfp4moe_cpu_prof_thread *pr, int at) {
@@ -577,7 +758,8 @@ static void route_tokens(const pass *p, int64_t a, int64_t b, scratch_view *sv) 
 }
 
 /* The pass's pairs grouped by expert, as nvfp4moe_group_by_expert groups them (a counting sort,
- * token order kept within an expert), into this thread's start and order. */
+ * token order kept within an expert), into this thread's start and order; the active experts
+ * into act. */
 static void group_pairs(const pass *p, scratch_view *sv) {
     const int64_t E = p->s->cfg.num_experts;
     memset(sv->start, 0, sizeof(int64_t) * (size_t)(E + 1));
@@ -585,6 +767,9 @@ static void group_pairs(const pass *p, scratch_view *sv) {
     for (int64_t e = 0; e < E; e++) sv->start[e + 1] += sv->start[e];
     memcpy(sv->fill, sv->start, sizeof(int64_t) * (size_t)E);
     for (int64_t q = 0; q < p->P; q++) sv->order[sv->fill[p->ids[q]]++] = q;
+    sv->nact = 0;
+    for (int64_t e = 0; e < E; e++)
+        if (sv->start[e + 1] > sv->start[e]) sv->active[sv->nact++] = e;
 }
 
 static void forward_task(void *ctx, int tid, int nthreads) {
@@ -608,9 +793,16 @@ static void forward_task(void *ctx, int tid, int nthreads) {
     nvfp4moe_cpu_pool_barrier(s->pool);
     stamp(pr, NVFP4MOE_CPU_AT_GEMM1_GO);
     group_pairs(p, &sv);
+    /* B and C: the chunks, GEMM1's then GEMM2's (the first of which is claimed, and its weights
+     * asked for, before the barrier) */
     nvfp4moe_cpu_stream pf;
-    nvfp4moe_cpu_stream_start(&pf, sv.segs, stream_segments(p, tid, nthreads, &sv, sv.segs), &s->pf);
-    gemm1_phase(p, tid, nthreads, &sv, &pf);
+    nvfp4moe_cpu_stream_open(&pf, sv.segs, SEG_CAP, &s->pf);
+    claimer cl = {.lead = s->pf.hint == NVFP4MOE_CPU_PF_OFF ? 0 : s->pf.distance};
+    chunk ch;
+    while (take_chunk(p, &sv, tid, nthreads, &pf, &cl, 1, &ch)) {
+        steer_wait(p, tid);
+        run_chunk(p, ch, tid, nthreads, &sv, &pf, &cl);
+    }
     stamp(pr, NVFP4MOE_CPU_AT_GEMM1);
     if (s->row_pass) {
         nvfp4moe_cpu_pool_barrier(s->pool);
@@ -621,8 +813,20 @@ static void forward_task(void *ctx, int tid, int nthreads) {
     stamp(pr, NVFP4MOE_CPU_AT_ROWS);
     nvfp4moe_cpu_pool_barrier(s->pool);
     stamp(pr, NVFP4MOE_CPU_AT_GEMM2_GO);
-    gemm2_phase(p, tid, nthreads, &sv, &pf);
+    while (take_chunk(p, &sv, tid, nthreads, &pf, &cl, 2, &ch)) {
+        steer_wait(p, tid);
+        run_chunk(p, ch, tid, nthreads, &sv, &pf, &cl);
+    }
+    stamp(pr, NVFP4MOE_CPU_AT_GEMM2);
+    combine_share(p, tid, nthreads, &sv);
     stamp(pr, NVFP4MOE_CPU_AT_END);
+    if (pr)
+        for (int i = 0; i < 2; i++) {
+            pr->chunks[i] = cl.chunks[i];
+            pr->stolen[i] = cl.stolen[i];
+            pr->bytes[i] = cl.bytes[i];
+            pr->stolen_bytes[i] = cl.stolen_bytes[i];
+        }
 }
 
 /* Per-thread scratch bytes for a pass of P pairs: the fixed part, then per pair a row pointer, two
@@ -638,7 +842,7 @@ static bool carve(fast_state *s, int64_t m, int nthreads, pass *p) {
     const int64_t K = c->top_k, H = c->hidden_size, I = c->intermediate_size, N1 = n1_of(s);
     const int64_t P = m * K;
     const size_t qb1 = qrow_bytes(s->kp1), qb2 = qrow_bytes(s->kp2);
-    enum { IDS, WTS, X1Q, X1, H1, X2Q, X2, X2RAW, Y, BAD, SCRATCH, NPARTS };
+    enum { IDS, WTS, X1Q, X1, H1, X2Q, X2, X2RAW, Y, BAD, CLAIM, SCRATCH, NPARTS };
     size_t sizes[NPARTS] = {
         [IDS] = p->route ? sizeof(int32_t) * (size_t)P : 0,
         [WTS] = p->route ? sizeof(float) * (size_t)P : 0,
@@ -650,6 +854,7 @@ static bool carve(fast_state *s, int64_t m, int nthreads, pass *p) {
         [X2RAW] = s->row_pass ? sizeof(float) * (size_t)(P * I) : 0,
         [Y] = sizeof(float) * (size_t)(P * H),
         [BAD] = sizeof(atomic_bool) * (size_t)m,
+        [CLAIM] = sizeof(struct claim) * 2 * (size_t)nthreads,
         [SCRATCH] = scratch_stride(s, P) * (size_t)nthreads,
     };
     size_t off[NPARTS], total = 0;
@@ -682,6 +887,11 @@ static bool carve(fast_state *s, int64_t m, int nthreads, pass *p) {
     p->scratch = w + off[SCRATCH];
     p->stride = scratch_stride(s, P);
     for (int64_t t = 0; t < m; t++) atomic_init(&p->bad[t], false);
+    p->claim = (struct claim *)(w + off[CLAIM]);
+    for (int i = 0; i < 2 * nthreads; i++) {
+        atomic_init(&p->claim[i].next, 0);
+        atomic_init(&p->claim[i].done, 0);
+    }
     if (s->qpath) {
         p->x1q = (nvfp4moe_cpu_qrow *)(w + off[X1Q]);
         p->x2q = (nvfp4moe_cpu_qrow *)(w + off[X2Q]);
@@ -718,7 +928,8 @@ static nvfp4moe_status fast_forward(void *state, const nvfp4moe_io *io, void *st
         prof->passes = 0;
     }
     /* The routing, the inputs and everything after are the threads' (the task's phase A). */
-    pass p = {.s = s, .io = io, .route = !io->topk_ids, .logits = nvfp4moe_routing_reads_logits(c, io), .prof = prof};
+    pass p = {.s = s, .io = io, .route = !io->topk_ids, .logits = nvfp4moe_routing_reads_logits(c, io), .prof = prof,
+              .steer = s->steer};
     const int nthreads = nvfp4moe_cpu_pool_size(s->pool);
     nvfp4moe_status st = NVFP4MOE_OK;
     for (int64_t t0 = 0; t0 < M; t0 += s->chunk) {
@@ -760,6 +971,24 @@ nvfp4moe_status nvfp4moe_cpu_fast_prefetch(nvfp4moe_plan *plan, const nvfp4moe_c
     pthread_mutex_lock(&s->lock);
     if (get) *get = s->pf;
     if (set) s->pf = *set;
+    pthread_mutex_unlock(&s->lock);
+    return NVFP4MOE_OK;
+}
+
+int64_t nvfp4moe_cpu_fast_chunks(nvfp4moe_plan *plan) {
+    const fast_state *s = nvfp4moe_plan_backend_state(plan, &nvfp4moe_impl_cpu_fast);
+    return s ? s->chunks : 0;
+}
+
+nvfp4moe_status nvfp4moe_cpu_fast_steer(nvfp4moe_plan *plan, const nvfp4moe_cpu_steer *set) {
+    fast_state *s = nvfp4moe_plan_backend_state(plan, &nvfp4moe_impl_cpu_fast);
+    NVFP4MOE_RETURN_IF(!s, NVFP4MOE_ERR_INVALID_ARGUMENT, "not a CPU_FAST plan");
+    const int n = nvfp4moe_cpu_pool_size(s->pool);
+    const uint64_t all = n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1;
+    NVFP4MOE_RETURN_IF(n <= 64 && (set->idle & all) == all, NVFP4MOE_ERR_INVALID_ARGUMENT,
+                       "steering: no thread of the %d left to run the chunks", n);
+    pthread_mutex_lock(&s->lock);
+    s->steer = *set;
     pthread_mutex_unlock(&s->lock);
     return NVFP4MOE_OK;
 }
