@@ -18,7 +18,8 @@
  * results do not depend on the setting). --profile adds, per point, where a forward's time goes:
  * the medians of the phases each thread records (the caller before the run, the wake-up of the
  * workers, the routing and the inputs, the barriers, GEMM1 and GEMM2 of the fastest and the slowest thread, the
- * join) and the weight bytes over the time the GEMM phases take. --stream measures the kernels
+ * sums, the join), the weight bytes over the time the GEMM phases take, and how the GEMM chunks
+ * fell to the threads (the least and most bytes one read, the bytes taken from another's share). --stream measures the kernels
  * alone instead of the layer: each thread runs the integer kernel over its share of the 1 GiB
  * buffer (tiles of 2048 columns, one or two activation rows: decode's case) with each prefetch
  * setting, against the plain read of the same buffer; then the kernel on one tile that stays in
@@ -50,14 +51,16 @@ static const struct { const char *preset; int64_t M; double ms; } k_ggml[] = {
 #define GGML_THREADS 16
 
 /* A forward's phases (microseconds), from its profile; see phases_of. */
-enum { PH_ROUTE, PH_WAKE, PH_INPUTS, PH_BAR1, PH_G1_MIN, PH_G1_MAX, PH_ROWS, PH_BAR2, PH_G2_MIN, PH_G2_MAX, PH_JOIN,
-       PH_POST, PH_GEMM_GBS, PH_COUNT };
+enum { PH_ROUTE, PH_WAKE, PH_INPUTS, PH_BAR1, PH_G1_MIN, PH_G1_MAX, PH_ROWS, PH_BAR2, PH_G2_MIN, PH_G2_MAX, PH_SUMS,
+       PH_JOIN, PH_POST, PH_GEMM_GBS, PH_SHARE_MIN, PH_SHARE_MAX, PH_STOLEN, PH_COUNT };
 static const char *const k_phase_names[PH_COUNT] = {"before", "wake", "inputs", "barrier1", "gemm1 min", "gemm1 max", "rows",
-                                                   "barrier2", "gemm2 min", "gemm2 max", "join", "after", "GEMM GB/s"};
+                                                   "barrier2", "gemm2 min", "gemm2 max", "sums", "join", "after", "GEMM GB/s",
+                                                   "bytes min %", "bytes max %", "stolen %"};
 /* The same as CSV columns and JSON keys. */
 static const char *const k_phase_keys[PH_COUNT] = {"before_us", "wake_us", "inputs_us", "barrier1_us", "gemm1_min_us",
                                                   "gemm1_max_us", "rows_us", "barrier2_us", "gemm2_min_us", "gemm2_max_us",
-                                                  "join_us", "after_us", "gemm_gb_s"};
+                                                  "sums_us", "join_us", "after_us", "gemm_gb_s", "bytes_min_pct",
+                                                  "bytes_max_pct", "stolen_pct"};
 
 typedef struct {
     const cli_layer_preset *p;
@@ -66,6 +69,7 @@ typedef struct {
     const char *isa;
     char prefetch[32];
     int64_t experts;          /* touched */
+    int64_t chunks;           /* the plan's chunks a thread share (NVFP4MOE_CPU_CHUNKS) */
     double mb, ms, ms_min, gbs, pct, bw_gbs;
     double ggml_ms, ggml_pct; /* 0: no figure */
     bool profiled;
@@ -147,13 +151,15 @@ static double median(double *v, int n) {
 
 /* One forward's phases from its profile (the last pass's): the caller before the run, the time
  * until the last worker started, the longest routing and inputs share, each barrier from the last
- * arrival to the first departure, the shortest and longest GEMM1 (with its activations) and GEMM2
- * (with its sums), the per-token / W4A8 row pass (with its barrier), the join after the last
- * thread, the caller after the run; and the weight bytes over the two GEMM phases' spans (first
- * thread in to last thread out). */
+ * arrival to the first departure, the shortest and longest GEMM1 (its chunks, with their
+ * activations) and GEMM2 (its chunks), the per-token / W4A8 row pass (with its barrier), the
+ * longest wait for a share's last chunks with its sums, the join after the last thread, the caller
+ * after the run; the weight bytes over the two GEMM phases' spans (first thread in to last thread
+ * out); and how the chunks fell: the least and the most weight bytes a thread read, in % of an even
+ * share, and the % of the bytes read by a thread other than the share's owner. */
 static void phases_of(const nvfp4moe_cpu_profile *pr, double mb, double *ph) {
     enum { S = NVFP4MOE_CPU_AT_START, IN = NVFP4MOE_CPU_AT_INPUTS, G1GO = NVFP4MOE_CPU_AT_GEMM1_GO, G1 = NVFP4MOE_CPU_AT_GEMM1,
-           RW = NVFP4MOE_CPU_AT_ROWS, G2GO = NVFP4MOE_CPU_AT_GEMM2_GO, END = NVFP4MOE_CPU_AT_END };
+           RW = NVFP4MOE_CPU_AT_ROWS, G2GO = NVFP4MOE_CPU_AT_GEMM2_GO, G2 = NVFP4MOE_CPU_AT_GEMM2, END = NVFP4MOE_CPU_AT_END };
     int64_t lo[NVFP4MOE_CPU_AT_COUNT], hi[NVFP4MOE_CPU_AT_COUNT];
     for (int k = 0; k < NVFP4MOE_CPU_AT_COUNT; k++) {
         lo[k] = INT64_MAX;
@@ -163,15 +169,23 @@ static void phases_of(const nvfp4moe_cpu_profile *pr, double mb, double *ph) {
             hi[k] = NVFP4MOE_MAX(hi[k], pr->thread[t].t[k]);
         }
     }
-    double in = 0, g1lo = 1e300, g1hi = 0, rows = 0, g2lo = 1e300, g2hi = 0;
+    double in = 0, g1lo = 1e300, g1hi = 0, rows = 0, g2lo = 1e300, g2hi = 0, sums = 0;
+    double blo = 1e300, bhi = 0, btot = 0, bstolen = 0;
     for (int t = 0; t < pr->nthreads; t++) {
         const int64_t *x = pr->thread[t].t;
+        const nvfp4moe_cpu_prof_thread *th = &pr->thread[t];
+        const double bytes = (double)(th->bytes[0] + th->bytes[1]);
+        blo = NVFP4MOE_MIN(blo, bytes);
+        bhi = NVFP4MOE_MAX(bhi, bytes);
+        btot += bytes;
+        bstolen += (double)(th->stolen_bytes[0] + th->stolen_bytes[1]);
+        sums = NVFP4MOE_MAX(sums, (double)(x[END] - x[G2]));
         in = NVFP4MOE_MAX(in, (double)(x[IN] - x[S]));
         g1lo = NVFP4MOE_MIN(g1lo, (double)(x[G1] - x[G1GO]));
         g1hi = NVFP4MOE_MAX(g1hi, (double)(x[G1] - x[G1GO]));
         rows = NVFP4MOE_MAX(rows, (double)(x[RW] - x[G1]));
-        g2lo = NVFP4MOE_MIN(g2lo, (double)(x[END] - x[G2GO]));
-        g2hi = NVFP4MOE_MAX(g2hi, (double)(x[END] - x[G2GO]));
+        g2lo = NVFP4MOE_MIN(g2lo, (double)(x[G2] - x[G2GO]));
+        g2hi = NVFP4MOE_MAX(g2hi, (double)(x[G2] - x[G2GO]));
     }
     ph[PH_ROUTE] = (double)(pr->run - pr->entry) / 1e3;
     ph[PH_WAKE] = (double)(hi[S] - pr->run) / 1e3;
@@ -183,9 +197,14 @@ static void phases_of(const nvfp4moe_cpu_profile *pr, double mb, double *ph) {
     ph[PH_BAR2] = (double)(lo[G2GO] - hi[RW]) / 1e3;
     ph[PH_G2_MIN] = g2lo / 1e3;
     ph[PH_G2_MAX] = g2hi / 1e3;
+    ph[PH_SUMS] = sums / 1e3;
     ph[PH_JOIN] = (double)(pr->joined - hi[END]) / 1e3;
     ph[PH_POST] = (double)(pr->exit - pr->joined) / 1e3;
-    ph[PH_GEMM_GBS] = mb * 1e6 / ((double)(hi[G1] - lo[G1GO]) + (double)(hi[END] - lo[G2GO]));   /* bytes / ns */
+    ph[PH_GEMM_GBS] = mb * 1e6 / ((double)(hi[G1] - lo[G1GO]) + (double)(hi[G2] - lo[G2GO]));   /* bytes / ns */
+    const double even = btot / pr->nthreads;
+    ph[PH_SHARE_MIN] = even > 0 ? 100.0 * blo / even : 0;
+    ph[PH_SHARE_MAX] = even > 0 ? 100.0 * bhi / even : 0;
+    ph[PH_STOLEN] = btot > 0 ? 100.0 * bstolen / btot : 0;
 }
 
 // ---- one preset ----
@@ -419,8 +438,8 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
             rc = -1;
             break;
         }
-        fprintf(cli_bench_text, "%s: %d threads: plan in %.1f s (%.2f GB repacked)\n", pr->name, T, cli_now_s() - t0,
-               (double)E * (double)per_expert / 1e9);
+        fprintf(cli_bench_text, "%s: %d threads: plan in %.1f s (%.2f GB repacked, GEMM shares in about %lld chunks each)\n",
+                pr->name, T, cli_now_s() - t0, (double)E * (double)per_expert / 1e9, (long long)nvfp4moe_cpu_fast_chunks(plan));
         nvfp4moe_cpu_prefetch own;
         nvfp4moe_cpu_fast_prefetch(plan, NULL, &own);
         const nvfp4moe_cpu_profile *prof = b->profile ? nvfp4moe_cpu_fast_profile(plan, true) : NULL;
@@ -466,7 +485,8 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
                 qsort(times, (size_t)b->iters, sizeof times[0], cmp_double);
                 const double bw = median(bws, b->iters);
                 point *pt = &b->pts[b->npts++];
-                *pt = (point){.p = pr, .M = M, .threads = nvfp4moe_cpu_pool_size(pool), .experts = touched, .bw_gbs = bw};
+                *pt = (point){.p = pr, .M = M, .threads = nvfp4moe_cpu_pool_size(pool), .experts = touched, .bw_gbs = bw,
+                              .chunks = nvfp4moe_cpu_fast_chunks(plan)};
                 const nvfp4moe_cpu_kernels *k = NULL;
                 nvfp4moe_cpu_kernels_select(&k);
                 pt->isa = nvfp4moe_cpu_isa_name(k->isa);
@@ -515,15 +535,15 @@ static int write_outputs(const bench_cpu *b, bool json) {
         fprintf(stderr, "nvfp4moe bench --cpu: cannot write %s\n", path);
         return -1;
     }
-    fprintf(f, "preset,scheme,M,threads,isa,prefetch,experts,mb_read,ms_median,ms_min,gb_s,read_bw_gb_s,pct_read_bw,"
+    fprintf(f, "preset,scheme,M,threads,isa,prefetch,chunks,experts,mb_read,ms_median,ms_min,gb_s,read_bw_gb_s,pct_read_bw,"
                "ggml_16c_ms,ggml_16c_pct_read_bw");
     for (int q = 0; q < PH_COUNT; q++) fprintf(f, ",%s", k_phase_keys[q]);
     fprintf(f, "\n");
     for (int i = 0; i < b->npts; i++) {
         const point *p = &b->pts[i];
-        fprintf(f, "%s,%s,%lld,%d,%s,%s,%lld,%.2f,%.4f,%.4f,%.2f,%.2f,%.1f,", p->p->name, nvfp4moe_scheme_name(b->scheme),
-                (long long)p->M, p->threads, p->isa, p->prefetch, (long long)p->experts, p->mb, p->ms, p->ms_min, p->gbs,
-                p->bw_gbs, p->pct);
+        fprintf(f, "%s,%s,%lld,%d,%s,%s,%lld,%lld,%.2f,%.4f,%.4f,%.2f,%.2f,%.1f,", p->p->name, nvfp4moe_scheme_name(b->scheme),
+                (long long)p->M, p->threads, p->isa, p->prefetch, (long long)p->chunks, (long long)p->experts, p->mb, p->ms,
+                p->ms_min, p->gbs, p->bw_gbs, p->pct);
         if (p->ggml_ms > 0) fprintf(f, "%.2f,%.1f", p->ggml_ms, p->ggml_pct);
         else fprintf(f, ",");
         for (int q = 0; q < PH_COUNT; q++) {
@@ -541,6 +561,9 @@ static int write_outputs(const bench_cpu *b, bool json) {
     }
     fprintf(f, "# CPU_FAST on %s\n\n", b->cpu);
     fprintf(f, "- date: %s\n- commit: %s\n- command: `%s`\n", b->date, b->commit, b->command);
+    if (b->npts > 0)
+        fprintf(f, "- work split: each thread's share of a GEMM phase in about %lld chunks, claimed by the threads as "
+                   "they go (NVFP4MOE_CPU_CHUNKS)\n", (long long)b->pts[0].chunks);
     fprintf(f, "- layer: random NVFP4 weights (E2M1 codes, E4M3 scales in [2^-3, 448]), scheme %s, bf16 activations, "
                "random normal router logits (renormalize top-k)\n", nvfp4moe_scheme_name(b->scheme));
     fprintf(f, "- time: median of %d forwards, each after a 1 GiB read on the same threads (cold caches, awake "
@@ -565,9 +588,12 @@ static int write_outputs(const bench_cpu *b, bool json) {
                    "before the threads' run (checks, workspace); wake = until the last thread started; inputs = the "
                    "longest share of the routing and the input quantization; barrier = from the last arrival to the "
                    "first departure; gemm min / max = the fastest and the slowest thread's GEMM1 (with its grouping "
-                   "and activations) and GEMM2 (with its sums); rows = the row pass of per-token / W4A8 with its "
-                   "barrier; join = after the last thread; after = the caller after the run. GEMM GB/s: the weight "
-                   "bytes over the spans of the two GEMM phases.\n\n");
+                   "and activations) and GEMM2, each the chunks it ran; rows = the row pass of per-token / W4A8 with its "
+                   "barrier; sums = the longest wait for the last chunks of a thread's share with that share's "
+                   "weighted sums; join = after the last thread; after = the caller after the run. GEMM GB/s: the "
+                   "weight bytes over the spans of the two GEMM phases. bytes min / max %%: the least and the most "
+                   "weight bytes one thread read, in %% of an even share (how far the chunk claiming moved work from "
+                   "slower threads to faster ones); stolen %%: the bytes a thread read from another's share.\n\n");
         fprintf(f, "| preset | M | threads | prefetch | ms |");
         for (int q = 0; q < PH_COUNT; q++) fprintf(f, " %s |", k_phase_names[q]);
         fprintf(f, "\n|---|---:|---:|---|---:|");
@@ -592,6 +618,7 @@ static int write_outputs(const bench_cpu *b, bool json) {
         json_object_set_new(o, "threads", json_integer(p->threads));
         json_object_set_new(o, "isa", json_string(p->isa));
         json_object_set_new(o, "prefetch", json_string(p->prefetch));
+        json_object_set_new(o, "chunks", json_integer(p->chunks));
         json_object_set_new(o, "experts", json_integer(p->experts));
         json_object_set_new(o, "mb_read", json_real(p->mb));
         json_object_set_new(o, "ms_median", json_real(p->ms));
@@ -674,7 +701,7 @@ static void usage(FILE *f, const cli_layer_preset *presets, int n) {
     cli_opts_help(f, k_opts, O_COUNT);
     fprintf(f, "  -h, --help                this text\n\n"
                "Environment: NVFP4MOE_CPU_ISA=portable|avx2|avx512 forces the kernels, NVFP4MOE_CPU_PREFETCH\n"
-               "the plans' prefetch setting.\n");
+               "the plans' prefetch setting, NVFP4MOE_CPU_CHUNKS the chunks of a thread's share of a GEMM phase.\n");
 }
 
 /* --prefetch: a comma-separated list of settings, "default" for the plan's own. Returns nonzero
