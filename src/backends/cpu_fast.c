@@ -2,9 +2,9 @@
  * cpu_fast.c - CPU_FAST: the layer on the CPU at memory speed, W4A4 computed exactly.
  *
  * At plan creation the weights are repacked into 16-row tiles for the SIMD kernels (cpu.h), each
- * thread of the pool repacking the tiles it will read (so that on a multi-node machine they live
- * on its node). A forward, per pass of up to `chunk` tokens, is one run of the pool (the caller
- * only checks the io and lays out the workspace):
+ * thread of the pool repacking the tiles of its share (below; so that on a multi-node machine they
+ * live on its node). A forward, per pass of up to `chunk` tokens, is one run of the pool (the
+ * caller only checks the io and lays out the workspace):
  *   A  routing (the reference router, a token per thread; skipped when io gives the top-k) and the
  *      inputs: each token to float (router weight applied first when asked: then after the
  *      routing and a barrier), its NaN / infinity check, then quantized to
@@ -13,22 +13,26 @@
  *      independent, so the tokens are cut in pieces of INPUT_COLS columns shared by all threads
  *      (per-token scales need a whole row: there, whole tokens);
  *   B  each thread groups the pairs by expert itself (the same counting sort, no barrier); GEMM1
- *      and the activation: a thread owns the same columns [j0, j1) of the intermediate for
- *      every active expert, that is its gate and up tiles (work split by bytes of weights: at decode
- *      the few active experts still use every core); each tile meets its expert's tokens 8 at a
- *      time, so a weight block is decoded once per 8 tokens; the float64 output goes straight
- *      through the reference's activation and, for W4A4 and W4A16, into GEMM2's input blocks of
- *      those columns. W4A4 per-token and W4A8 quantize whole rows: after a barrier, a pass over the
- *      rows (split by rows);
- *   C  GEMM2 like GEMM1 over the thread's output tiles, then each thread sums the slots of the
- *      output columns it computed (the same tiles for every expert: no barrier), in slot order, in
- *      float32, as the expert-parallel combine does (or NaN for a token with non-finite inputs:
- *      the host backends' rule).
- * So a forward has two barriers (three for per-token and W4A8). The weights a thread reads form one
- * known sequence; its prefetch cursor (cpu.h) runs ahead of the kernels through it, across
- * experts and from GEMM1 into GEMM2 (so that the barrier before GEMM2 waits with the memory busy).
- * Every sum has a fixed order (the integer ones are exact), so a token's output does not depend on
- * the batch it is in, the number of threads or the instruction set.
+ *      and the activation, in chunks the threads claim as they go (see "the GEMM phases' chunks"):
+ *      a thread's share is the same columns [j0, j1) of the intermediate for every active expert,
+ *      that is its gate and up tiles (work split by bytes of weights: at decode the few active
+ *      experts still use every core), cut into chunks of one expert each; a thread claims its own
+ *      share's chunks, then the others'. Each tile meets its expert's tokens 8 at a time, so a
+ *      weight block is decoded once per 8 tokens; the float64 output goes straight through the
+ *      reference's activation and, for W4A4 and W4A16, into GEMM2's input blocks of the chunk's
+ *      columns. W4A4 per-token and W4A8 quantize whole rows: after a barrier, a pass over the rows
+ *      (split by rows);
+ *   C  GEMM2 like GEMM1, the shares being output tiles; then each thread, once its share's chunks
+ *      have all run (by whichever threads), sums the slots of its share's output columns (no
+ *      barrier), in slot order, in float32, as the expert-parallel combine does (or NaN for a
+ *      token with non-finite inputs: the host backends' rule).
+ * So a forward has two barriers (three for per-token and W4A8). A thread's weight reads are the
+ * tiles of the chunks it claims, the next one claimed shortly before the current one ends; its
+ * prefetch cursor (cpu.h) runs ahead of the kernels through them, across chunks, experts and from
+ * GEMM1 into GEMM2 (so that the barrier before GEMM2 waits with the memory busy). Every sum has a
+ * fixed order (the integer ones are exact) and a chunk's results do not depend on who runs it, so
+ * a token's output does not depend on the batch it is in, the number of threads, which thread ran
+ * which chunk, or the instruction set.
  */
 #define _GNU_SOURCE   /* clock_gettime */
 #include "backends/backends.h"
