@@ -112,18 +112,25 @@ if has stalls; then
     log "stalls done"
 fi
 if has prof; then
-    # the prefill GEMMs as ncu sees them: DeepSeek-V3 M = 4096, GEMM1 (launch 8: after 4 warm-up pairs)
-    # and GEMM2 (launch 9): sections, then the per-SASS-instruction stall samples of GEMM1
+    # the prefill GEMMs as ncu sees them, per PROF_CASES entry model:M (default DeepSeek-V3 M = 4096
+    # and Qwen3-30B-A3B M = 256): GEMM1 (launch 8: after 4 warm-up pairs) and GEMM2 (launch 9):
+    # sections, then the per-SASS-instruction stall samples of both; the kernels' SASS
     sec="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section SourceCounters"
-    for l in 8 9; do
-        timeout 200 ncu --clock-control none $sec -k regex:hopper_moe_gemm --launch-skip $l --launch-count 1 \
-            $B/gpu_hopper_gemm --bench 4096 >"$R/prof_gemm_l$l.txt" 2>&1
-        log "prof launch $l rc=$?: $(grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|L2 Cache Throughput|DRAM Throughput' "$R/prof_gemm_l$l.txt" | tr -s ' ' | tr '\n' ';')"
+    for pc in ${PROF_CASES:-deepseek-v3:4096 qwen3-30b-a3b:256}; do
+        pm=${pc%%:*} pM=${pc#*:} tag=${pm%%-*}_$pM
+        for l in 8 9; do
+            timeout 200 ncu --clock-control none $sec -k regex:hopper_moe_gemm --launch-skip $l --launch-count 1 \
+                $B/gpu_hopper_gemm --bench $pM --model $pm >"$R/prof_gemm_${tag}_l$l.txt" 2>&1
+            log "prof $pm M=$pM launch $l rc=$?: $(grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|L2 Cache Throughput|DRAM Throughput|Registers Per' "$R/prof_gemm_${tag}_l$l.txt" | tr -s ' ' | tr '\n' ';')"
+            timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats -k regex:hopper_moe_gemm \
+                --launch-skip $l --launch-count 1 --page source --print-source sass --csv \
+                $B/gpu_hopper_gemm --bench $pM --model $pm >"$R/prof_gemm_sass_${tag}_l$l.csv" 2>&1
+            log "prof sass $pm M=$pM launch $l rc=$?: $(wc -l <"$R/prof_gemm_sass_${tag}_l$l.csv") lines"
+        done
     done
-    timeout 200 ncu --clock-control none --section SourceCounters --section WarpStateStats -k regex:hopper_moe_gemm \
-        --launch-skip 8 --launch-count 1 --page source --print-source sass --csv \
-        $B/gpu_hopper_gemm --bench 4096 >"$R/prof_gemm_sass.csv" 2>&1
-    log "prof sass rc=$?: $(wc -l <"$R/prof_gemm_sass.csv") lines"
+    cob=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+    [ -x "$cob" ] && "$cob" -sass $B/hopper_gemm.o >"$R/hopper_gemm.sass" 2>&1
+    log "sass: $(grep -c 'Function' "$R/hopper_gemm.sass" 2>/dev/null) functions"
     # the GEMMs alone per model and M, at the default token tile and forced to 64
     timeout 200 $B/gpu_hopper_gemm --bench 256,1024,4096 --model all >"$R/gemm_bench.txt" 2>&1
     log "gemm bench rc=$?"; grep -E '^\|' "$R/gemm_bench.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"

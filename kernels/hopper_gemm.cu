@@ -63,8 +63,8 @@
  *   consumer warpgroup (STEPS = 8 / KS k16 steps per tile, in two halves): wait full; LDS its
  *     codes and scales; decode the first half into register set A0, wgmma.fence, STEPS/2 x wgmma
  *     m64nBMk16 (A0 from registers, B descriptor), commit; wait_group 1 (now the previous tile's
- *     second group is done, so its stage is released: lane 0 of each consumer warp arrives on
- *     the empty barrier, count 8 * KS); decode the second half into A1, wgmmas, commit; before
+ *     second group is done, so its stage is released: every consumer thread arrives on
+ *     the empty barrier, count 256 * KS); decode the second half into A1, wgmmas, commit; before
  *     the next tile's A0 decode, wait_group 1 retires the A0 group of this tile. So the decode
  *     of one half overlaps the tensor-core work of the other and A registers are never
  *     rewritten while a wgmma may still read them. Descriptors are the low 32-bit word only
@@ -72,13 +72,15 @@
  * Scheduler. Persistent: every CTA reads num_blocks on the device and walks work items
  * item = blockIdx.x + i * gridDim.x over (block, n tile, k split); the producer and consumers walk
  * the same sequence, so the stage counter (stage, phase) stays in lock step across items. The
- * K split count is chosen on the device from the real unit count (blocks x n tiles) and the grid:
- * the smallest split (<= 16, >= 4 k tiles per split) whose last wave is best filled, so decode at
- * M = 1 (8 blocks) still spreads over all SMs. Split partial sums go to an fp32 workspace [P, N]
- * with red.add; per (block, n tile, warpgroup) a counter elects the last arriving split, which
- * applies the epilogue. The launcher clears the workspace with cudaMemsetAsync (graph-capturable).
+ * K split count is chosen on the device from the real unit count (blocks x n tiles) and the grid
+ * (choose_splits: waves times per-item cost, <= 16 splits of >= 4 k tiles), so decode at
+ * M = 1 (8 blocks) still spreads over all SMs; from 4 waves of units on (known on the host from
+ * ceil(P / block_m) blocks at least) K is never split and the workspace not cleared. Split
+ * partial sums go to an fp32 workspace [P, N] with red.add; per (block, n tile, warpgroup) a
+ * counter elects the last arriving split, which applies the epilogue. The launcher clears the workspace with cudaMemsetAsync (graph-capturable).
  * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
- * C[p, n]; rows past N (padding) and sentinel pairs are skipped.
+ * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
+ * skipped. The ids, row scales and bias it needs are in registers before the item's k loop.
  *
  * sm_80 builds (the Makefile's second gencode pass) compile the kernel to a trap; the launcher
  * refuses any device that is not compute capability 9.0 and any binary without sm_90a code.
@@ -312,18 +314,25 @@ __device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
     return ((uint64_t)kDescHi << 32) | (uint64_t)lo;
 }
 
-// The K split count, the same in every thread of the grid: the smallest s whose last wave of
-// units*s items over the grid is best filled (a later s must beat it by 2 points).
+// The K split count, the same in every thread of the grid: the s with the shortest estimated
+// time, waves(s) x (k tiles per split + kItemTiles + (s > 1 ? kSplitTiles : 0)), ties to the
+// smaller s. An item's fixed cost (drain, epilogue) and a split's (fp32 red.add of its partial
+// sums, the election, the re-read) are counted in k tiles: the first rule, the best-filled last
+// wave alone, split K = 2048 GEMMs at 10 waves for a 5 % fuller last wave and ran them 2.2x
+// slower (H200, Qwen3-30B-A3B GEMM1 at M = 1024: 525 against 235 us).
+constexpr int kItemTiles = 2;
+constexpr int kSplitTiles = 4;
 __device__ __forceinline__ int choose_splits(int units, int grid, int k_tiles, int max_splits) {
     int best = 1;
-    float best_eff = 0.f;
+    long long best_cost = -1;
     for (int s = 1; s <= max_splits; s++) {
         if (s > 1 && k_tiles / s < kMinTilesPerSplit) break;
         const long long items = (long long)units * s;
         const long long waves = (items + grid - 1) / grid;
-        const float eff = (float)items / (float)(waves * grid);
-        if (eff > best_eff + 0.02f) {
-            best_eff = eff;
+        const long long cost =
+            waves * ((k_tiles + s - 1) / s + kItemTiles + (s > 1 ? kSplitTiles : 0));
+        if (best_cost < 0 || cost < best_cost) {
+            best_cost = cost;
             best = s;
         }
     }
@@ -472,12 +481,14 @@ struct Kernel {
     // Sub-tiles (1..NSUB) that block blk needs: up to its last real pair. The block's pair ids
     // are loaded one item ahead (load_rows before the k loop of the item before) so that the
     // count costs no memory latency between items.
-    static constexpr int NR = NSUB == 1 ? 1 : BM / 32;  // ids per lane
+    // The epilogue takes its rows' ids (and row scales) from these registers by warp shuffles,
+    // not from memory: its loads of ids, row scales and bias between the stores were one memory
+    // latency each, in series (ncu: ~10 % of GEMM1's samples at K = 7168, more at short K).
+    static constexpr int NR = BM < 32 ? 1 : BM / 32;  // ids per lane: lane l holds row 32i + l
     static __device__ __forceinline__ void load_rows(const Params &p, int blk, int lane, int (&pid)[NR]) {
-        if constexpr (NSUB > 1) {
 #pragma unroll
-            for (int i = 0; i < NR; i++) pid[i] = p.sorted_ids[blk * BM + 32 * i + lane];
-        }
+        for (int i = 0; i < NR; i++)
+            pid[i] = 32 * i + lane < BM ? p.sorted_ids[blk * BM + 32 * i + lane] : -1;
     }
     static __device__ __forceinline__ int subtiles(const Params &p, const int (&pid)[NR]) {
         if constexpr (NSUB == 1) return 1;
@@ -557,7 +568,11 @@ struct Kernel {
         wgmma_commit();
 
         wgmma_wait<1>();  // the previous tile's second group is done: free its stage, rewrite a1
-        if (prev >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
+        // Every consumer thread arrives: an arrive releases only the arriving thread's own reads
+        // of the stage (its LDS of codes and scales), and the bulk copy refilling it must follow
+        // all of them (one arrive per warp after __syncwarp still raced under racecheck once an
+        // item's k tiles wrap around the stages).
+        if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
         decode_half<1>(cwd, swd, a1);
         wgmma_fence();
 #pragma unroll
@@ -617,13 +632,28 @@ struct Kernel {
         if (blockIdx.x < items) load_rows(p, item_of(blockIdx.x, splits, p).blk, lane, pid);
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
             const Item w = item_of(item, splits, p);
-            const int ns = subtiles(p, pid);
+            Rows r;
+#pragma unroll
+            for (int i = 0; i < NR; i++) r.pid[i] = pid[i];
+            const int ns = subtiles(p, r.pid);
             if (item + (int)gridDim.x < items)
                 load_rows(p, item_of(item + gridDim.x, splits, p).blk, lane, pid);
-            // the epilogue's per-item values, loaded before the k loop hides their latency
+            // The epilogue's per-item values, loaded before the k loop hides their latency: the
+            // expert's scales, the row scales of the lane's ids, this thread's two bias values.
             const int e = p.block_expert[w.blk];
             const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
             const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
+#pragma unroll
+            for (int i = 0; i < NR; i++)
+                r.rs[i] = p.row_scale && r.pid[i] >= 0 && r.pid[i] < p.P ? p.row_scale[r.pid[i]] : 1.0f;
+            {
+                const int n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int n = n_base + 8 * h;
+                    r.bias[h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
+                }
+            }
 #pragma unroll
             for (int i = 0; i < C::NACC; i++) acc[i] = 0.f;
             fence_operands(acc);
@@ -631,7 +661,7 @@ struct Kernel {
             tiles_for(ns, acc, w.kt0, w.kt1, it, prev, bars, smem0, code_off, scale_off, dlo0, lane);
             wgmma_wait<0>();
             fence_operands(acc);
-            if (prev >= 0 && lane == 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
+            if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));  // every thread, as in tile()
             if constexpr (KS == 2) {
                 // k group 1 hands its partial sums to k group 0 of the same rows through shared
                 // memory ([wg][i][128 threads]: conflict-free); barrier 4 + wg = those 256 threads.
@@ -649,26 +679,36 @@ struct Kernel {
                 pair_barrier(wg);  // read before k group 1 rewrites it for the next item
                 if (kg == 1) continue;
             }
-            epilogue(p, acc, w, e, s2, s2_up, splits, wg, warp, g, t, s_flag);
+            epilogue(p, acc, w, r, s2, s2_up, splits, wg, warp, g, t, s_flag);
         }
     }
 
-    // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the warpgroup][token 8i + 2t + b].
-    // e: the block's expert; s2, s2_up: its scale_2 times kAccUnscale, one per expert or per
-    // (expert, half): row n takes the up half's when n >= N/2 (stacked) or n is odd (interleaved).
-    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w, int e,
-                                    float s2, float s2_up, int splits, int wg, int warp, int g,
-                                    int t, int *s_flag) {
+    // Per item, per consumer thread: the block's pair ids as load_rows spreads them over the
+    // warp's lanes, their row scales (1 without row_scale) and this thread's two bias values.
+    struct Rows {
+        int pid[NR];
+        float rs[NR];
+        float bias[2];
+    };
+
+    // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the warpgroup][token 8i + 2t + b]: token
+    // 8i + 2t + b's id is in lane 8(i%4) + 2t + b's r.pid[i/4]. e: the block's expert (via r's
+    // bias); s2, s2_up: its scale_2 times kAccUnscale, one per expert or per (expert, half): row n
+    // takes the up half's when n >= N/2 (stacked) or n is odd (interleaved).
+    // Stores are 4 bytes: lanes g and g^1 (lane ^ 4) swap halves so the even one writes columns
+    // n0+g, n0+g+1 and the odd one n0+7+g, n0+8+g (n0 = the 16-column group: N is even).
+    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w,
+                                    const Rows &r, float s2, float s2_up, int splits, int wg,
+                                    int warp, int g, int t, int *s_flag) {
         const int n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
-        const int32_t *ids = p.sorted_ids + w.blk * BM;
         if (splits > 1) {
             // Partial sums of this split into the workspace, then elect the last split.
 #pragma unroll
             for (int i = 0; i < BM / 8; i++)
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
-                    const int pid = ids[8 * i + 2 * t + b];
-                    if (pid >= p.P) continue;
+                    const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
+                    if (pid < 0 || pid >= p.P) continue;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int n = n_base + 8 * h;
@@ -691,8 +731,8 @@ struct Kernel {
             for (int i = 0; i < BM / 8; i++)
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
-                    const int pid = ids[8 * i + 2 * t + b];
-                    if (pid >= p.P) continue;
+                    const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
+                    if (pid < 0 || pid >= p.P) continue;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int n = n_base + 8 * h;
@@ -700,22 +740,34 @@ struct Kernel {
                     }
                 }
         }
+        float sc[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int n = n_base + 8 * h;
+            const bool up = p.halves == 1 ? n >= p.N / 2 : p.halves == 2 && (n & 1);
+            sc[h] = up ? s2_up : s2;
+        }
+        const bool odd = g & 1;
+        const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
 #pragma unroll
         for (int i = 0; i < BM / 8; i++)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
-                const int pid = ids[8 * i + 2 * t + b];
-                if (pid >= p.P) continue;
-                const float rs = p.row_scale ? p.row_scale[pid] : 1.0f;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int n = n_base + 8 * h;
-                    if (n >= p.N) continue;
-                    const bool up = p.halves == 1 ? n >= p.N / 2 : p.halves == 2 && (n & 1);
-                    float v = acc[4 * i + 2 * h + b] * (up ? s2_up : s2);
-                    if (p.bias) v += p.bias[(size_t)e * p.N + n];
-                    p.c[(size_t)pid * p.N + n] = to_half_bits<BF16>(v * rs);
+                const int src = 8 * (i % 4) + 2 * t + b;
+                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
+                const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
+                float v0 = acc[4 * i + b] * sc[0], v1 = acc[4 * i + 2 + b] * sc[1];
+                if (p.bias) {
+                    v0 += r.bias[0];
+                    v1 += r.bias[1];
                 }
+                v0 *= rs;
+                v1 *= rs;
+                const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                if (pid < 0 || pid >= p.P || col >= p.N) continue;
+                const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
+                const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
+                *reinterpret_cast<uint32_t *>(p.c + (size_t)pid * p.N + col) = lo | (hi << 16);
             }
     }
 
@@ -730,7 +782,7 @@ struct Kernel {
         if (threadIdx.x == 0) {
             for (int s = 0; s < C::STAGES; s++) {
                 mbar_init(bars + 8 * s, 128 + 1);           // 128 cp.async arrivals + expect_tx
-                mbar_init(bars + 8 * (C::STAGES + s), 8 * C::KS);  // lane 0 of each consumer warp
+                mbar_init(bars + 8 * (C::STAGES + s), 256 * C::KS);  // every consumer thread
             }
             // Make the initialized barriers visible to the async proxy (the bulk copies).
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -835,8 +887,15 @@ __global__ void hopper_repack_kernel(const uint8_t *__restrict__ w, const uint8_
 }
 
 
-bool split_allowed(int P, int N, int K) {
-    return (size_t)P * N * 4 <= kMaxSplitWsBytes && k_tiles_of(K) >= 2 * kMinTilesPerSplit;
+// Whether K may be split: a workspace of at most kMaxSplitWsBytes, two splits' worth of k tiles,
+// and fewer than 4 waves of units even at the fewest blocks P pairs can fill (a block holds
+// block_m pairs at most): from there the last wave costs a fifth at most, so K is not split
+// and the workspace is neither needed nor cleared.
+bool split_allowed(int P, int N, int K, int block_m, int sm_count) {
+    const long long min_units = ((long long)P + block_m - 1) / block_m * n_tiles_of(N);
+    const int sms = sm_count > 0 ? sm_count : 1;
+    return (size_t)P * N * 4 <= kMaxSplitWsBytes && k_tiles_of(K) >= 2 * kMinTilesPerSplit &&
+           min_units < 4LL * sms;
 }
 size_t counters_count(int N, int max_blocks) { return (size_t)max_blocks * n_tiles_of(N) * 2; }
 
@@ -893,7 +952,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.ws = nullptr;
     p.counters = nullptr;
     p.max_splits = 1;
-    if (args->workspace && split_allowed(args->P, args->N, args->K)) {
+    if (args->workspace && split_allowed(args->P, args->N, args->K, BM, args->sm_count)) {
         p.ws = static_cast<float *>(args->workspace);
         p.counters = reinterpret_cast<int32_t *>(p.ws + (size_t)args->P * args->N);
         p.max_splits = kMaxSplits;
@@ -942,9 +1001,9 @@ extern "C" cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *s
 extern "C" size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K,
                                                   int32_t max_blocks, int32_t block_m,
                                                   int32_t sm_count) {
-    (void)block_m;
-    (void)sm_count;
-    if (P <= 0 || N <= 0 || K <= 0 || max_blocks <= 0 || !split_allowed(P, N, K)) return 0;
+    if (P <= 0 || N <= 0 || K <= 0 || max_blocks <= 0 || block_m <= 0 ||
+        !split_allowed(P, N, K, block_m, sm_count))
+        return 0;
     return (size_t)P * N * 4 + counters_count(N, max_blocks) * sizeof(int32_t);
 }
 
@@ -961,6 +1020,7 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
     // activations at most: far beyond one GPU's batch).
     const long long a_rows = ((long long)args->P + args->a_row_div - 1) / args->a_row_div;
     if (a_rows * (args->K / 8) > 0xFFFFFFFFLL) return cudaErrorInvalidValue;
+    if ((uintptr_t)args->c % 4) return cudaErrorInvalidValue;  // the epilogue stores 2 values
     if (args->P == 0 || args->max_blocks == 0) return cudaSuccess;  // nothing to compute
     switch (args->block_m) {
     case 8: return launch_dtype<8>(args, stream);

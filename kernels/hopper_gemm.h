@@ -51,8 +51,9 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
  * for every valid pair p in a block of expert e. Rows of padding (sentinel) are not written.
  * No allocation, no host synchronization: capturable in a CUDA graph (the split-K workspace is
  * cleared with cudaMemsetAsync on the stream). cudaErrorInvalidValue for N or K not a multiple of
- * 16, block_m not one of 8, 16, 32, 64, 128, or activations of 32 GiB or more (ceil(P / a_row_div)
- * rows of K values: the kernel addresses rows by 32-bit offsets). */
+ * 16, block_m not one of 8, 16, 32, 64, 128, C not 4-byte aligned (the epilogue stores two
+ * adjacent values at once), or activations of 32 GiB or more (ceil(P / a_row_div) rows of K
+ * values: the kernel addresses rows by 32-bit offsets). */
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
 /* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with
