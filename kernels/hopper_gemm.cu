@@ -77,7 +77,8 @@
  * M = 1 (8 blocks) still spreads over all SMs; from 4 waves of units on (known on the host from
  * ceil(P / block_m) blocks at least) K is never split and the workspace not cleared. Split
  * partial sums go to an fp32 workspace [P, N] with red.add; per (block, n tile, warpgroup) a
- * counter elects the last arriving split, which applies the epilogue. The launcher clears the workspace with cudaMemsetAsync (graph-capturable).
+ * counter elects the last arriving split, which applies the epilogue. The launcher clears the
+ * workspace with cudaMemsetAsync (graph-capturable).
  * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
  * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
  * skipped. The ids, row scales and bias it needs are in registers before the item's k loop.
@@ -342,6 +343,9 @@ __device__ __forceinline__ int choose_splits(int units, int grid, int k_tiles, i
 struct Item {
     int blk, nt, kt0, kt1;
 };
+
+// A sorted-id slot holds a real pair (not padding: negative or >= P).
+__device__ __forceinline__ bool real_pair(const Params &p, int pid) { return pid >= 0 && pid < p.P; }
 __device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
     Item it;
     const int s = item % splits;
@@ -388,7 +392,7 @@ struct Kernel {
 #pragma unroll
             for (int j = 0; j < C::CPT; j++) {
                 const int pid = p.sorted_ids[w.blk * BM + r0 + 8 * j];
-                roff[j] = pid >= 0 && pid < p.P ? (uint32_t)(pid / p.a_row_div) * row16 : ~0u;
+                roff[j] = real_pair(p, pid) ? (uint32_t)(pid / p.a_row_div) * row16 : ~0u;
             }
             for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
                 const uint32_t st = it % C::STAGES;
@@ -495,7 +499,7 @@ struct Kernel {
         int last = -1;  // highest row holding a real pair
 #pragma unroll
         for (int i = 0; i < NR; i++) {
-            const unsigned m = __ballot_sync(0xffffffffu, pid[i] >= 0 && pid[i] < p.P);
+            const unsigned m = __ballot_sync(0xffffffffu, real_pair(p, pid[i]));
             if (m) last = 32 * i + 31 - __clz(m);
         }
         const int n = (last + SUBN) / SUBN;  // last + 1 rows, rounded up; none -> 0
@@ -536,7 +540,7 @@ struct Kernel {
                                                 uint32_t (&a1)[HS][4], uint32_t it, int &prev,
                                                 uint32_t bars,
                                                 uint32_t smem0, uint32_t code_off,
-                                                uint32_t scale_off, uint32_t dlo0, int lane) {
+                                                uint32_t scale_off, uint32_t dlo0) {
         const uint32_t st = it % C::STAGES;
         const uint32_t ph = (it / C::STAGES) & 1;
         mbar_wait(bars + 8 * st, ph);
@@ -587,10 +591,10 @@ struct Kernel {
     static __device__ __forceinline__ void tiles(float (&acc)[C::NACC], int kt0, int kt1,
                                                  uint32_t &it, int &prev, uint32_t bars,
                                                  uint32_t smem0, uint32_t code_off,
-                                                 uint32_t scale_off, uint32_t dlo0, int lane) {
+                                                 uint32_t scale_off, uint32_t dlo0) {
         uint32_t a0[HS][4], a1[HS][4];
         for (int kt = kt0; kt < kt1; kt++, it++)
-            tile<NS>(acc, a0, a1, it, prev, bars, smem0, code_off, scale_off, dlo0, lane);
+            tile<NS>(acc, a0, a1, it, prev, bars, smem0, code_off, scale_off, dlo0);
     }
 
     // tiles<V> .. tiles<NSUB> for the item's sub-tile count ns.
@@ -598,15 +602,15 @@ struct Kernel {
     static __device__ __forceinline__ void tiles_for(int ns, float (&acc)[C::NACC], int kt0, int kt1,
                                                      uint32_t &it, int &prev, uint32_t bars,
                                                      uint32_t smem0, uint32_t code_off,
-                                                     uint32_t scale_off, uint32_t dlo0, int lane) {
+                                                     uint32_t scale_off, uint32_t dlo0) {
         if constexpr (V < NSUB) {
             if (ns > V) {
                 tiles_for<V + 1>(ns, acc, kt0, kt1, it, prev, bars, smem0, code_off, scale_off,
-                                 dlo0, lane);
+                                 dlo0);
                 return;
             }
         }
-        tiles<V>(acc, kt0, kt1, it, prev, bars, smem0, code_off, scale_off, dlo0, lane);
+        tiles<V>(acc, kt0, kt1, it, prev, bars, smem0, code_off, scale_off, dlo0);
     }
 
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
@@ -645,20 +649,18 @@ struct Kernel {
             const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
 #pragma unroll
             for (int i = 0; i < NR; i++)
-                r.rs[i] = p.row_scale && r.pid[i] >= 0 && r.pid[i] < p.P ? p.row_scale[r.pid[i]] : 1.0f;
-            {
-                const int n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
+                r.rs[i] = p.row_scale && real_pair(p, r.pid[i]) ? p.row_scale[r.pid[i]] : 1.0f;
+            r.n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int n = n_base + 8 * h;
-                    r.bias[h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
-                }
+            for (int h = 0; h < 2; h++) {
+                const int n = r.n_base + 8 * h;
+                r.bias[h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
             }
 #pragma unroll
             for (int i = 0; i < C::NACC; i++) acc[i] = 0.f;
             fence_operands(acc);
             int prev = -1;
-            tiles_for(ns, acc, w.kt0, w.kt1, it, prev, bars, smem0, code_off, scale_off, dlo0, lane);
+            tiles_for(ns, acc, w.kt0, w.kt1, it, prev, bars, smem0, code_off, scale_off, dlo0);
             wgmma_wait<0>();
             fence_operands(acc);
             if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));  // every thread, as in tile()
@@ -679,28 +681,30 @@ struct Kernel {
                 pair_barrier(wg);  // read before k group 1 rewrites it for the next item
                 if (kg == 1) continue;
             }
-            epilogue(p, acc, w, r, s2, s2_up, splits, wg, warp, g, t, s_flag);
+            epilogue(p, acc, w, r, s2, s2_up, splits, wg, g, t, s_flag);
         }
     }
 
     // Per item, per consumer thread: the block's pair ids as load_rows spreads them over the
-    // warp's lanes, their row scales (1 without row_scale) and this thread's two bias values.
+    // warp's lanes, their row scales (1 without row_scale), the thread's first output column
+    // n_base (its second is n_base + 8) and its two bias values.
     struct Rows {
         int pid[NR];
         float rs[NR];
+        int n_base;
         float bias[2];
     };
 
     // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the warpgroup][token 8i + 2t + b]: token
-    // 8i + 2t + b's id is in lane 8(i%4) + 2t + b's r.pid[i/4]. e: the block's expert (via r's
-    // bias); s2, s2_up: its scale_2 times kAccUnscale, one per expert or per (expert, half): row n
-    // takes the up half's when n >= N/2 (stacked) or n is odd (interleaved).
+    // 8i + 2t + b's id is in lane 8(i%4) + 2t + b's r.pid[i/4]. s2, s2_up: the block's expert's
+    // scale_2 times kAccUnscale, one per expert or per (expert, half): row n takes the up half's
+    // when n >= N/2 (stacked) or n is odd (interleaved).
     // Stores are 4 bytes: lanes g and g^1 (lane ^ 4) swap halves so the even one writes columns
     // n0+g, n0+g+1 and the odd one n0+7+g, n0+8+g (n0 = the 16-column group: N is even).
     static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w,
                                     const Rows &r, float s2, float s2_up, int splits, int wg,
-                                    int warp, int g, int t, int *s_flag) {
-        const int n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
+                                    int g, int t, int *s_flag) {
+        const int n_base = r.n_base;
         if (splits > 1) {
             // Partial sums of this split into the workspace, then elect the last split.
 #pragma unroll
@@ -708,7 +712,7 @@ struct Kernel {
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
                     const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
-                    if (pid < 0 || pid >= p.P) continue;
+                    if (!real_pair(p, pid)) continue;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int n = n_base + 8 * h;
@@ -732,7 +736,7 @@ struct Kernel {
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
                     const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
-                    if (pid < 0 || pid >= p.P) continue;
+                    if (!real_pair(p, pid)) continue;
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int n = n_base + 8 * h;
@@ -764,7 +768,7 @@ struct Kernel {
                 v0 *= rs;
                 v1 *= rs;
                 const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                if (pid < 0 || pid >= p.P || col >= p.N) continue;
+                if (!real_pair(p, pid) || col >= p.N) continue;
                 const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
                 const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
                 *reinterpret_cast<uint32_t *>(p.c + (size_t)pid * p.N + col) = lo | (hi << 16);
