@@ -320,10 +320,10 @@ static void test_formats_and_oracle(void) {
     CHECK(nvfp4moe_ep_format_of(&c) == NVFP4MOE_EP_STANDARD, "deepep_high_throughput");
 
     /* The oracle's verdicts the EP run uses. sm_90 with our backends only (installed none, what-if:
-     * independent of whether this build has CUDA): for the standard format MARLIN on this small
-     * layer and HOPPER_WGMMA on a DeepSeek-sized one (hidden 7168: the oracle's table); nothing for
-     * the batched one (vLLM has no batched NVFP4 MARLIN/EMULATION class, and HOPPER_WGMMA has none
-     * yet), which those rows report as the activation format. */
+     * independent of whether this build has CUDA): for the standard format HOPPER_WGMMA, on this
+     * small layer as on a DeepSeek-sized one; nothing for the batched one (vLLM has no batched
+     * NVFP4 MARLIN/EMULATION class, and HOPPER_WGMMA has none yet), which those rows report as
+     * the activation format. */
     nvfp4moe_report *rep = malloc(sizeof *rep);
     nvfp4moe_device h200, cpu;
     nvfp4moe_device_parse("sm_90", &h200);
@@ -334,8 +334,8 @@ static void test_formats_and_oracle(void) {
     s.parallel.ep_size = 2;
     T_CASE("oracle sm_90 ep=2 standard");
     CHECK_OK(nvfp4moe_select(&s, &h200, &ours, rep));
-    CHECK(!strcmp(rep->backend, "MARLIN") && !strcmp(rep->kernel, "MarlinExperts"), "chose %s/%s", rep->backend,
-          rep->kernel);
+    CHECK(!strcmp(rep->backend, "HOPPER_WGMMA") && !strcmp(rep->kernel, "HopperWgmmaExperts"), "chose %s/%s",
+          rep->backend, rep->kernel);
     {
         nvfp4moe_config big = s;
         big.hidden_size = 7168;

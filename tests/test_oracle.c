@@ -94,7 +94,6 @@ static int apply_args(nvfp4moe_config *cfg, const char *args) {
 #define LIST_V90 L_HEAD "'FLASHINFER_CUTEDSL_BATCHED', " L_MID "'HUMMING', 'MARLIN', 'EMULATION']"
 #define LIST_CLAMP L_HEAD L_MID "'MARLIN', 'HUMMING', 'EMULATION']"
 #define LIST_CLAMP90 L_HEAD L_MID "'HUMMING', 'MARLIN', 'EMULATION']"
-#define BEHIND_MARLIN "ranked behind MARLIN for hidden_size=2048 < 7168: MARLIN is faster on such layers on the H200"
 #define USING(b, list) "Using '" b "' NvFp4 MoE backend out of potential backends: " list "."
 #define UNSUPPORTED_SINCE(b, why) "NvFp4 MoE backend '" b "' does not support the deployment configuration since " why "."
 #define NOTHING "No NvFp4 MoE backend supports the deployment configuration."
@@ -213,15 +212,15 @@ static const oracle_case k_cases[] = {
      EXACT("preferred gemm type mismatched"), NULL, NULL},
     {"sm_75", "", ALL, true, OK, "MARLIN", "MarlinExperts", NULL, "HUMMING/BatchedHummingGroupedExperts",
      EXACT(FMT_STANDARD), NULL, NULL},
-    // -- sm_90 with ours: HOPPER_WGMMA ahead of HUMMING and MARLIN on hidden 7168 layers, behind
-    //    MARLIN on the others (bench/results/2026-12-04-h200-decode.md); hidden under vllm_only.
-    //    vLLM's log line never lists ours, and there is none when ours is chosen --
+    // -- sm_90 with ours: HOPPER_WGMMA ahead of HUMMING and MARLIN on every layer
+    //    (bench/results/2026-12-04-h200-prefill.md); hidden under vllm_only. vLLM's log line
+    //    never lists ours, and there is none when ours is chosen --
     {"h200", "hidden=7168", ALL, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "",
      "HUMMING/HummingIndexedExperts", "", NULL, "vLLM itself would choose HUMMING (HummingIndexedExperts)"},
-    {"h200", "", ALL, false, OK, "HUMMING", "HummingIndexedExperts", USING("HUMMING", LIST_V90),
-     "HOPPER_WGMMA/HopperWgmmaExperts", "", BEHIND_MARLIN, ""},
-    {"h200", "", NVFP4MOE_LIB_FLASHINFER, false, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V90),
-     "HOPPER_WGMMA/HopperWgmmaExperts", "", BEHIND_MARLIN, NULL},
+    {"h200", "", ALL, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "",
+     "HUMMING/HummingIndexedExperts", "", "", "vLLM itself would choose HUMMING (HummingIndexedExperts)"},
+    {"h200", "", NVFP4MOE_LIB_FLASHINFER, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "",
+     "MARLIN/MarlinExperts", "", "", "vLLM itself would choose MARLIN (MarlinExperts)"},
     {"sm_90", "be=hopper_wgmma", NVFP4MOE_LIB_FLASHINFER, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "", NULL, NULL,
      NULL, "vLLM rejects moe_backend='hopper_wgmma' as unknown"},
     {"sm_90", "act=relu2", NVFP4MOE_LIB_FLASHINFER, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "",
@@ -320,8 +319,8 @@ static const oracle_case k_cases[] = {
     //    every build answers as the GPU machine would --
     {"sm_100", "", THIS_BUILD, true, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V),
      "FLASHINFER_TRTLLM/TrtLlmNvFp4ExpertsMonolithic", EXACT(DEV_CUDA), "FlashInfer is not available in this build", NULL},
-    {"h200", "", THIS_BUILD, false, OK, "MARLIN", "MarlinExperts", USING("MARLIN", LIST_V90),
-     "HOPPER_WGMMA/HopperWgmmaExperts", "", BEHIND_MARLIN, NULL},
+    {"h200", "", THIS_BUILD, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "", "MARLIN/MarlinExperts", "", "",
+     "vLLM itself would choose MARLIN (MarlinExperts)"},
     {"h200", "hidden=7168", THIS_BUILD, false, OK, "HOPPER_WGMMA", "HopperWgmmaExperts", "", NULL, NULL, NULL,
      "vLLM itself would choose MARLIN (MarlinExperts)"},
     {"sm_75", "", THIS_BUILD, true, UNSUP, NULL, NULL, NOTHING,

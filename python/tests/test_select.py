@@ -299,7 +299,7 @@ class TestLibrary(unittest.TestCase):
         lib_dir = str(Path(nvfp4moe.library_path()).resolve().parent)
         r = self._python({"NVFP4MOE_LIBRARY": lib_dir}, "import nvfp4moe\nprint(nvfp4moe.select(device='h200').backend)")
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(r.stdout.strip(), "MARLIN")
+        self.assertEqual(r.stdout.strip(), "HOPPER_WGMMA")
 
     def test_import_needs_neither_torch_nor_numpy(self):
         r = self._python({}, "import sys, nvfp4moe\nnvfp4moe.select()\nprint('torch' in sys.modules, 'numpy' in sys.modules)")

@@ -299,27 +299,11 @@ static rank_move humming_on_hopper(const oracle_ctx *c, char *why, size_t len) {
 }
 static const rank_rule k_prioritize_humming = {"MARLIN", humming_on_hopper};
 
-/* HOPPER_WGMMA or MARLIN first? From the committed H200 table of whole-layer times,
- * bench/results/2026-12-04-h200-decode.md (MARLIN us / HOPPER_WGMMA us, M = 1 4 16 64 256 1024 4096):
- *   deepseek-v3     (H 7168, 256 experts)  1.52 1.54 1.68 1.65 1.27 1.13 1.22
- *   kimi-k2         (H 7168, 384 experts)  1.43 1.50 1.61 1.66 1.34 1.23 1.40
- *   qwen3-235b-a22b (H 4096, 128 experts)  1.45 1.39 1.51 1.24 0.64 1.00 1.18
- *   qwen3-30b-a3b   (H 2048, 128 experts)  1.57 1.44 1.40 1.03 0.68 0.54 1.01
- *   mixtral-8x7b    (H 4096,   8 experts)  1.38 1.45 1.22 0.93 0.78 1.04 1.43
- *   gpt-oss-120b    (H 2880, 128 experts)  1.46 1.36 1.58 1.69 1.01 0.89 1.18
- * The large-expert layers (hidden 7168) gain at every batch size; every other measured layer gains
- * up to 16-64 tokens (the decode regime) and loses up to 1.9x at 256-1024. The oracle sees the
- * shape, not the batch size, so: ahead of MARLIN for hidden_size >= 7168, behind it otherwise. */
-#define HOPPER_MIN_HIDDEN 7168
-static rank_move hopper_behind_marlin(const oracle_ctx *c, char *why, size_t len) {
-    if (c->cfg->hidden_size >= HOPPER_MIN_HIDDEN) return RANK_KEEP;
-    snprintf(why, len, "ranked behind MARLIN for hidden_size=%d < %d: MARLIN is faster on such layers on "
-             "the H200 at 256-1024 tokens (bench/results/2026-12-04-h200-decode.md); moe_backend='hopper_wgmma' "
-             "selects it",
-             c->cfg->hidden_size, HOPPER_MIN_HIDDEN);
-    return RANK_AFTER;
-}
-static const rank_rule k_hopper_rank = {"MARLIN", hopper_behind_marlin};
+/* HOPPER_WGMMA ahead of MARLIN (no rank rule): in the committed H200 table of whole-layer times,
+ * bench/results/2026-12-04-h200-prefill.md (raw: 2026-12-04-h200-prefill-raw/bench-auto.md), it is
+ * faster on every preset at every batch size measured (MARLIN us / HOPPER_WGMMA us, M = 1 .. 4096):
+ * 1.33-1.89x on deepseek-v3, 1.36-1.69x on kimi-k2, 1.23-2.02x on qwen3-235b-a22b, 1.04-1.71x on
+ * qwen3-30b-a3b, 1.22-2.08x on mixtral-8x7b, 1.25-1.84x on gpt-oss-120b. */
 
 // ---- the rows ----
 //
@@ -355,11 +339,11 @@ const backend_def nvfp4moe_backend_rows[] = {
     /* Excluded from auto until the upstream CUTLASS SM121 MMA op guard is resolved. */
     {.name = "FLASHINFER_B12X", .moe_backend = "flashinfer_b12x", .lib = NVFP4MOE_LIB_FLASHINFER,
      .kernels = {&k_fi_b12x}},
-    /* Ours: W4A16 on Hopper's wgmma (src/backends/cuda.c, kernels/hopper_gemm.cu). Rank 55: ahead
-     * of MARLIN (and of HUMMING, which prioritize_humming puts just before MARLIN), where the
-     * layers it is faster on want it; its rank rule moves it behind MARLIN for the others. */
+    /* Ours: W4A16 on Hopper's wgmma (src/backends/cuda.c, kernels/hopper_gemm.cu,
+     * kernels/hopper_decode.cu). Rank 55: ahead of MARLIN, and of HUMMING, which
+     * prioritize_humming puts just before MARLIN on sm_90 (the table above). */
     {.name = "HOPPER_WGMMA", .moe_backend = "hopper_wgmma", .auto_rank = 55, .clamp = true, .ours = true,
-     .kernels = {&k_hopper_wgmma}, .rank = &k_hopper_rank, CUDA_IMPL(nvfp4moe_impl_hopper_wgmma, NVFP4MOE_SM_HOPPER_KERNELS, NVFP4MOE_SM_HOPPER_KERNELS)},
+     .kernels = {&k_hopper_wgmma}, CUDA_IMPL(nvfp4moe_impl_hopper_wgmma, NVFP4MOE_SM_HOPPER_KERNELS, NVFP4MOE_SM_HOPPER_KERNELS)},
     {.name = "MARLIN", .moe_backend = "marlin", .auto_rank = 60, .clamp = true, .kernels = {&k_marlin},
      CUDA_IMPL(nvfp4moe_impl_marlin, NVFP4MOE_SM_AMPERE_KERNELS, 0)},
     /* Standard format: the indexed class by default; batched under DeepEP-LL / NIXL EP. */
