@@ -7,21 +7,23 @@
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
-#                                         # others,python,bench,triton,gemm (default: all of them);
+#                                         # others,python,bench,hot,triton,gemm (default: all of them);
 #                                         # not in the default: regimes (both regimes forced on every
 #                                         # preset), cpu, cli (the tool's files through the GPU),
 #                                         # prof (ncu sections + SASS stall samples of the prefill GEMMs),
 #                                         # gsan (the wgmma GEMM under compute-sanitizer), variants
 #                                         # (gpu_hopper_gemm and the HOPPER_VARIANTS pack built: tests, bench)
+# The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
+# HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
 # --gpu: torch.ops.nvfp4moe.moe against the C API, stream order, CUDA graphs, torch.compile).
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
 # cpu: CPU_FAST on the host's cores: test_cpu_fast (every ISA the host runs, then each forced),
 # bench --cpu --profile, the kernel alone (--stream: a prefetch sweep over 1, 2, 4 .. nproc threads),
 # the decode layers per prefetch setting and per thread count.
-# Environment: BENCH_PRESETS (default deepseek-v3,qwen3-30b-a3b), BENCH_M (default 1,4,16,64,256),
-# TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS (default: all CPUs),
-# CPU_PREFETCH (the layer's prefetch sweep, default default,off,t0:4608,t1:18432,t2:18432,t2:16384:4096).
+# Environment: BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
+# (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS
+# (default: all CPUs), CPU_PREFETCH (the layer's prefetch sweep, default default,off,t0:4608,t1:18432,t2:18432,t2:16384:4096).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,8 +56,8 @@ if [ "${1:-}" = pack ]; then
     ls -la .devbin
     exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,13p' "$0"; exit 1; }
-steps=",${2:-decode,sanitize,stream,ncu,stalls,sass,gputest,others,python,bench,triton,gemm},"
+[ "${1:-}" = run ] || { sed -n '2,15p' "$0"; exit 1; }
+steps=",${2:-decode,sanitize,stream,ncu,stalls,sass,gputest,others,python,bench,hot,triton,gemm},"
 has() { [[ $steps == *",$1,"* ]]; }
 
 out=${OUT:-/tmp/h200-out}
@@ -261,6 +263,13 @@ if has bench; then
     timeout 300 $B/nvfp4moe bench --m 1,4,16,64,256,1024,4096 --backend MARLIN,HOPPER_WGMMA --no-baseline \
         --iters 20 --commit "$commit" --out "$R/bench-auto" >"$R/bench-auto.log" 2>&1
     log "bench (auto, every preset) rc=$?"
+fi
+if has hot; then
+    # 3900 of 4096 tokens pick expert 0 first, to set beside the bench step's uniform routing at
+    # M = 4096 (the summary's table rows below; gpu_test's hot-expert case checks the outputs)
+    timeout 300 $B/nvfp4moe bench --preset "$presets" --m 4096 --hot-tokens 3900 --backend HOPPER_WGMMA,MARLIN \
+        --no-baseline --iters 20 --commit "$commit" --out "$R/bench-hot" >"$R/bench-hot.log" 2>&1
+    log "bench (hot expert: 3900 of 4096 tokens on expert 0) rc=$?"
 fi
 if has gemm; then
     NVFP4MOE_HOPPER_REGIME=gemm timeout 300 $B/nvfp4moe bench --preset "$presets" --m "$ms" --backend HOPPER_WGMMA \

@@ -11,7 +11,9 @@
  *    1e-2. EMULATION (W4A4) against vLLM's EMULATION path computed on the host: norm-wise <= 1e-2
  *    and vLLM's |out - ref| <= 0.1 + 0.1 |ref| on every element (and <= 0.15 norm-wise from the
  *    float64 reference); gated relu2, which vLLM's EMULATION does not have, must be refused.
- * 3. Edge cases: M = 0, an expert with no tokens, all tokens to one expert, apply_router_weight_on_input
+ * 3. Edge cases: M = 0, an expert with no tokens, all tokens to one expert, 15 of 16 tokens routed
+ *    to one expert by their router logits at M = 512 (bench --hot-tokens' routing, in
+ *    HOPPER_WGMMA's wgmma GEMM regime), apply_router_weight_on_input
  *    (llama4), expert biases, a forward captured in a CUDA graph and replayed == eager, the public
  *    plan API with device-resident weights.
  * 4. Gate and up halves with global scales of their own (w13_up_scale_2, the up half scaled by 1 to
@@ -238,6 +240,7 @@ enum special {
     SP_ONE_EXPERT,     /* precomputed top-1: every token to one expert */
     SP_GRAPH,          /* CUDA graph capture + replay == eager */
     SP_PLAN_API,       /* through nvfp4moe_plan_create with device weights */
+    SP_HOT,            /* router logits that send 15/16 of the tokens to expert 0 first */
 };
 
 /* The backends under test, by index (layer_case.be): every row of the backend table whose
@@ -293,6 +296,7 @@ static const char *sp_name(enum special s) {
     case SP_ONE_EXPERT: return " [all tokens to expert 5]";
     case SP_GRAPH: return " [CUDA graph replay == eager]";
     case SP_PLAN_API: return " [plan API, device weights]";
+    case SP_HOT: return " [15/16 of the tokens pick expert 0 first]";
     default: return "";
     }
 }
@@ -369,6 +373,10 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
     }
     nvfp4moe_fill_normal(hidden, c->dt, M * H, seed * 31 + 5);
     nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * E, seed * 31 + 6);
+    /* the skewed routing bench --hot-tokens times: one expert holding almost every token, the rest
+     * spread, routed from the logits by the GPU itself */
+    const int64_t hot =
+        c->sp == SP_HOT ? nvfp4moe_hot_expert_logits(logits, M, (int32_t)E, M - M / 16, seed * 31 + 8, NULL) : 0;
     /* routing: the reference's, for every token (the GPU routes by itself unless precomputed) */
     {
         uint64_t rs = seed * 31 + 7;
@@ -398,6 +406,18 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         }
     }
     const bool precomputed = c->sp == SP_IDLE_EXPERT || c->sp == SP_ONE_EXPERT;
+    if (c->sp == SP_HOT) {
+        /* the case is what it says: at least the hot tokens on expert 0 (the reference's routing,
+         * which the GPU router's matches bit for bit: part 1) */
+        int64_t on0 = 0;
+        for (int64_t p = 0; p < P; p++) on0 += ids[p] == 0;
+        logf_(&l, " expert 0: %lld of %lld pairs", (long long)on0, (long long)P);
+        if (on0 < hot) {
+            logf_(&l, "\n    FAIL only %lld pairs on expert 0, %lld hot tokens", (long long)on0, (long long)hot);
+            l.failed = 1;
+            goto out;
+        }
+    }
 
     /* ---- GPU ---- */
     pthread_mutex_lock(&g_gpu);
@@ -784,6 +804,9 @@ int main(int argc, char **argv) {
                                false, false, SP_IDLE_EXPERT, false});
         add_layer((layer_case){m, 666, 512, 256, 8, 1, NVFP4MOE_ACT_SILU, true, bf, NVFP4MOE_ROUTING_RENORMALIZE,
                                false, false, SP_ONE_EXPERT, false});
+        /* 480 of 512 tokens on expert 0, 64 pairs per expert on average: HOPPER_WGMMA's wgmma GEMM */
+        add_layer((layer_case){m, 512, 512, 1024, 64, 8, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
+                               false, false, SP_HOT, false});
         add_layer((layer_case){m, 123, 1024, 1024, 40, 6, NVFP4MOE_ACT_SILU, false, bf, NVFP4MOE_ROUTING_RENORMALIZE,
                                false, false, SP_GRAPH, false});
         add_layer((layer_case){m, 1, 2048, 2048, 64, 8, NVFP4MOE_ACT_SWIGLUOAI, true, bf,

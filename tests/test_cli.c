@@ -5,9 +5,11 @@
  * subcommands, backends, devices and presets, `run --device` refusing a GPU that is not here,
  * `select --model` warning about an unquantized model, `run`'s outputs and input files (hidden
  * states, router logits, top-k ids and weights), --json on run, inspect and bench, bench creating
- * its output folder and writing JSON lines, and `compare`'s figures, verdicts and exit status.
+ * its output folder and writing JSON lines, bench's hot-expert routing (--hot-tokens), and
+ * `compare`'s figures, verdicts and exit status.
  */
 #include "ckpt_fixtures.h"
+#include "reference/reference.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -569,7 +571,9 @@ static void test_bench_files(void) {
         json_t *j = parse_json(s);
         CHECK(j && !strcmp(jstr(json_object_get(j, "preset")), "qwen3-30b-a3b") &&
                   json_integer_value(json_object_get(j, "M")) == lines + 1 &&
-                  json_is_number(json_object_get(j, "ms_median")),
+                  json_is_number(json_object_get(j, "ms_median")) &&
+                  json_is_integer(json_object_get(j, "hot_tokens")) &&
+                  json_integer_value(json_object_get(j, "hot_tokens")) == 0,
               "line %d: %s", lines, s);
         json_decref(j);
         lines++;
@@ -580,6 +584,106 @@ static void test_bench_files(void) {
     CHECK(entries_of(folder, ".csv") == 1 && entries_of(folder, ".md") == 1 && entries_of(folder, ".jsonl") == 1,
           "%s holds %d csv, %d md, %d jsonl", folder, entries_of(folder, ".csv"), entries_of(folder, ".md"),
           entries_of(folder, ".jsonl"));
+}
+
+/* The experts the CPU bench's routing of M tokens touches on Qwen3-30B-A3B (E=128, top-8,
+ * renormalize), recomputed from its recipe (tools/cmd_bench_cpu.c): random normal logits from seed
+ * 8, with hot > 0 that many made hot by nvfp4moe_hot_expert_logits from the same seed. */
+static int touched_experts(int64_t M, int64_t hot) {
+    enum { E = 128, K = 8 };
+    nvfp4moe_config c;
+    nvfp4moe_config_init(&c);
+    c.num_experts = E;
+    c.top_k = K;
+    c.hidden_size = 2048;
+    c.intermediate_size = 768;
+    float *logits = malloc(sizeof(float) * (size_t)(M * E)), *w = malloc(sizeof(float) * (size_t)(M * K));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(M * K));
+    bool seen[E] = {false};
+    int n = -1;
+    if (logits && w && ids) {
+        nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, M * E, 8);
+        nvfp4moe_hot_expert_logits(logits, M, E, hot, 8, NULL);
+        if (nvfp4moe_route(&c, logits, M, NULL, ids, w) == NVFP4MOE_OK) {
+            n = 0;
+            for (int64_t i = 0; i < M * K; i++) {
+                n += !seen[ids[i]];
+                seen[ids[i]] = true;
+            }
+        }
+    }
+    free(logits); free(w); free(ids);
+    return n;
+}
+
+/* bench --cpu --hot-tokens: the markdown states the routing and N, every row carries its hot
+ * tokens, the experts column counts what the skewed routing touched; bad values are refused. */
+static void test_bench_hot(void) {
+    T_CASE("bench --cpu --hot-tokens: the routing stated, the experts it touched");
+    const char *d = dir_in("bench_hot");
+    /* M=16 with 12 hot tokens touches fewer experts than uniform routing: the count tells them apart */
+    const int want[2] = {touched_experts(1, 12), touched_experts(16, 12)};
+    CHECK(want[0] == 8 && want[1] > 0 && want[1] != touched_experts(16, 0), "the case: %d / %d experts, uniform %d",
+          want[0], want[1], touched_experts(16, 0));
+    int rc = cli_stdout("bench --cpu --preset qwen3-30b-a3b --m 1,16 --hot-tokens 12 --iters 1 --threads 1 "
+                        "--commit test --json --out %s/hot", d);
+    CHECK(rc == 0, "bench --cpu --hot-tokens failed (%d): %s", rc, g_stdout);
+    int lines = 0;
+    for (char *s = g_stdout, *e; *s; s = e + 1) {
+        if (!(e = strchr(s, '\n'))) break;
+        *e = '\0';
+        json_t *j = parse_json(s);
+        const json_int_t M = json_integer_value(json_object_get(j, "M"));
+        const int i = M == 1 ? 0 : 1;
+        CHECK(json_integer_value(json_object_get(j, "hot_tokens")) == (M < 12 ? M : 12) &&
+                  json_integer_value(json_object_get(j, "experts")) == want[i] &&
+                  json_is_null(json_object_get(j, "ggml_16c_ms")),
+              "M=%lld: hot_tokens %lld, experts %lld (want %d), ggml %s", (long long)M,
+              (long long)json_integer_value(json_object_get(j, "hot_tokens")),
+              (long long)json_integer_value(json_object_get(j, "experts")), want[i],
+              json_is_null(json_object_get(j, "ggml_16c_ms")) ? "not quoted" : "quoted (uniform routing's)");
+        json_decref(j);
+        lines++;
+    }
+    CHECK(lines == 2, "%d JSON lines", lines);
+    char path[700];
+    snprintf(path, sizeof path, "%s/hot.md", d);
+    static char md[16384];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(md, 1, sizeof md - 1, f) : 0;
+    md[n] = '\0';
+    if (f) fclose(f);
+    CHECK(strstr(md, "- routing: hot-expert routing (--hot-tokens 12): in each point 12 of the M tokens") &&
+              !strstr(md, "uniform random routing ("),
+          "the markdown states the routing: %.1500s", md);
+    snprintf(path, sizeof path, "%s/hot.csv", d);
+    f = fopen(path, "r");
+    n = f ? fread(md, 1, sizeof md - 1, f) : 0;
+    md[n] = '\0';
+    if (f) fclose(f);
+    CHECK(!strncmp(md, "preset,scheme,M,hot_tokens,", 27) && strstr(md, "\nqwen3-30b-a3b,w4a4,16,12,"),
+          "the CSV's hot_tokens column: %.300s", md);
+
+    T_CASE("bench --hot-tokens: bad values refused, naming the flag");
+    static const char *const bad[] = {"-1", "abc", "3x", "1.5", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rc = cli("bench --cpu --preset qwen3-30b-a3b --m 1 --iters 1 --threads 1 --out %s/bad --hot-tokens='%s'", d,
+                 bad[i]);
+        CHECK(rc == 1 && strstr(g_out, "--hot-tokens") && !strstr(g_out, "wrote"), "--cpu '%s': rc %d: %s", bad[i], rc,
+              g_out);
+        rc = cli("bench --preset qwen3-30b-a3b --out %s/bad --hot-tokens='%s'", d, bad[i]);
+        CHECK(rc == 1 && strstr(g_out, "--hot-tokens") && !strstr(g_out, "wrote"), "GPU bench '%s': rc %d: %s", bad[i],
+              rc, g_out);
+    }
+    rc = cli("bench --cpu --hot-tokens -1");
+    CHECK(rc == 1 && strstr(g_out, "nvfp4moe bench --cpu: --hot-tokens expects a whole number >= 0, got '-1'"),
+          "the message: %s", g_out);
+    rc = cli("bench --cpu --stream --hot-tokens 4 --out %s/stream", d);
+    CHECK(rc == 1 && strstr(g_out, "--hot-tokens: --stream times the kernel alone"), "with --stream: rc %d: %s", rc,
+          g_out);
+    rc = cli("bench --ep 2 --hot-tokens 4 --out %s/ep", d);
+    CHECK(rc == 1 && strstr(g_out, "unknown flag '--hot-tokens'"), "bench --ep has no hot routing: rc %d: %s", rc,
+          g_out);
 }
 
 // ---- compare ----
@@ -667,6 +771,7 @@ int main(void) {
     test_run_topk();
     test_json();
     test_bench_files();
+    test_bench_hot();
     test_compare();
     fixtures_end();
     return t_finish("test_cli");

@@ -154,6 +154,101 @@ static void test_routing(void) {
     CHECK_ERR(nvfp4moe_route(&c, l8, 1, NULL, ids, w), NVFP4MOE_ERR_INVALID_ARGUMENT, "correction_bias");
 }
 
+/* nvfp4moe_hot_expert_logits, the benchmarks' skewed routing: exactly the hot tokens, a seeded
+ * subset, put expert 0 first under every method that ranks logits (grouped deepseek_v3 included,
+ * and with saturated sigmoids, where expert 0 wins on ties); the others route as before. */
+static void test_hot_logits(void) {
+    enum { M = 200, E = 64, HOT = 150, KMAX = 8 };
+    static float base[M * E], hot[M * E];
+    static bool is_hot[M], again[M];
+    static int32_t ids[M * KMAX], ids0[M * KMAX];
+    static float w[M * KMAX];
+
+    T_CASE("hot expert logits: the subset");
+    nvfp4moe_fill_normal(base, NVFP4MOE_DTYPE_F32, M * E, 21);
+    memcpy(hot, base, sizeof hot);
+    CHECK(nvfp4moe_hot_expert_logits(hot, M, E, HOT, 5, is_hot) == HOT, "the count");
+    int n = 0, past = 0, rows_kept = 1;
+    for (int t = 0; t < M; t++) {
+        n += is_hot[t];
+        past += is_hot[t] && t >= HOT;
+        /* a hot row changes in column 0 only, another row not at all */
+        rows_kept &= !memcmp(hot + t * E + 1, base + t * E + 1, sizeof(float) * (E - 1)) &&
+                     (is_hot[t] || hot[t * E] == base[t * E]);
+        if (is_hot[t]) {
+            float top = -INFINITY;
+            for (int e = 1; e < E; e++) top = fmaxf(top, base[t * E + e]);
+            rows_kept &= hot[t * E] == top + 1.0f;
+        }
+    }
+    CHECK(n == HOT && rows_kept, "%d hot tokens, rows as documented: %d", n, rows_kept);
+    CHECK(past > 0, "a random subset, not the first %d tokens", HOT);
+    float tmp[M * E];
+    memcpy(tmp, base, sizeof tmp);
+    nvfp4moe_hot_expert_logits(tmp, M, E, HOT, 5, again);
+    CHECK(!memcmp(is_hot, again, sizeof again) && !memcmp(tmp, hot, sizeof tmp), "deterministic in the seed");
+    memcpy(tmp, base, sizeof tmp);
+    nvfp4moe_hot_expert_logits(tmp, M, E, HOT, 6, again);
+    CHECK(memcmp(is_hot, again, sizeof again) != 0, "another seed, another subset");
+    memcpy(tmp, base, sizeof tmp);
+    int all = 1;
+    CHECK(nvfp4moe_hot_expert_logits(tmp, M, E, M + 7, 5, again) == M, "hot > M: every token");
+    for (int t = 0; t < M; t++) all &= again[t];
+    CHECK(all, "hot > M marks every token");
+    memcpy(tmp, base, sizeof tmp);
+    CHECK(nvfp4moe_hot_expert_logits(tmp, M, E, 0, 5, again) == 0 &&
+              nvfp4moe_hot_expert_logits(tmp, M, E, -3, 5, NULL) == 0 && !memcmp(tmp, base, sizeof tmp),
+          "hot <= 0: no token, the logits untouched");
+
+    /* every method that ranks logits; deepseek_v3 with a group selection that bites (1 of 8) */
+    static const struct { nvfp4moe_routing r; int k, groups, topk_group; } methods[] = {
+        {NVFP4MOE_ROUTING_RENORMALIZE, 8, 1, 1},    {NVFP4MOE_ROUTING_SOFTMAX_TOPK, 8, 1, 1},
+        {NVFP4MOE_ROUTING_RENORMALIZE_NAIVE, 6, 1, 1}, {NVFP4MOE_ROUTING_SIGMOID, 8, 1, 1},
+        {NVFP4MOE_ROUTING_SIGMOID_RENORM, 2, 1, 1}, {NVFP4MOE_ROUTING_LLAMA4, 1, 1, 1},
+        {NVFP4MOE_ROUTING_DEEPSEEK_V3, 8, 8, 4},    {NVFP4MOE_ROUTING_DEEPSEEK_V3, 6, 8, 1},
+        {NVFP4MOE_ROUTING_MINIMAX2, 8, 1, 1},
+    };
+    /* logits of scale 1, then 40: sigmoid(x) is 1.0 in float64 from x = 37 on, so expert 0 then
+     * ties with others in deepseek_v3 and minimax2 and must win on its lower index */
+    for (int pass = 0; pass < 2; pass++) {
+        const float scale = pass ? 40.0f : 1.0f;
+        for (int i = 0; i < M * E; i++) tmp[i] = base[i] * scale;
+        memcpy(hot, tmp, sizeof hot);
+        nvfp4moe_hot_expert_logits(hot, M, E, HOT, 5, is_hot);
+        for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+            nvfp4moe_config c = small_cfg(E, methods[m].k, 16, 16);
+            c.routing = methods[m].r;
+            c.n_group = methods[m].groups;
+            c.topk_group = methods[m].topk_group;
+            char name[96];
+            snprintf(name, sizeof name, "hot expert logits: %s top-%d%s, logits x%.0f", nvfp4moe_routing_name(c.routing),
+                     c.top_k, c.n_group > 1 ? (c.topk_group == 1 ? ", 1 of 8 groups" : ", 4 of 8 groups") : "",
+                     (double)scale);
+            T_CASE(name);
+            const int K = c.top_k;
+            CHECK_OK(nvfp4moe_route(&c, tmp, M, NULL, ids0, w));
+            CHECK_OK(nvfp4moe_route(&c, hot, M, NULL, ids, w));
+            int hot_first = 0, was_first = 0, others_same = 1, others_without = 0;
+            for (int t = 0; t < M; t++) {
+                bool has0 = false;
+                for (int j = 0; j < K; j++) has0 |= ids[t * K + j] == 0;
+                if (is_hot[t]) {
+                    hot_first += ids[t * K] == 0;
+                    was_first += ids0[t * K] == 0;
+                } else {
+                    others_same &= !memcmp(ids + t * K, ids0 + t * K, sizeof(int32_t) * (size_t)K);
+                    others_without += !has0;
+                }
+            }
+            CHECK(hot_first == HOT, "expert 0 first for %d of %d hot tokens", hot_first, HOT);
+            CHECK(was_first < HOT, "expert 0 was first already for %d hot tokens before", was_first);
+            CHECK(others_same && others_without > 0,
+                  "the other tokens route as before (%d), %d of %d without expert 0", others_same, others_without,
+                  M - HOT);
+        }
+    }
+}
+
 // ---- an independent layer computation ----
 
 /* Straightforward: dequantize with the public codec, loop over tokens and slots, float64 sums. */
@@ -363,6 +458,7 @@ static void test_schemes_and_errors(void) {
 int main(void) {
     test_activations();
     test_routing();
+    test_hot_logits();
     test_layer();
     test_schemes_and_errors();
     return t_finish("test_moe_ref");

@@ -91,6 +91,16 @@ int cli_bench_write_jsonl(const char *prefix, json_t **rows, int n, bool to_stdo
     return rc;
 }
 
+void cli_bench_routing_words(long long hot, char *buf, size_t len) {
+    if (hot <= 0)
+        snprintf(buf, len, "uniform random routing (random logits, renormalize)");
+    else
+        snprintf(buf, len, "hot-expert routing (--hot-tokens %lld): in each point %lld of the M tokens (all of them "
+                           "when M <= %lld), a random subset drawn from the logits' seed, have expert 0's logit set 1 "
+                           "above their largest other, so that expert 0 is their first choice; the other logits, and "
+                           "the other tokens' routing, uniform random; renormalize", hot, hot, hot);
+}
+
 int cli_parse_presets(const char *flag, const char *list, const cli_layer_preset *presets, int n,
                       const cli_layer_preset **out, int cap) {
     char buf[512];

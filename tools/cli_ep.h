@@ -44,6 +44,16 @@ void cli_bench_stamp(const char *commit, char *commit_out, size_t commit_len, ch
 /* The command line as a results file records it: "nvfp4moe bench ..." (argv[0] is "bench"). */
 void cli_bench_command(int argc, char **argv, char *buf, size_t len);
 
+/* --hot-tokens N of `bench` and `bench --cpu`: skewed routing, N of each point's M tokens (all of
+ * them when M <= N) made to pick expert 0 first (nvfp4moe_hot_expert_logits on the point's random
+ * logits, drawn from the logits' own seed); 0, the default, is uniform routing. */
+#define CLI_BENCH_HOT_HELP "skewed routing: N of each point's M tokens (all of them when M <= N),\n" \
+                           "a seeded random subset, get expert 0 as their first choice\n" \
+                           "(default 0: uniform routing)"
+/* The routing of a benchmark's points in words, for its markdown: uniform random routing, or with
+ * hot > 0 (--hot-tokens) the hot-expert routing and its N. */
+void cli_bench_routing_words(long long hot, char *buf, size_t len);
+
 /* Parses a comma-separated list of preset names (flag: for messages) into out (at most cap);
  * returns the count, or -1 after a message naming the unknown one and the nearest preset. */
 int cli_parse_presets(const char *flag, const char *list, const cli_layer_preset *presets, int n,

@@ -5,10 +5,12 @@
  *
  * Method (perf_anchors.md §5-6): weights are generated on the GPU (random E2M1 codes, random E4M3
  * scales in [2^-3, 448]: valid NVFP4, never zeros); router logits are uniform random (uniform
- * routing). Each timed run is one CUDA-graph replay of the whole forward between two CUDA events,
- * preceded (outside the events) by a 512 MB memset that evicts the 60 MB L2, so every run reads
- * its weights from HBM; 3 warm-ups, then the median of --iters runs. The floor of a point is
- * max(touched experts' NVFP4 weight bytes / copy bandwidth, FLOPs / bf16 matmul rate), with the
+ * routing), and with --hot-tokens N changed on the host so that N of each point's tokens pick
+ * expert 0 first (nvfp4moe_hot_expert_logits, as in bench --cpu). Each timed run is one CUDA-graph
+ * replay of the whole forward between two CUDA events, preceded (outside the events) by a 512 MB
+ * memset that evicts the 60 MB L2, so every run reads its weights from HBM; 3 warm-ups, then the
+ * median of --iters runs. The floor of a point is max(touched experts' NVFP4 weight bytes / copy
+ * bandwidth, FLOPs / bf16 matmul rate), the experts those the point's routing touched, with the
  * bandwidth measured by a 2 GB device-to-device copy (bytes read + written) and the rate by an
  * 8192^3 bf16 cublasGemmEx on random data, both in this run.
  *
@@ -47,10 +49,11 @@ static const preset k_presets[] = {
 
 #define MAX_BACKENDS 4
 
-enum { O_PRESET, O_M, O_BACKEND, O_ITERS, O_NO_BASELINE, O_OUT, O_COMMIT, O_JSON, O_EP, O_CPU, O_COUNT };
+enum { O_PRESET, O_M, O_HOT_TOKENS, O_BACKEND, O_ITERS, O_NO_BASELINE, O_OUT, O_COMMIT, O_JSON, O_EP, O_CPU, O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default: all)"},
     [O_M] = {"--m", "LIST", "token counts (default 1,4,16,64,256,1024,4096)"},
+    [O_HOT_TOKENS] = {"--hot-tokens", "N", CLI_BENCH_HOT_HELP},
     [O_BACKEND] = {"--backend", "LIST", "comma-separated GPU backends (default: MARLIN, and HOPPER_WGMMA on\n"
                                         "sm_90)"},
     [O_ITERS] = {"--iters", "N", "timed runs per point (default 25, at least 20 recommended)"},
@@ -83,6 +86,7 @@ typedef struct {
     int Ms[32], nM;
     bool sel[N_PRESETS];
     int iters;
+    long long hot_tokens;   /* --hot-tokens: 0 uniform routing */
     bool baseline, json;
     char be_list[256];
     const char *out, *commit;
@@ -139,6 +143,13 @@ static int parse_bench(int argc, char **argv, bench_opts *o, bool *done) {
             }
             break;
         }
+        case O_HOT_TOKENS:
+            if (cli_parse_int("--hot-tokens", v, 0, &n)) {
+                *done = true;
+                return CLI_EXIT_FAILURE;
+            }
+            o->hot_tokens = n;
+            break;
         case O_ITERS:
             if (cli_parse_int("--iters", v, 1, &n)) {
                 *done = true;
@@ -174,6 +185,7 @@ int cmd_bench(int argc, char **argv) {
 #else
 
 #include "oracle/oracle.h"
+#include "reference/reference.h"
 #include "kernels/pipeline.h"
 #include "bench_kernels.h"
 
@@ -386,6 +398,7 @@ static double g_launch_us = NAN;  /* median time of a one-kernel graph that does
 typedef struct result {
     const preset *p;
     int M, touched;
+    int64_t hot;          /* tokens sent to expert 0 first (--hot-tokens; 0: uniform routing) */
     double wbytes, flops, floor_us;
     double be_us[MAX_BACKENDS], base_us;
     double be_rel[MAX_BACKENDS]; /* output rel. diff vs cuBLAS (vs backend 0 without a baseline) */
@@ -436,9 +449,28 @@ static double bf16_rel_diff(const uint16_t *a, const uint16_t *b, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* --hot-tokens: the M x E logits on the device made hot-expert logits (nvfp4moe_hot_expert_logits,
+ * the hot subset drawn from the logits' seed) through the host, before any timing. *count: the
+ * hot tokens. */
+static cudaError_t make_hot_logits(void *logits, int M, int E, long long hot, uint64_t seed, cudaStream_t s,
+                                   int64_t *count) {
+    float *h = malloc(sizeof(float) * (size_t)M * E);
+    if (!h) return cudaErrorMemoryAllocation;
+    /* on the bench's stream, which does not wait for the legacy default stream's copies */
+    cudaError_t e = cudaMemcpyAsync(h, logits, sizeof(float) * (size_t)M * E, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess) {
+        *count = nvfp4moe_hot_expert_logits(h, M, E, hot, seed, NULL);
+        e = cudaMemcpyAsync(logits, h, sizeof(float) * (size_t)M * E, cudaMemcpyHostToDevice, s);
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);   /* h is freed next */
+    free(h);
+    return e;
+}
+
 /* Runs every M of one preset. Appends to res. */
-static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas_fns *cb, cublasHandle_t h,
-                        bool baseline, double copy_bw, double peak, result *res, int *nres) {
+static int bench_preset(const preset *p, const int *Ms, int nM, long long hot_tokens, timer *t, cublas_fns *cb,
+                        cublasHandle_t h, bool baseline, double copy_bw, double peak, result *res, int *nres) {
     const int E = p->E, H = p->H, I = p->I, k = p->k;
     nvfp4moe_config cfg;
     cli_preset_config(p, &cfg);
@@ -518,6 +550,7 @@ static int bench_preset(const preset *p, const int *Ms, int nM, timer *t, cublas
             if (!(out_be[bi] = dalloc((size_t)M * H * 2))) goto next;
         CKM(nvfp4moe_gpu_fill_random_values(hidden, (size_t)M * H, NVFP4MOE_DTYPE_BF16, 1.0f, 100 + M, t->s));
         CKM(nvfp4moe_gpu_fill_random_values(logits, (size_t)M * E, NVFP4MOE_DTYPE_F32, 2.0f, 200 + M, t->s));
+        if (hot_tokens > 0) CKM(make_hot_logits(logits, M, E, hot_tokens, 200 + M, t->s, &r.hot));
         /* the routing once, for the accounting and the baseline's groups (the same kernel as MARLIN's) */
         {
             nvfp4moe_gpu_route_params rp = {.method = cfg.routing, .logits_dtype = cfg.router_logits_dtype,
@@ -712,7 +745,7 @@ static const char *gpu_short(const char *name, char *buf, size_t len) {
 
 static int write_outputs(const char *prefix, const result *res, int n, const char *card, const char *date,
                          const char *commit, const char *command, double copy_bw, double peak, int iters,
-                         const char *cublas_mode, bool json) {
+                         long long hot_tokens, const char *cublas_mode, bool json) {
     char path[1024];
     snprintf(path, sizeof path, "%s.csv", prefix);
     FILE *f = fopen(path, "w");
@@ -720,17 +753,17 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
         fprintf(stderr, "nvfp4moe bench: cannot write %s\n", path);
         return -1;
     }
-    fprintf(f, "preset,E,H,I,top_k,M,touched_experts,weight_bytes,flops,floor_us,backend,time_us,pct_of_floor,"
-               "weight_GBps,TFLOPs,graph,stage_route_group_us,stage_activation_us,stage_combine_us,stage_group_only_us,"
-               "out_rel_diff\n");
+    fprintf(f, "preset,E,H,I,top_k,M,hot_tokens,touched_experts,weight_bytes,flops,floor_us,backend,time_us,"
+               "pct_of_floor,weight_GBps,TFLOPs,graph,stage_route_group_us,stage_activation_us,stage_combine_us,"
+               "stage_group_only_us,out_rel_diff\n");
     for (int i = 0; i < n; i++) {
         const result *r = &res[i];
         for (int b = 0; b <= g_nbe; b++) {   /* b == g_nbe: the cuBLAS baseline */
             const bool base = b == g_nbe;
             if (!(base ? r->base_ok : r->be_ok[b])) continue;
             const double us = base ? r->base_us : r->be_us[b];
-            fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%.0f,%.0f,%.2f,%s,%.2f,%.2f,%.1f,%.2f,%d", r->p->name, r->p->E,
-                    r->p->H, r->p->I, r->p->k, r->M, r->touched, r->wbytes, r->flops, r->floor_us,
+            fprintf(f, "%s,%d,%d,%d,%d,%d,%lld,%d,%.0f,%.0f,%.2f,%s,%.2f,%.2f,%.1f,%.2f,%d", r->p->name, r->p->E,
+                    r->p->H, r->p->I, r->p->k, r->M, (long long)r->hot, r->touched, r->wbytes, r->flops, r->floor_us,
                     base ? "cublas_bf16" : g_be[b], us, 100 * r->floor_us / us, r->wbytes / us / 1e3,
                     r->flops / us / 1e6, (int)(base ? r->base_graph : r->be_graph[b]));
             if (!base)
@@ -756,8 +789,10 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
             g_launch_us);
     fprintf(f, "- floor = max(touched experts' NVFP4 bytes (0.5625 B/weight) / copy bandwidth, FLOPs / bf16 rate); "
                "%% = floor / time\n");
+    char routing[512];
+    cli_bench_routing_words(hot_tokens, routing, sizeof routing);
     fprintf(f, "- timing: one CUDA-graph replay per run, L2 flushed (512 MB memset) before each, 3 warm-ups, "
-               "median of %d runs; uniform random routing (random logits, renormalize)\n", iters);
+               "median of %d runs; %s\n", iters, routing);
     fprintf(f, "- our backends: routing + grouping from logits, GEMM1, activation, GEMM2 x top-k weight, combine "
                "(the whole forward, the plan API). cuBLAS baseline (%s): BF16 weights dequantized once; gather, "
                "grouped GEMM1, the same activation kernel, grouped GEMM2, weighted combine; routing and the "
@@ -821,6 +856,7 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
             json_object_set_new(o, "I", json_integer(r->p->I));
             json_object_set_new(o, "top_k", json_integer(r->p->k));
             json_object_set_new(o, "M", json_integer(r->M));
+            json_object_set_new(o, "hot_tokens", json_integer(r->hot));
             json_object_set_new(o, "touched_experts", json_integer(r->touched));
             json_object_set_new(o, "weight_bytes", json_real(r->wbytes));
             json_object_set_new(o, "flops", json_real(r->flops));
@@ -980,6 +1016,9 @@ int cmd_bench(int argc, char **argv) {
     }
     fprintf(cli_bench_text, "nvfp4moe bench on %s (sm_%d, %d SMs), commit %s\n", dev.name, dev.sm, dev.sm_count, commit);
     fprintf(cli_bench_text, "a one-kernel graph that does nothing times at %.1f us (events + launch)\n", g_launch_us);
+    if (opts.hot_tokens > 0)
+        fprintf(cli_bench_text, "hot-expert routing: %lld of each point's tokens (all of them when fewer) pick "
+                                "expert 0 first\n", opts.hot_tokens);
     fprintf(cli_bench_text, "ceilings: copy %.2f TB/s, bf16 matmul %.0f TFLOP/s%s; cuBLAS %s (%s)\n", copy_bw / 1e12, peak / 1e12,
            have_cublas ? "" : " (assumed)", have_cublas ? cb.path : "missing",
            have_cublas ? (cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert") : "-");
@@ -987,10 +1026,10 @@ int cmd_bench(int argc, char **argv) {
 
     for (int p = 0; p < N_PRESETS; p++) {
         if (!sel[p]) continue;
-        if (bench_preset(&k_presets[p], Ms, nM, &t, &cb, h, baseline, copy_bw, peak, res, &nres))
+        if (bench_preset(&k_presets[p], Ms, nM, opts.hot_tokens, &t, &cb, h, baseline, copy_bw, peak, res, &nres))
             fprintf(stderr, "nvfp4moe bench: preset %s failed\n", k_presets[p].name);
     }
-    rc = write_outputs(out, res, nres, dev.name, date, commit, command, copy_bw, peak, iters,
+    rc = write_outputs(out, res, nres, dev.name, date, commit, command, copy_bw, peak, iters, opts.hot_tokens,
                        !baseline ? "not run" : cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert",
                        opts.json)
              ? CLI_EXIT_FAILURE : CLI_EXIT_OK;

@@ -6,7 +6,8 @@
  * NaN) made directly, not quantized: the values do not change the time. To stay within memory, the
  * source layer holds at most a gigabyte of distinct experts, repeated (the plan's repacked copy,
  * which the forward reads, is distinct for every expert). Router logits are random normal
- * (uniform routing, renormalized top-k), hidden states random bf16. Per point: 2 warm-up forwards,
+ * (uniform routing, renormalized top-k; with --hot-tokens N, N of each point's tokens pick expert 0
+ * first: nvfp4moe_hot_expert_logits), hidden states random bf16. Per point: 2 warm-up forwards,
  * then --iters timed ones, each preceded by a read of a 1 GiB buffer on the same threads, which
  * evicts the caches and keeps the threads awake as a model's previous layer would. The time is the
  * median. Bytes read are the repacked weights of the experts the routing touches (codes and block
@@ -28,6 +29,7 @@
 #define _GNU_SOURCE   /* memfd_create */
 #include "cli_ep.h"
 #include "backends/cpu.h"
+#include "reference/reference.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -39,6 +41,9 @@
 
 #define EVICT_BYTES ((size_t)1 << 30)
 #define SOURCE_BUDGET ((size_t)1 << 30)
+/* The router logits' seed, and the hot tokens' (--hot-tokens): tests/test_cli.c recomputes a
+ * point's routing from it. */
+#define LOGIT_SEED 8
 
 /* ggml's NVFP4 MUL_MAT_ID (W4A8, Q8_0 activations), one layer forward, median ms, measured on a
  * 16-core x86 host whose read bandwidth was 104 GB/s at 16 threads, same weights and routing as
@@ -65,6 +70,7 @@ static const char *const k_phase_keys[PH_COUNT] = {"before_us", "wake_us", "inpu
 typedef struct {
     const cli_layer_preset *p;
     int64_t M;
+    int64_t hot;              /* tokens made to pick expert 0 first (--hot-tokens; 0: uniform routing) */
     int threads;
     const char *isa;
     char prefetch[32];
@@ -220,6 +226,7 @@ typedef struct {
     bool prefetch_default[16];   /* the plan's own setting (NVFP4MOE_CPU_PREFETCH or the built-in) */
     int nprefetch;
     bool profile, stream;
+    int64_t hot_tokens;          /* --hot-tokens */
     int iters;
     nvfp4moe_scheme scheme;
     point pts[16 * 16 * 16];
@@ -227,8 +234,9 @@ typedef struct {
     char out[512], commit[64], date[32], command[1024], cpu[160];
 } bench_cpu;
 
+/* The expected number of experts uniform top-k routing touches: the routing ggml's quoted figures
+ * were measured with, hence quoted for uniform points only (a hot-expert point touches fewer). */
 static double expected_ggml_experts(const cli_layer_preset *p, int64_t M) {
-    /* the expected number of experts uniform top-k routing touches */
     return p->E * (1.0 - pow(1.0 - (double)p->k / p->E, (double)M));
 }
 
@@ -409,19 +417,22 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
     for (int i = 0; i < b->nM; i++) Mmax = NVFP4MOE_MAX(Mmax, b->Ms[i]);
     uint16_t *hidden = malloc(sizeof(uint16_t) * (size_t)(Mmax * H));
     float *logits = malloc(sizeof(float) * (size_t)(Mmax * E)), *tw = malloc(sizeof(float) * (size_t)(Mmax * pr->k));
+    /* --hot-tokens: each point's own logits (its hot subset depends on its M) */
+    float *hot_logits = b->hot_tokens > 0 ? malloc(sizeof(float) * (size_t)(Mmax * E)) : NULL;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(Mmax * pr->k));
     uint16_t *outb = malloc(sizeof(uint16_t) * (size_t)(Mmax * H));
     bool *seen = malloc((size_t)E);
     double *times = malloc(sizeof(double) * (size_t)b->iters), *bws = malloc(sizeof(double) * (size_t)b->iters);
     double *phs = malloc(sizeof(double) * PH_COUNT * (size_t)b->iters);
     int rc = 0;
-    if (!hidden || !logits || !tw || !ids || !outb || !seen || !times || !bws || !phs) {
+    if (!hidden || !logits || !tw || !ids || !outb || !seen || !times || !bws || !phs ||
+        (b->hot_tokens > 0 && !hot_logits)) {
         fprintf(stderr, "nvfp4moe bench --cpu: out of memory\n");
         rc = -1;
         goto done;
     }
     nvfp4moe_fill_normal(hidden, NVFP4MOE_DTYPE_BF16, Mmax * H, 7);
-    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, Mmax * E, 8);
+    nvfp4moe_fill_normal(logits, NVFP4MOE_DTYPE_F32, Mmax * E, LOGIT_SEED);
     for (int ti = 0; ti < b->nthreads && rc == 0; ti++) {
         const int T = (int)b->threads[ti];
         nvfp4moe_device cpu;
@@ -449,8 +460,17 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
         }
         for (int mi = 0; mi < b->nM && rc == 0; mi++) {
             const int64_t M = b->Ms[mi];
-            nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = logits, .output = outb};
-            nvfp4moe_route(&c, logits, M, NULL, ids, tw);
+            /* the first M rows of the uniform logits, or of a copy with this point's hot tokens */
+            const float *lg = logits;
+            int64_t hot = 0;
+            if (b->hot_tokens > 0) {
+                memcpy(hot_logits, logits, sizeof(float) * (size_t)(M * E));
+                hot = nvfp4moe_hot_expert_logits(hot_logits, M, (int32_t)E, b->hot_tokens, LOGIT_SEED, NULL);
+                lg = hot_logits;
+            }
+            nvfp4moe_io io = {.num_tokens = M, .hidden = hidden, .router_logits = lg, .output = outb};
+            /* the experts this routing touches, for the bytes read: the forward routes the same logits */
+            nvfp4moe_route(&c, lg, M, NULL, ids, tw);
             memset(seen, 0, (size_t)E);
             int64_t touched = 0;
             for (int64_t i = 0; i < M * pr->k; i++)
@@ -485,8 +505,8 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
                 qsort(times, (size_t)b->iters, sizeof times[0], cmp_double);
                 const double bw = median(bws, b->iters);
                 point *pt = &b->pts[b->npts++];
-                *pt = (point){.p = pr, .M = M, .threads = nvfp4moe_cpu_pool_size(pool), .experts = touched, .bw_gbs = bw,
-                              .chunks = nvfp4moe_cpu_fast_chunks(plan)};
+                *pt = (point){.p = pr, .M = M, .hot = hot, .threads = nvfp4moe_cpu_pool_size(pool), .experts = touched,
+                              .bw_gbs = bw, .chunks = nvfp4moe_cpu_fast_chunks(plan)};
                 const nvfp4moe_cpu_kernels *k = NULL;
                 nvfp4moe_cpu_kernels_select(&k);
                 pt->isa = nvfp4moe_cpu_isa_name(k->isa);
@@ -496,7 +516,7 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
                 pt->ms_min = times[0] * 1e3;
                 pt->gbs = pt->mb / pt->ms;
                 pt->pct = 100.0 * pt->gbs / bw;
-                for (size_t g = 0; g < sizeof k_ggml / sizeof k_ggml[0]; g++)
+                for (size_t g = 0; g < sizeof k_ggml / sizeof k_ggml[0] && hot == 0; g++)
                     if (!strcmp(k_ggml[g].preset, pr->name) && k_ggml[g].M == M) {
                         pt->ggml_ms = k_ggml[g].ms;
                         pt->ggml_pct = 100.0 * expected_ggml_experts(pr, M) * (double)per_expert / 1e6 / k_ggml[g].ms / GGML_BW_GBS;
@@ -521,7 +541,8 @@ static int run_preset(bench_cpu *b, const cli_layer_preset *pr, read_job *rj) {
     }
 done:
     tensor_free(&w13); tensor_free(&s13); tensor_free(&w2); tensor_free(&s2);
-    free(vec); free(hidden); free(logits); free(tw); free(ids); free(outb); free(seen); free(times); free(bws); free(phs);
+    free(vec); free(hidden); free(logits); free(hot_logits); free(tw); free(ids); free(outb); free(seen); free(times);
+    free(bws); free(phs);
     return rc;
 }
 
@@ -535,15 +556,15 @@ static int write_outputs(const bench_cpu *b, bool json) {
         fprintf(stderr, "nvfp4moe bench --cpu: cannot write %s\n", path);
         return -1;
     }
-    fprintf(f, "preset,scheme,M,threads,isa,prefetch,chunks,experts,mb_read,ms_median,ms_min,gb_s,read_bw_gb_s,pct_read_bw,"
-               "ggml_16c_ms,ggml_16c_pct_read_bw");
+    fprintf(f, "preset,scheme,M,hot_tokens,threads,isa,prefetch,chunks,experts,mb_read,ms_median,ms_min,gb_s,read_bw_gb_s,"
+               "pct_read_bw,ggml_16c_ms,ggml_16c_pct_read_bw");
     for (int q = 0; q < PH_COUNT; q++) fprintf(f, ",%s", k_phase_keys[q]);
     fprintf(f, "\n");
     for (int i = 0; i < b->npts; i++) {
         const point *p = &b->pts[i];
-        fprintf(f, "%s,%s,%lld,%d,%s,%s,%lld,%lld,%.2f,%.4f,%.4f,%.2f,%.2f,%.1f,", p->p->name, nvfp4moe_scheme_name(b->scheme),
-                (long long)p->M, p->threads, p->isa, p->prefetch, (long long)p->chunks, (long long)p->experts, p->mb, p->ms,
-                p->ms_min, p->gbs, p->bw_gbs, p->pct);
+        fprintf(f, "%s,%s,%lld,%lld,%d,%s,%s,%lld,%lld,%.2f,%.4f,%.4f,%.2f,%.2f,%.1f,", p->p->name,
+                nvfp4moe_scheme_name(b->scheme), (long long)p->M, (long long)p->hot, p->threads, p->isa, p->prefetch,
+                (long long)p->chunks, (long long)p->experts, p->mb, p->ms, p->ms_min, p->gbs, p->bw_gbs, p->pct);
         if (p->ggml_ms > 0) fprintf(f, "%.2f,%.1f", p->ggml_ms, p->ggml_pct);
         else fprintf(f, ",");
         for (int q = 0; q < PH_COUNT; q++) {
@@ -564,14 +585,20 @@ static int write_outputs(const bench_cpu *b, bool json) {
     if (b->npts > 0)
         fprintf(f, "- work split: each thread's share of a GEMM phase in about %lld chunks, claimed by the threads as "
                    "they go (NVFP4MOE_CPU_CHUNKS)\n", (long long)b->pts[0].chunks);
+    char routing[512];
+    cli_bench_routing_words(b->hot_tokens, routing, sizeof routing);
     fprintf(f, "- layer: random NVFP4 weights (E2M1 codes, E4M3 scales in [2^-3, 448]), scheme %s, bf16 activations, "
-               "random normal router logits (renormalize top-k)\n", nvfp4moe_scheme_name(b->scheme));
+               "random normal router logits\n- routing: %s\n", nvfp4moe_scheme_name(b->scheme), routing);
     fprintf(f, "- time: median of %d forwards, each after a 1 GiB read on the same threads (cold caches, awake "
                "threads); MB read: the touched experts' NVFP4 codes and block scales\n", b->iters);
     fprintf(f, "- read bandwidth: per point, the median of the 1 GiB reads that precede its timed forwards (the same "
                "threads, the kernels' loads)\n");
-    fprintf(f, "- ggml: the figures of a 16-core x86 host (read bandwidth 104 GB/s at 16 threads), quoted, not "
-               "measured here; its %% assumes the experts uniform routing touches on average\n\n");
+    if (b->hot_tokens > 0)
+        fprintf(f, "- ggml: the figures of a 16-core x86 host were measured with uniform routing: not quoted for "
+                   "hot-expert points\n\n");
+    else
+        fprintf(f, "- ggml: the figures of a 16-core x86 host (read bandwidth 104 GB/s at 16 threads), quoted, not "
+                   "measured here; its %% assumes the experts uniform routing touches on average\n\n");
     fprintf(f, "| preset | M | threads | ISA | prefetch | experts | MB read | ms | GB/s | read BW GB/s | %% of read BW | "
                "ggml 16 cores ms | ggml %% of its read BW |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     bool profiled = false;
@@ -615,6 +642,7 @@ static int write_outputs(const bench_cpu *b, bool json) {
         json_object_set_new(o, "preset", json_string(p->p->name));
         json_object_set_new(o, "scheme", json_string(nvfp4moe_scheme_name(b->scheme)));
         json_object_set_new(o, "M", json_integer(p->M));
+        json_object_set_new(o, "hot_tokens", json_integer(p->hot));
         json_object_set_new(o, "threads", json_integer(p->threads));
         json_object_set_new(o, "isa", json_string(p->isa));
         json_object_set_new(o, "prefetch", json_string(p->prefetch));
@@ -668,12 +696,13 @@ static int write_stream(bench_cpu *b, read_job *rj) {
 
 // ---- the command ----
 
-enum { O_CPU, O_PRESET, O_M, O_THREADS, O_SCHEME, O_ITERS, O_OUT, O_COMMIT, O_JSON, O_PREFETCH, O_PROFILE, O_STREAM,
-       O_COUNT };
+enum { O_CPU, O_PRESET, O_M, O_HOT_TOKENS, O_THREADS, O_SCHEME, O_ITERS, O_OUT, O_COMMIT, O_JSON, O_PREFETCH, O_PROFILE,
+       O_STREAM, O_COUNT };
 static const cli_opt k_opts[O_COUNT] = {
     [O_CPU] = {"--cpu", NULL, "this mode: the CPU backend"},
     [O_PRESET] = {"--preset", "LIST", "comma-separated presets (default qwen3-30b-a3b,deepseek-v3)"},
     [O_M] = {"--m", "LIST", "tokens (default 1,16,64,256)"},
+    [O_HOT_TOKENS] = {"--hot-tokens", "N", CLI_BENCH_HOT_HELP},
     [O_THREADS] = {"--threads", "LIST", "thread counts (default: every CPU this process may use)"},
     [O_SCHEME] = {"--scheme", "S", "w4a4 (default, the integer kernels) or w4a16 (the float kernels)"},
     [O_ITERS] = {"--iters", "N", "timed forwards per point (default 10)"},
@@ -784,6 +813,10 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
         case O_M:
             if ((b->nM = parse_list("--m", v, 1, 65536, b->Ms, 16)) < 0) goto done;
             break;
+        case O_HOT_TOKENS:
+            if (cli_parse_int("--hot-tokens", v, 0, &n)) goto done;
+            b->hot_tokens = n;
+            break;
         case O_THREADS:
             if ((b->nthreads = parse_list("--threads", v, 1, 1024, b->threads, 16)) < 0) goto done;
             break;
@@ -813,6 +846,10 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
         }
     }
     cli_bench_text = json ? stderr : stdout;
+    if (b->stream && b->hot_tokens > 0) {
+        fprintf(stderr, "nvfp4moe bench --cpu: --hot-tokens: --stream times the kernel alone, which routes nothing\n");
+        goto done;
+    }
     if ((b->npresets = cli_parse_presets("--preset", preset_list, presets, npresets, b->presets, 16)) < 0) goto done;
     if (b->nthreads == 0) {
         int n;
@@ -861,6 +898,9 @@ int cli_bench_cpu(int argc, char **argv, const cli_layer_preset *presets, int np
     memset(evict, 1, EVICT_BYTES);
     *rj = (read_job){.k = k, .buf = evict, .len = EVICT_BYTES};
     fprintf(cli_bench_text, "nvfp4moe bench --cpu on %s, kernels %s, commit %s\n", b->cpu, nvfp4moe_cpu_isa_name(k->isa), b->commit);
+    if (b->hot_tokens > 0 && !b->stream)
+        fprintf(cli_bench_text, "hot-expert routing: %lld of each point's tokens (all of them when fewer) pick "
+                                "expert 0 first\n", (long long)b->hot_tokens);
     int bad = 0;
     if (b->stream) {
         bad = write_stream(b, rj);

@@ -49,6 +49,18 @@ nvfp4moe_status nvfp4moe_check_io(const nvfp4moe_config *cfg, const nvfp4moe_io 
 size_t nvfp4moe_route_scratch_bytes(const nvfp4moe_config *cfg);
 void nvfp4moe_route_token(const nvfp4moe_config *cfg, const float *logits, int64_t t, const float *correction_bias,
                           void *scratch, int32_t *topk_ids, float *topk_weights);
+/* Skewed ("hot expert") router logits, for benchmarks and tests. Of the M tokens of logits [M, E]
+ * (row-major, already filled with finite values below 2^24 in magnitude, where adding 1 always
+ * gives a larger float), min(hot, M) get expert 0's logit set to 1 above the largest of their
+ * other logits; the other tokens' rows are left as they are. The hot tokens are a random subset
+ * drawn from seed, every subset of that size equally likely, the same for the same (M, hot, seed).
+ * Expert 0 is then the first choice of every hot token under every routing method that ranks
+ * experts by their logits: softmax_topk, renormalize(_naive), sigmoid(_renorm) and llama4 compare
+ * the logits, deepseek_v3 and minimax2 a monotonic score of them (deepseek_v3's group 0 then
+ * scores highest too; ties go to the lower index). Not with a correction bias, which may outweigh
+ * any logit once the sigmoid saturates, nor with simulated routing, which reads no logits. is_hot
+ * (M entries, may be NULL) gets which tokens are hot. Returns their count (0 for hot <= 0). */
+int64_t nvfp4moe_hot_expert_logits(float *logits, int64_t M, int32_t E, int64_t hot, uint64_t seed, bool *is_hot);
 /* io's precomputed top-k, checked: INVALID_ARGUMENT naming the first id outside [0, E) or weight
  * that is not finite. */
 nvfp4moe_status nvfp4moe_check_topk(const nvfp4moe_config *cfg, const nvfp4moe_io *io);

@@ -181,3 +181,23 @@ nvfp4moe_status nvfp4moe_route(const nvfp4moe_config *cfg, const float *logits, 
     free(scratch);
     return NVFP4MOE_OK;
 }
+
+int64_t nvfp4moe_hot_expert_logits(float *logits, int64_t M, int32_t E, int64_t hot, uint64_t seed, bool *is_hot) {
+    const int64_t n = hot <= 0 || M <= 0 ? 0 : NVFP4MOE_MIN(hot, M);
+    /* not the stream a caller drew the logits from with the same seed */
+    uint64_t st = seed ^ 0x40775EEDull;
+    int64_t need = n;
+    for (int64_t t = 0; t < M; t++) {
+        /* selection sampling (Knuth's algorithm S): token t is taken with probability need / (M - t),
+         * in integers, so that exactly n are (the last ones surely when as many are still needed) */
+        const bool take = need > 0 && nvfp4moe_rand_u64(&st) % (uint64_t)(M - t) < (uint64_t)need;
+        if (is_hot) is_hot[t] = take;
+        if (!take) continue;
+        need--;
+        float *row = logits + t * E;
+        float top = -INFINITY;
+        for (int32_t e = 1; e < E; e++) top = fmaxf(top, row[e]);
+        if (E > 1) row[0] = top + 1.0f;   /* E == 1: expert 0 is every token's only choice already */
+    }
+    return n;
+}
