@@ -7,7 +7,7 @@
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
-#                                         # others,python,bench,hot,triton,gemm (default: all of them);
+#                                         # others,python,bench,hot,triton,torch,gemm (default: all of them);
 #                                         # not in the default: regimes (both regimes forced on every
 #                                         # preset), cpu, cli (the tool's files through the GPU),
 #                                         # prof (ncu sections + SASS stall samples of the prefill GEMMs),
@@ -17,13 +17,17 @@
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
 # --gpu: torch.ops.nvfp4moe.moe against the C API, stream order, CUDA graphs, torch.compile).
+# The torch step times the plain-PyTorch bf16 layer (bench/torch_moe.py: torch._grouped_mm on the
+# dequantized weights, one CUDA graph, cold L2, as bench times ours) with the same python3.
 # The steps use NVFP4MOE_HOPPER_REGIME=decode|gemm (src/backends/cuda.c) to cover both regimes.
 # cpu: CPU_FAST on the host's cores: test_cpu_fast (every ISA the host runs, then each forced),
 # bench --cpu --profile, the kernel alone (--stream: a prefetch sweep over 1, 2, 4 .. nproc threads),
 # the decode layers per prefetch setting and per thread count.
 # Environment: BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
-# (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256), CPU_M (default 1,16,256), CPU_THREADS
-# (default: all CPUs), CPU_PREFETCH (the layer's prefetch sweep, default default,off,t0:4608,t1:18432,t2:18432,t2:16384:4096).
+# (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256,1024,4096), TORCH_PRESETS (default
+# deepseek-v3,qwen3-30b-a3b), TORCH_MS (default 1,16,64,256,1024,4096), CPU_M (default 1,16,256),
+# CPU_THREADS (default: all CPUs), CPU_PREFETCH (the layer's prefetch sweep, default
+# default,off,t0:4608,t1:18432,t2:18432,t2:16384:4096).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,8 +60,8 @@ if [ "${1:-}" = pack ]; then
     ls -la .devbin
     exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,15p' "$0"; exit 1; }
-steps=",${2:-decode,sanitize,stream,ncu,stalls,sass,gputest,others,python,bench,hot,triton,gemm},"
+[ "${1:-}" = run ] || { sed -n '2,17p' "$0"; exit 1; }
+steps=",${2:-decode,sanitize,stream,ncu,stalls,sass,gputest,others,python,bench,hot,triton,torch,gemm},"
 has() { [[ $steps == *",$1,"* ]]; }
 
 out=${OUT:-/tmp/h200-out}
@@ -291,6 +295,14 @@ if has triton; then
         --no-check --out "$R/triton.json" >"$R/triton.log" 2>&1
     log "triton anchor rc=$?"
     tail -30 "$R/triton.log" >>"$out/summary.txt"
+fi
+if has torch; then
+    # the bf16 baseline of the targets: the whole layer in plain PyTorch, timed in this same call
+    PYTHONUNBUFFERED=1 timeout 400 python3 bench/torch_moe.py --preset "${TORCH_PRESETS:-deepseek-v3,qwen3-30b-a3b}" \
+        --ms "${TORCH_MS:-1,16,64,256,1024,4096}" --iters 20 --json "$R/torch.json" >"$R/torch.log" 2>&1
+    rc=$?
+    log "torch bf16 baseline rc=$rc: $(grep -E '^torch_moe: ' "$R/torch.log" | sed -n '1p;$p' | uniq | tr '\n' ' ')"
+    grep -E "^(ceilings|FAIL|### |\| *[0-9]+ \|)|CUDA graph capture failed" "$R/torch.log" >>"$out/summary.txt"
 fi
 for f in "$R"/bench-*.md; do
     [ -f "$f" ] || continue
