@@ -12,7 +12,9 @@
 #                                         # preset), cpu, cli (the tool's files through the GPU),
 #                                         # prof (ncu sections + SASS stall samples of the prefill GEMMs),
 #                                         # gsan (the wgmma GEMM under compute-sanitizer), variants
-#                                         # (gpu_hopper_gemm and the HOPPER_VARIANTS pack built: tests, bench)
+#                                         # (gpu_hopper_gemm and the HOPPER_VARIANTS pack built: tests, bench),
+#                                         # decodevar (the whole layer per DECODE_VARIANTS "name:pdl:prefetch"
+#                                         # setting of the decode kernels, at DECODE_M)
 # The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
@@ -84,11 +86,12 @@ if has decode; then
     grep -E "^(FAIL|  )" "$R/gpu_hopper_decode.txt" | head -20 | tee -a "$out/summary.txt"
 fi
 if has sanitize; then
-    for c in 1 3 6 9 12; do
+    # 20 23 25: launched with PDL and L2 prefetch (21 22 likewise, under racecheck)
+    for c in 1 3 6 9 12 20 23 25; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c >"$R/memcheck$c.txt" 2>&1
         log "memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
     done
-    for c in 2 10 11; do
+    for c in 2 10 11 21 22; do
         timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case $c >"$R/racecheck$c.txt" 2>&1
         log "racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck$c.txt" | tr '\n' ' ')"
     done
@@ -288,6 +291,16 @@ if has regimes; then
             --no-baseline --iters 20 --commit "$commit (HOPPER_WGMMA forced to its $rg regime)" --out "$R/bench-$rg" \
             >"$R/bench-$rg.log" 2>&1
         log "bench (HOPPER_WGMMA forced to $rg, every preset) rc=$?"
+    done
+fi
+if has decodevar; then
+    # the decode kernels' launch overlap (PDL) and L2 prefetch distance, whole layer, every preset
+    for v in ${DECODE_VARIANTS:-pdl0-pf0:0:0 pdl1-pf0:1:0 pdl0-pf4:0:4 pdl1-pf4:1:4 pdl1-pf8:1:8}; do
+        n=${v%%:*} rest=${v#*:}
+        NVFP4MOE_HOPPER_PDL=${rest%%:*} NVFP4MOE_HOPPER_PREFETCH=${rest#*:} timeout 300 $B/nvfp4moe bench \
+            --m "${DECODE_M:-1,4,16,64}" --backend HOPPER_WGMMA --no-baseline --iters 20 \
+            --commit "$commit (decode kernels: $n)" --out "$R/bench-dv-$n" >"$R/bench-dv-$n.log" 2>&1
+        log "bench decode variant $n rc=$?"
     done
 fi
 if has triton; then

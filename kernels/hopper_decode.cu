@@ -28,6 +28,15 @@
  * shared-memory ring of four tiles per warp fed by bulk copies was measured slower on the H200
  * (2.38 against 2.85 TB/s streaming one expert): bytes in flight are not what limits; the same
  * bytes read in this pattern with no decode at all reach 3.14 TB/s (gpu_hopper_decode --stream).
+ * Optionally (Params.prefetch) each warp also has the k tiles a few steps ahead of its loads
+ * prefetched into L2 with bulk prefetches: no registers, no shared memory, nothing to wait on.
+ *
+ * Launch overlap (nvfp4moe_decode_gemm.pdl): both kernels may be launched with programmatic
+ * dependent launch. GEMM1 then starts while the grouping kernel runs (that kernel lets its
+ * dependents launch at once) and waits for it after zeroing the combine's counters; GEMM2
+ * starts as GEMM1's CTAs retire, reads the grouping, issues its first weight loads and
+ * prefetches, and only then waits for GEMM1's intermediate. The launch latency and the ramp of
+ * each kernel hide behind the one ahead.
  *
  * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
  *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)
@@ -47,6 +56,7 @@
 #include "activation.cuh"
 #include "hopper_decode.h"
 #include "hopper_layout.cuh"
+#include "pdl.cuh"
 
 // sm_90a feature set only: the same build guard as the wgmma GEMM (one backend, one target).
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -80,6 +90,7 @@ struct Params {
     int n_tiles, k_tiles;
     int items_per_block;
     int force_kw;              // warps per item forced (0: chosen on the device)
+    int prefetch;              // k tiles of an item prefetched into L2 ahead of the loads (0: none)
     int rows;                  // Rows: which two 16-row groups make item r
     int I;                     // GEMM1: intermediate size (gate/up split, act_out row length)
     int halves;                // GEMM1: scale_2 is [E, 2] (gate, up), else [E]
@@ -186,7 +197,7 @@ struct Decode {
     // The weight chunks of item `item`, group h, at the slice's first k tile.
     static __device__ __forceinline__ const uint8_t *group_chunk(const Params &p, int item, int h, int kt0, int &gw) {
         const int b = item / p.items_per_block, r = item % p.items_per_block;
-        const int e = p.block_expert[b];
+        const int e = __ldcg(p.block_expert + b);
         int r0, r1;
         item_rows(p, r, r0, r1);
         const int row = h ? r1 : r0;
@@ -201,7 +212,7 @@ struct Decode {
         ntv = 0;
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const int pid = p.sorted_ids[(size_t)b * BM + 8 * j + g];
+            const int pid = __ldcg(p.sorted_ids + (size_t)b * BM + 8 * j + g);
             const bool ok = pid >= 0 && pid < p.P;
             arow[j] = ok ? p.a + (size_t)(pid / p.a_row_div) * p.K + 2 * t : nullptr;
             if (__any_sync(0xffffffffu, ok)) ntv = j + 1;
@@ -397,16 +408,43 @@ struct Decode {
         }
     }
 
-    // GEMM1's side duties for the combine: zero the arrival counters, zero the output rows of
-    // tokens without a valid slot (GEMM2 never writes them).
-    static __device__ void prepare_combine(const Params &p) {
+    // GEMM1's side duties for the combine: zero the arrival counters, and (after the grouping
+    // is known) zero the output rows of tokens without a valid slot (GEMM2 never writes them).
+    static __device__ void zero_counters(const Params &p) {
         const size_t stride = (size_t)gridDim.x * blockDim.x;
         const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
         const size_t nc = (size_t)p.M * p.rt_count;
         for (size_t i = first; i < nc; i += stride) p.counters[i] = 0;
+    }
+    static __device__ void zero_rows(const Params &p) {
+        const size_t stride = (size_t)gridDim.x * blockDim.x;
+        const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
         for (size_t t = first; t < (size_t)p.M; t += stride)
             if (valid_slots(p, (int)t) == 0)
                 for (int h = 0; h < p.H; h++) store_out(p, t * p.H + h, 0.0f);
+    }
+
+    // Prefetch into L2 of the k tiles ahead of the register loads (p.prefetch of them, within the
+    // item), so those loads find their bytes in L2: more bytes in flight than two register sets
+    // hold, with no shared memory and nothing to wait on (a bulk prefetch is fire-and-forget).
+    // Loading tile kk of an item, tile kk + p.prefetch is prefetched (and tiles 1 .. p.prefetch
+    // of the first item at the start; a later item's first tiles are not: a burst there cost
+    // registers the loop spilled). Lanes 0-3 issue one each: group 0's codes and scales, group
+    // 1's codes and scales, addressed from lane 0-3's own load pointers (lane_ptrs).
+    static __device__ __forceinline__ void prefetch_tile(const uint8_t *const (&wp)[2], const uint8_t *const (&sp)[2],
+                                                         int kk) {
+        const int lane = threadIdx.x % 32;
+        if (lane >= 4) return;
+        const size_t off = (size_t)kk * kWChunk;
+        // lanes 0-3 have lane / 4 == 0: sp[h] is the group's first scale byte; wp[h] - 16 * lane its first code byte
+        const uint8_t *w = lane < 2 ? wp[0] : wp[1], *sc = lane < 2 ? sp[0] : sp[1];  // no dynamic index: registers
+        const uint8_t *src = lane % 2 ? sc + off : w - 16 * lane + off;
+        const uint32_t bytes = lane % 2 ? kGroupScaleBytes : kGroupCodeBytes;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+    }
+    static __device__ __forceinline__ void prefetch_ahead(const Params &p, const uint8_t *const (&wp)[2],
+                                                          const uint8_t *const (&sp)[2], int kk, int nkt) {
+        if (kk + p.prefetch < nkt) prefetch_tile(wp, sp, kk + p.prefetch);
     }
 
     // Warps per item: the fewest (1, 2, 4) that still give every resident warp an item's slice,
@@ -422,11 +460,24 @@ struct Decode {
         return kw;
     }
 
+    // Launched with programmatic dependent launch (PDL) after the grouping kernel (GEMM1) or
+    // GEMM1 (GEMM2), a kernel may start before the kernel ahead has finished; nvfp4moe_pdl::wait
+    // marks where it must have. Before it: GEMM1 zeroes the combine's counters (the previous
+    // forward's GEMM2 finished before this forward's grouping kernel started, and that kernel
+    // must have started for this one to launch); GEMM2 reads the grouping (complete: GEMM1
+    // signals its dependents only after its own wait) and issues its first weight loads and
+    // prefetches, which no kernel writes. GEMM2 reads the grouping through L2 (ld.global.cg).
+    // Without PDL the waits return at once.
     static __device__ void run(const Params &p) {
         __shared__ __align__(128) Smem sm;
-        if constexpr (MODE == GEMM1) prepare_combine(p);
+        if constexpr (MODE == GEMM1) {
+            zero_counters(p);
+            nvfp4moe_pdl::wait();     // the grouping, topk ids and GEMM1's input are complete
+            nvfp4moe_pdl::trigger();  // GEMM2 may launch: its prologue reads nothing GEMM1 writes
+            zero_rows(p);
+        }
         const int warp = threadIdx.x / 32;
-        const int items = *p.num_blocks * p.items_per_block;
+        const int items = __ldcg(p.num_blocks) * p.items_per_block;
         const int kw = warps_per_item(p, items), slots = kWarps / kw;
         const int slot = warp / kw, ks = warp % kw;
         const int first = blockIdx.x * slots + slot, stride = gridDim.x * slots;
@@ -452,8 +503,11 @@ struct Decode {
         const uint8_t *wp[2], *sp[2];
         lane_ptrs(p, first, kt0, wp, sp);
         Frag fa, fb;
-        load_b(p, fa.b, arow, ntv, kt0);
         load_w(fa.w, wp, sp, 0);
+        if (p.prefetch > 0)
+            for (int t = 1; t <= p.prefetch && t < nkt; t++) prefetch_tile(wp, sp, t);
+        if constexpr (MODE == GEMM2) nvfp4moe_pdl::wait();  // GEMM1's intermediate, counters, zero rows
+        load_b(p, fa.b, arow, ntv, kt0);
         int item = first, kk = 0;  // the tile being computed
         auto step = [&](Frag &now, Frag &next) -> bool {
             if (++bw.kk == nkt) {
@@ -468,6 +522,7 @@ struct Decode {
             if (more) {
                 load_w(next.w, wp, sp, bw.kk);
                 load_b(p, next.b, arow, ntv, kt0 + bw.kk);
+                if (p.prefetch > 0) prefetch_ahead(p, wp, sp, bw.kk, nkt);
             }
             compute(now.w, now.b, acc);
             if (++kk == nkt) {
@@ -496,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const
 }
 
 template <int NT, bool BF16, int MODE>
-cudaError_t launch(const Params &p, int max_items, int sm_count, cudaStream_t stream) {
+cudaError_t launch(const Params &p, int max_items, int sm_count, bool pdl, cudaStream_t stream) {
     auto *fn = decode_kernel<NT, BF16, MODE>;
     static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
     if (resident < 0) return cudaErrorNoKernelImageForDevice;
@@ -520,18 +575,26 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, cudaStream_t st
     long long grid = (long long)(sm_count > 0 ? sm_count : 1) * resident;
     if (grid > max_items) grid = max_items;
     if (grid < 1) grid = 1;
-    fn<<<(unsigned)grid, kThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, fn, p);
 }
 
 template <int MODE>
-cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, cudaStream_t s) {
+cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, bool pdl, cudaStream_t s) {
     if (block_m == 8)
-        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, s)
-                    : launch<1, false, MODE>(p, max_items, sm_count, s);
+        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, pdl, s)
+                    : launch<1, false, MODE>(p, max_items, sm_count, pdl, s);
     if (block_m == 16)
-        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, s)
-                    : launch<2, false, MODE>(p, max_items, sm_count, s);
+        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, pdl, s)
+                    : launch<2, false, MODE>(p, max_items, sm_count, pdl, s);
     return cudaErrorInvalidValue;
 }
 
@@ -540,7 +603,8 @@ bool gemm_ok(const nvfp4moe_decode_gemm *g) {
            g->N > 0 && g->K > 0 && g->N % 16 == 0 && g->K % 16 == 0 && g->E > 0 && g->a_row_div >= 1 &&
            g->P >= 0 && g->max_blocks >= 0 && (g->block_m == 8 || g->block_m == 16) &&
            (g->warps_per_item == 0 || g->warps_per_item == 1 || g->warps_per_item == 2 || g->warps_per_item == 4) &&
-           g->scale_2_halves >= 0 && g->scale_2_halves <= 2;
+           g->scale_2_halves >= 0 && g->scale_2_halves <= 2 && g->prefetch_tiles >= 0 &&
+           g->prefetch_tiles <= NVFP4MOE_DECODE_MAX_PREFETCH;
 }
 
 bool combine_ok(const nvfp4moe_decode_combine *c) {
@@ -567,6 +631,7 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
     p.n_tiles = n_tiles_of(g->N);
     p.k_tiles = k_tiles_of(g->K);
     p.force_kw = g->warps_per_item;
+    p.prefetch = g->prefetch_tiles;
     p.topk_ids = c->topk_ids;
     p.M = c->M;
     p.top_k = c->top_k;
@@ -613,7 +678,7 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *
     // at least enough CTAs for the combine preparation even when there are few items
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items < 1 ? 1 : items);
-    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, stream);
+    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->pdl != 0, stream);
 }
 
 extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *g, const float *row_scale, float *partial,
@@ -627,5 +692,5 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *
     p.items_per_block = (g->N + kRowsPerItem - 1) / kRowsPerItem;
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items);
-    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, stream);
+    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->pdl != 0, stream);
 }

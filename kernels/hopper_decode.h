@@ -42,7 +42,17 @@ typedef struct nvfp4moe_decode_gemm {
     int32_t scale_2_halves;     /* GEMM1 of a gated activation: nonzero when scale_2 is [E, 2], the
                                    gate rows taking [2 e] and the up rows [2 e + 1] (as in
                                    nvfp4moe_marlin_args: 1 stacked halves, 2 interleaved) */
+    int32_t prefetch_tiles;     /* k tiles (of 128) each warp prefetches into L2 ahead of its loads,
+                                   0 .. NVFP4MOE_DECODE_MAX_PREFETCH (0: none) */
+    int32_t pdl;                /* nonzero: launched with programmatic dependent launch, so its
+                                   launch and prologue overlap the kernel ahead in the stream. Then
+                                   GEMM1's kernel ahead must have been launched without PDL (the
+                                   grouping kernel, or one after it), and GEMM2 must come right
+                                   after GEMM1 on the same stream */
 } nvfp4moe_decode_gemm;
+
+/* Upper bound of nvfp4moe_decode_gemm.prefetch_tiles. */
+#define NVFP4MOE_DECODE_MAX_PREFETCH 16
 
 /* The layer's output and the top-k combine state shared by the two launches. */
 typedef struct nvfp4moe_decode_combine {

@@ -10,6 +10,7 @@
 // 15 us for 8K, 46 us for 32K (DeepSeek-V3, M = 4096) -- a multi-block count/scan/scatter is the
 // next step if large batches matter.
 #include "moe_route.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(kGroupThreads)
 group_kernel(const int32_t *ids, int64_t P, int E, int bm, int32_t *sorted_ids,
              int32_t *block_expert, int32_t *num_blocks, int max_blocks) {
     extern __shared__ int sm[];
+    nvfp4moe_pdl::trigger();  // a kernel launched with PDL after this one may start (it waits for our writes)
     group_pairs(ids, P, E, bm, sorted_ids, block_expert, num_blocks, max_blocks, sm);
 }
 
@@ -108,6 +110,7 @@ route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, 
                    float *weights, int bm, int32_t *sorted_ids, int32_t *block_expert,
                    int32_t *num_blocks, int max_blocks, int route_warps) {
     extern __shared__ int sm[];
+    nvfp4moe_pdl::trigger();  // as in group_kernel
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // the routing scratch (doubles) starts 8-byte aligned after the grouping ints
     const int ints = (2 * rp.num_experts + 33 + 1) & ~1;

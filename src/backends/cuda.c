@@ -83,6 +83,8 @@ typedef struct cuda_state {
     int32_t sm_count;
     int device;
     regime regime;                /* HOPPER_WGMMA: decode/gemm choice */
+    int32_t decode_pdl;           /* HOPPER_WGMMA decode: GEMM1 and GEMM2 launched with PDL */
+    int32_t decode_prefetch;      /* HOPPER_WGMMA decode: k tiles prefetched into L2 ahead */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -363,6 +365,33 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
                                       "%s: NVFP4MOE_HOPPER_REGIME=%s: expected auto, decode or gemm", name, r);
         }
     }
+    /* The decode kernels' launch overlap and L2 prefetch distance (benchmarks compare settings;
+     * the defaults are the measured best): NVFP4MOE_HOPPER_PDL=0|1, NVFP4MOE_HOPPER_PREFETCH=0..16. */
+    st->decode_pdl = 1;
+    st->decode_prefetch = 4;
+    if (w4a16 && gemm->has_decode) {
+        const char *v = getenv("NVFP4MOE_HOPPER_PDL");
+        if (v && *v) {
+            if (strcmp(v, "0") && strcmp(v, "1")) {
+                free(st);
+                return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: NVFP4MOE_HOPPER_PDL=%s: expected 0 or 1",
+                                          name, v);
+            }
+            st->decode_pdl = v[0] == '1';
+        }
+        v = getenv("NVFP4MOE_HOPPER_PREFETCH");
+        if (v && *v) {
+            char *end = NULL;
+            const long n = strtol(v, &end, 10);
+            if (*end || n < 0 || n > NVFP4MOE_DECODE_MAX_PREFETCH) {
+                free(st);
+                return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
+                                          "%s: NVFP4MOE_HOPPER_PREFETCH=%s: expected a number of k tiles from 0 to %d",
+                                          name, v, NVFP4MOE_DECODE_MAX_PREFETCH);
+            }
+            st->decode_prefetch = (int32_t)n;
+        }
+    }
     nvfp4moe_status s = NVFP4MOE_OK;
     cudaError_t e;
 
@@ -546,13 +575,16 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .a = a_in, .a_row_div = st->K, .w = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
-            .sm_count = st->sm_count, .scale_2_halves = st->w13_halves};
+            .sm_count = st->sm_count, .scale_2_halves = st->w13_halves, .prefetch_tiles = st->decode_prefetch,
+            /* PDL needs the grouping kernel right ahead (an input pass between them is launched
+             * without it, which keeps the order) */
+            .pdl = st->decode_pdl};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm1(&g1, &st->act, st->I, act, &cb, stream), "GEMM1 + activation");
         const nvfp4moe_decode_gemm g2 = {
             .a = act, .a_row_div = 1, .w = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->H, .K = st->I,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
-            .sm_count = st->sm_count};
+            .sm_count = st->sm_count, .prefetch_tiles = st->decode_prefetch, .pdl = st->decode_pdl};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
                  "GEMM2 + combine");
         return NVFP4MOE_OK;

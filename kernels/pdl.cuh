@@ -1,0 +1,33 @@
+// pdl.cuh - programmatic dependent launch (sm_90+), the device side.
+//
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start before the
+// kernel ahead of it in the stream has finished: as soon as every CTA of that kernel has run
+// pdl_trigger() (or exited). It must then call pdl_wait() before it reads anything the kernel
+// ahead wrote, or writes anything that kernel still reads: griddepcontrol.wait returns once
+// the grids it depends on have completed and their memory operations are visible. What a
+// kernel does before pdl_wait() -- its launch, its prologue, loads of data that no earlier
+// kernel of the forward writes -- overlaps the kernel ahead.
+//
+// Both are no-ops where they do not apply: pdl_wait() in a kernel launched without the
+// attribute (the stream order already holds), pdl_trigger() when the next kernel was launched
+// without it, and both on devices before sm_90 (compiled out).
+#ifndef NVFP4MOE_PDL_CUH
+#define NVFP4MOE_PDL_CUH
+
+namespace nvfp4moe_pdl {
+
+__device__ __forceinline__ void wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+}  // namespace nvfp4moe_pdl
+
+#endif  // NVFP4MOE_PDL_CUH
