@@ -13,8 +13,8 @@
 #                                         # prof (ncu sections + SASS stall samples of the prefill GEMMs),
 #                                         # gsan (the wgmma GEMM under compute-sanitizer), variants
 #                                         # (gpu_hopper_gemm and the HOPPER_VARIANTS pack built: tests, bench),
-#                                         # decodevar (the whole layer per DECODE_VARIANTS "name:pdl:prefetch"
-#                                         # setting of the decode kernels, at DECODE_M)
+#                                         # decodevar (the whole layer per DECODE_VARIANTS
+#                                         # "name:pdl:prefetch:g1ctas:l2mb" setting of the decode kernels)
 # The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
@@ -294,11 +294,12 @@ if has regimes; then
     done
 fi
 if has decodevar; then
-    # the decode kernels' launch overlap (PDL) and L2 prefetch distance, whole layer, every preset
-    for v in ${DECODE_VARIANTS:-pdl0-pf0:0:0 pdl1-pf0:1:0 pdl0-pf4:0:4 pdl1-pf4:1:4 pdl1-pf8:1:8}; do
-        n=${v%%:*} rest=${v#*:}
-        NVFP4MOE_HOPPER_PDL=${rest%%:*} NVFP4MOE_HOPPER_PREFETCH=${rest#*:} timeout 300 $B/nvfp4moe bench \
-            --m "${DECODE_M:-1,4,16,64}" --backend HOPPER_WGMMA --no-baseline --iters 20 \
+    # the decode kernels' settings, whole layer, every preset: name:pdl:prefetch tiles:GEMM1 CTAs per
+    # SM (0 all):GEMM2 early L2 MB (src/backends/cuda.c reads them from the environment)
+    for v in ${DECODE_VARIANTS:-off:0:0:0:0 pdl:1:0:0:0 pf4:0:4:0:0 pdl-pf4:1:4:0:0 pdl-pf8:1:8:0:0 pdl-pf4-c3:1:4:3:0 pdl-pf4-c3-l2:1:4:3:24}; do
+        IFS=: read -r n v_pdl v_pf v_c v_l2 <<<"$v"
+        NVFP4MOE_HOPPER_PDL=$v_pdl NVFP4MOE_HOPPER_PREFETCH=$v_pf NVFP4MOE_HOPPER_G1_CTAS=$v_c NVFP4MOE_HOPPER_G2_L2_MB=$v_l2 \
+            timeout 300 $B/nvfp4moe bench --m "${DECODE_M:-1,4,16,64}" --backend HOPPER_WGMMA --no-baseline --iters 20 \
             --commit "$commit (decode kernels: $n)" --out "$R/bench-dv-$n" >"$R/bench-dv-$n.log" 2>&1
         log "bench decode variant $n rc=$?"
     done

@@ -73,6 +73,7 @@ constexpr int kWarps = 4;                 // k slices of an item
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerItem = 32;          // two 16-row groups
 constexpr int kHTile = 32;                // output columns per GEMM2 item (= kRowsPerItem)
+static_assert(kWChunk == NVFP4MOE_DECODE_CHUNK_BYTES, "the header's chunk size");
 
 enum Mode { GEMM1 = 0, GEMM2 = 1 };
 enum Rows { ROWS_CONSECUTIVE = 0, ROWS_GATE_UP = 1 };
@@ -91,6 +92,7 @@ struct Params {
     int items_per_block;
     int force_kw;              // warps per item forced (0: chosen on the device)
     int prefetch;              // k tiles of an item prefetched into L2 ahead of the loads (0: none)
+    int expert_chunks;         // GEMM2: chunks of the active experts' weights prefetched before the wait
     int rows;                  // Rows: which two 16-row groups make item r
     int I;                     // GEMM1: intermediate size (gate/up split, act_out row length)
     int halves;                // GEMM1: scale_2 is [E, 2] (gate, up), else [E]
@@ -447,6 +449,41 @@ struct Decode {
         if (kk + p.prefetch < nkt) prefetch_tile(wp, sp, kk + p.prefetch);
     }
 
+    // GEMM2, before its wait: this CTA's slice of the first p.expert_chunks weight chunks of the
+    // active experts (in block order: the order the items are dealt in) is prefetched into L2.
+    // A CTA that starts while GEMM1 still streams (with PDL, where GEMM1 leaves room for it)
+    // moves GEMM2's bytes with the HBM bandwidth GEMM1 does not use. Warp 0 walks the blocks 32
+    // at a time; a block starting a new expert gives that expert's distinct index, and the lane
+    // holding it prefetches the part of the expert's chunks inside the slice (an expert's chunks
+    // are contiguous: n_tiles x k_tiles of kWChunk bytes).
+    static __device__ __noinline__ void prefetch_experts(const Params &p, int nb) {
+        if (threadIdx.x >= 32 || p.expert_chunks <= 0 || nb <= 0) return;
+        const int lane = threadIdx.x;
+        const long long per = (long long)p.n_tiles * p.k_tiles;
+        const long long lo = (long long)blockIdx.x * p.expert_chunks / gridDim.x;
+        const long long hi = (long long)(blockIdx.x + 1) * p.expert_chunks / gridDim.x;
+        if (lo >= hi) return;
+        long long d_base = 0;  // distinct experts in the blocks before this window
+        for (int b0 = 0; b0 < nb && d_base * per < hi; b0 += 32) {
+            const int b = b0 + lane;
+            const int e = b < nb ? __ldcg(p.block_expert + b) : -1;
+            const int up = __shfl_up_sync(0xffffffffu, e, 1);
+            const int before = lane > 0 ? up : b0 > 0 ? __ldcg(p.block_expert + b0 - 1) : -1;
+            const bool fresh = e >= 0 && e < p.E && e != before;
+            const unsigned m = __ballot_sync(0xffffffffu, fresh);
+            if (fresh) {
+                const long long d = d_base + __popc(m & ((1u << lane) - 1));
+                const long long j0 = lo > d * per ? lo : d * per, j1 = hi < (d + 1) * per ? hi : (d + 1) * per;
+                for (long long j = j0; j < j1; j++) {
+                    const uint8_t *src = p.w + ((size_t)e * (size_t)per + (size_t)(j - d * per)) * kWChunk;
+                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"((uint32_t)kWChunk)
+                                 : "memory");
+                }
+            }
+            d_base += __popc(m);
+        }
+    }
+
     // Warps per item: the fewest (1, 2, 4) that still give every resident warp an item's slice,
     // so short-K items run on one warp (no reduction, no CTA barrier) and few items are still
     // spread over all warps; never more warps than k tiles.
@@ -477,7 +514,9 @@ struct Decode {
             zero_rows(p);
         }
         const int warp = threadIdx.x / 32;
-        const int items = __ldcg(p.num_blocks) * p.items_per_block;
+        const int nb = __ldcg(p.num_blocks);
+        const int items = nb * p.items_per_block;
+        if constexpr (MODE == GEMM2) prefetch_experts(p, nb);
         const int kw = warps_per_item(p, items), slots = kWarps / kw;
         const int slot = warp / kw, ks = warp % kw;
         const int first = blockIdx.x * slots + slot, stride = gridDim.x * slots;
@@ -551,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const
 }
 
 template <int NT, bool BF16, int MODE>
-cudaError_t launch(const Params &p, int max_items, int sm_count, bool pdl, cudaStream_t stream) {
+cudaError_t launch(const Params &p, int max_items, int sm_count, int ctas_per_sm, bool pdl, cudaStream_t stream) {
     auto *fn = decode_kernel<NT, BF16, MODE>;
     static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
     if (resident < 0) return cudaErrorNoKernelImageForDevice;
@@ -572,7 +611,8 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, bool pdl, cudaS
         if (err != cudaSuccess) return err;
         resident = n > 0 ? n : 1;
     }
-    long long grid = (long long)(sm_count > 0 ? sm_count : 1) * resident;
+    const int per_sm = ctas_per_sm > 0 && ctas_per_sm < resident ? ctas_per_sm : resident;
+    long long grid = (long long)(sm_count > 0 ? sm_count : 1) * per_sm;
     if (grid > max_items) grid = max_items;
     if (grid < 1) grid = 1;
     cudaLaunchConfig_t cfg = {};
@@ -588,13 +628,14 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, bool pdl, cudaS
 }
 
 template <int MODE>
-cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, bool pdl, cudaStream_t s) {
+cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, int cps, bool pdl,
+                       cudaStream_t s) {
     if (block_m == 8)
-        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, pdl, s)
-                    : launch<1, false, MODE>(p, max_items, sm_count, pdl, s);
+        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, cps, pdl, s)
+                    : launch<1, false, MODE>(p, max_items, sm_count, cps, pdl, s);
     if (block_m == 16)
-        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, pdl, s)
-                    : launch<2, false, MODE>(p, max_items, sm_count, pdl, s);
+        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, cps, pdl, s)
+                    : launch<2, false, MODE>(p, max_items, sm_count, cps, pdl, s);
     return cudaErrorInvalidValue;
 }
 
@@ -604,7 +645,7 @@ bool gemm_ok(const nvfp4moe_decode_gemm *g) {
            g->P >= 0 && g->max_blocks >= 0 && (g->block_m == 8 || g->block_m == 16) &&
            (g->warps_per_item == 0 || g->warps_per_item == 1 || g->warps_per_item == 2 || g->warps_per_item == 4) &&
            g->scale_2_halves >= 0 && g->scale_2_halves <= 2 && g->prefetch_tiles >= 0 &&
-           g->prefetch_tiles <= NVFP4MOE_DECODE_MAX_PREFETCH;
+           g->prefetch_tiles <= NVFP4MOE_DECODE_MAX_PREFETCH && g->ctas_per_sm >= 0 && g->expert_prefetch_chunks >= 0;
 }
 
 bool combine_ok(const nvfp4moe_decode_combine *c) {
@@ -632,6 +673,7 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
     p.k_tiles = k_tiles_of(g->K);
     p.force_kw = g->warps_per_item;
     p.prefetch = g->prefetch_tiles;
+    p.expert_chunks = g->expert_prefetch_chunks;
     p.topk_ids = c->topk_ids;
     p.M = c->M;
     p.top_k = c->top_k;
@@ -678,7 +720,8 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *
     // at least enough CTAs for the combine preparation even when there are few items
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items < 1 ? 1 : items);
-    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->pdl != 0, stream);
+    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->ctas_per_sm, g->pdl != 0,
+                             stream);
 }
 
 extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *g, const float *row_scale, float *partial,
@@ -692,5 +735,6 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *
     p.items_per_block = (g->N + kRowsPerItem - 1) / kRowsPerItem;
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items);
-    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->pdl != 0, stream);
+    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->ctas_per_sm, g->pdl != 0,
+                             stream);
 }

@@ -49,10 +49,18 @@ typedef struct nvfp4moe_decode_gemm {
                                    GEMM1's kernel ahead must have been launched without PDL (the
                                    grouping kernel, or one after it), and GEMM2 must come right
                                    after GEMM1 on the same stream */
+    int32_t ctas_per_sm;        /* CTAs per multiprocessor of the persistent grid, 0: as many as fit
+                                   (fewer leave GEMM1 room for GEMM2's CTAs to start beside it) */
+    int32_t expert_prefetch_chunks; /* GEMM2: weight chunks (of 9216 bytes) of the active experts,
+                                   in block order, prefetched into L2 by the grid before it waits
+                                   for GEMM1 (0: none) */
 } nvfp4moe_decode_gemm;
 
 /* Upper bound of nvfp4moe_decode_gemm.prefetch_tiles. */
 #define NVFP4MOE_DECODE_MAX_PREFETCH 16
+/* Bytes of one packed weight chunk (128 rows x 128 k: codes and scales), the unit of
+ * expert_prefetch_chunks. */
+#define NVFP4MOE_DECODE_CHUNK_BYTES 9216
 
 /* The layer's output and the top-k combine state shared by the two launches. */
 typedef struct nvfp4moe_decode_combine {

@@ -37,6 +37,7 @@
 
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,8 @@ typedef struct cuda_state {
     regime regime;                /* HOPPER_WGMMA: decode/gemm choice */
     int32_t decode_pdl;           /* HOPPER_WGMMA decode: GEMM1 and GEMM2 launched with PDL */
     int32_t decode_prefetch;      /* HOPPER_WGMMA decode: k tiles prefetched into L2 ahead */
+    int32_t decode_g1_ctas;       /* HOPPER_WGMMA decode: GEMM1's CTAs per SM (0: all that fit) */
+    int32_t decode_g2_l2_mb;      /* HOPPER_WGMMA decode: MB of GEMM2's weights prefetched early */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -365,31 +368,37 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
                                       "%s: NVFP4MOE_HOPPER_REGIME=%s: expected auto, decode or gemm", name, r);
         }
     }
-    /* The decode kernels' launch overlap and L2 prefetch distance (benchmarks compare settings;
-     * the defaults are the measured best): NVFP4MOE_HOPPER_PDL=0|1, NVFP4MOE_HOPPER_PREFETCH=0..16. */
+    /* The decode kernels' launch settings (benchmarks compare them; the defaults are the measured
+     * best): NVFP4MOE_HOPPER_PDL=0|1 (programmatic dependent launch), NVFP4MOE_HOPPER_PREFETCH
+     * (k tiles prefetched into L2 ahead of the loads), NVFP4MOE_HOPPER_G1_CTAS (GEMM1's CTAs per
+     * multiprocessor, 0: as many as fit), NVFP4MOE_HOPPER_G2_L2_MB (MB of GEMM2's weights
+     * prefetched into L2 before it waits for GEMM1). */
     st->decode_pdl = 1;
     st->decode_prefetch = 4;
+    st->decode_g1_ctas = 0;
+    st->decode_g2_l2_mb = 0;
     if (w4a16 && gemm->has_decode) {
-        const char *v = getenv("NVFP4MOE_HOPPER_PDL");
-        if (v && *v) {
-            if (strcmp(v, "0") && strcmp(v, "1")) {
-                free(st);
-                return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: NVFP4MOE_HOPPER_PDL=%s: expected 0 or 1",
-                                          name, v);
-            }
-            st->decode_pdl = v[0] == '1';
-        }
-        v = getenv("NVFP4MOE_HOPPER_PREFETCH");
-        if (v && *v) {
+        static const struct {
+            const char *var;
+            long max;
+            size_t off;
+        } k_knobs[] = {
+            {"NVFP4MOE_HOPPER_PDL", 1, offsetof(cuda_state, decode_pdl)},
+            {"NVFP4MOE_HOPPER_PREFETCH", NVFP4MOE_DECODE_MAX_PREFETCH, offsetof(cuda_state, decode_prefetch)},
+            {"NVFP4MOE_HOPPER_G1_CTAS", 16, offsetof(cuda_state, decode_g1_ctas)},
+            {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb)},
+        };
+        for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
+            const char *v = getenv(k_knobs[i].var);
+            if (!v || !*v) continue;
             char *end = NULL;
             const long n = strtol(v, &end, 10);
-            if (*end || n < 0 || n > NVFP4MOE_DECODE_MAX_PREFETCH) {
+            if (*end || n < 0 || n > k_knobs[i].max) {
                 free(st);
-                return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
-                                          "%s: NVFP4MOE_HOPPER_PREFETCH=%s: expected a number of k tiles from 0 to %d",
-                                          name, v, NVFP4MOE_DECODE_MAX_PREFETCH);
+                return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: %s=%s: expected an integer from 0 to %ld",
+                                          name, k_knobs[i].var, v, k_knobs[i].max);
             }
-            st->decode_prefetch = (int32_t)n;
+            *(int32_t *)((char *)st + k_knobs[i].off) = (int32_t)n;
         }
     }
     nvfp4moe_status s = NVFP4MOE_OK;
@@ -578,13 +587,14 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .sm_count = st->sm_count, .scale_2_halves = st->w13_halves, .prefetch_tiles = st->decode_prefetch,
             /* PDL needs the grouping kernel right ahead (an input pass between them is launched
              * without it, which keeps the order) */
-            .pdl = st->decode_pdl};
+            .pdl = st->decode_pdl, .ctas_per_sm = st->decode_g1_ctas};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm1(&g1, &st->act, st->I, act, &cb, stream), "GEMM1 + activation");
         const nvfp4moe_decode_gemm g2 = {
             .a = act, .a_row_div = 1, .w = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->H, .K = st->I,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
-            .sm_count = st->sm_count, .prefetch_tiles = st->decode_prefetch, .pdl = st->decode_pdl};
+            .sm_count = st->sm_count, .prefetch_tiles = st->decode_prefetch, .pdl = st->decode_pdl,
+            .expert_prefetch_chunks = (int32_t)(((int64_t)st->decode_g2_l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES)};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
                  "GEMM2 + combine");
         return NVFP4MOE_OK;
