@@ -93,6 +93,7 @@ struct Params {
     int force_kw;              // warps per item forced (0: chosen on the device)
     int prefetch;              // k tiles of an item prefetched into L2 ahead of the loads (0: none)
     int expert_chunks;         // GEMM2: chunks of the active experts' weights prefetched before the wait
+    int early_ctas;            // GEMM2: the CTAs that share that prefetch (the first wave's first CTA per SM)
     int rows;                  // Rows: which two 16-row groups make item r
     int I;                     // GEMM1: intermediate size (gate/up split, act_out row length)
     int halves;                // GEMM1: scale_2 is [E, 2] (gate, up), else [E]
@@ -452,16 +453,18 @@ struct Decode {
     // GEMM2, before its wait: this CTA's slice of the first p.expert_chunks weight chunks of the
     // active experts (in block order: the order the items are dealt in) is prefetched into L2.
     // A CTA that starts while GEMM1 still streams (with PDL, where GEMM1 leaves room for it)
-    // moves GEMM2's bytes with the HBM bandwidth GEMM1 does not use. Warp 0 walks the blocks 32
+    // moves GEMM2's bytes with the HBM bandwidth GEMM1 does not use. The slices go to the first
+    // p.early_ctas CTAs, the ones that start first (one per multiprocessor beside GEMM1). Warp 0 walks the blocks 32
     // at a time; a block starting a new expert gives that expert's distinct index, and the lane
     // holding it prefetches the part of the expert's chunks inside the slice (an expert's chunks
     // are contiguous: n_tiles x k_tiles of kWChunk bytes).
     static __device__ __noinline__ void prefetch_experts(const Params &p, int nb) {
-        if (threadIdx.x >= 32 || p.expert_chunks <= 0 || nb <= 0) return;
+        const int slices = p.early_ctas < (int)gridDim.x ? p.early_ctas : (int)gridDim.x;
+        if (threadIdx.x >= 32 || p.expert_chunks <= 0 || nb <= 0 || (int)blockIdx.x >= slices) return;
         const int lane = threadIdx.x;
         const long long per = (long long)p.n_tiles * p.k_tiles;
-        const long long lo = (long long)blockIdx.x * p.expert_chunks / gridDim.x;
-        const long long hi = (long long)(blockIdx.x + 1) * p.expert_chunks / gridDim.x;
+        const long long lo = (long long)blockIdx.x * p.expert_chunks / slices;
+        const long long hi = (long long)(blockIdx.x + 1) * p.expert_chunks / slices;
         if (lo >= hi) return;
         long long d_base = 0;  // distinct experts in the blocks before this window
         for (int b0 = 0; b0 < nb && d_base * per < hi; b0 += 32) {
@@ -674,6 +677,7 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
     p.force_kw = g->warps_per_item;
     p.prefetch = g->prefetch_tiles;
     p.expert_chunks = g->expert_prefetch_chunks;
+    p.early_ctas = g->sm_count > 0 ? g->sm_count : 1;
     p.topk_ids = c->topk_ids;
     p.M = c->M;
     p.top_k = c->top_k;
