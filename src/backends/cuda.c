@@ -368,13 +368,14 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
                                       "%s: NVFP4MOE_HOPPER_REGIME=%s: expected auto, decode or gemm", name, r);
         }
     }
-    /* The decode kernels' launch settings (benchmarks compare them; the defaults are the measured
-     * best): NVFP4MOE_HOPPER_PDL=0|1 (programmatic dependent launch), NVFP4MOE_HOPPER_PREFETCH
-     * (k tiles prefetched into L2 ahead of the loads), NVFP4MOE_HOPPER_G1_CTAS (GEMM1's CTAs per
-     * multiprocessor, 0: as many as fit), NVFP4MOE_HOPPER_G2_L2_MB (MB of GEMM2's weights
-     * prefetched into L2 before it waits for GEMM1). */
-    st->decode_pdl = 1;
-    st->decode_prefetch = 4;
+    /* The decode kernels' launch settings, for benchmarks to compare: NVFP4MOE_HOPPER_PDL=0|1
+     * (programmatic dependent launch), NVFP4MOE_HOPPER_PREFETCH (k tiles prefetched into L2 ahead
+     * of the loads), NVFP4MOE_HOPPER_G1_CTAS (GEMM1's CTAs per multiprocessor, 0: as many as
+     * fit), NVFP4MOE_HOPPER_G2_L2_MB (MB of GEMM2's weights prefetched into L2 before it waits
+     * for GEMM1). All off by default: the kernels as measured in bench/results; a setting becomes
+     * a default once a committed benchmark shows it faster. */
+    st->decode_pdl = 0;
+    st->decode_prefetch = 0;
     st->decode_g1_ctas = 0;
     st->decode_g2_l2_mb = 0;
     if (w4a16 && gemm->has_decode) {
