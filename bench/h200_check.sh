@@ -186,6 +186,12 @@ if has gputest; then
         log "gpu_test (HOPPER_WGMMA forced to $rg) rc=$?: $(grep -E 'passed' "$R/gpu_test_$rg.txt" | tail -1)"
         grep -E "FAIL" "$R/gpu_test_$rg.txt" | head -10 | tee -a "$out/summary.txt"
     done
+    # the decode regime with every launch setting of its kernels on (PDL, L2 prefetch, GEMM1 on 3
+    # CTAs per SM, GEMM2's early expert prefetch): the plan's whole chain, graph replay included
+    NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_PDL=1 NVFP4MOE_HOPPER_PREFETCH=4 NVFP4MOE_HOPPER_G1_CTAS=3 \
+        NVFP4MOE_HOPPER_G2_L2_MB=24 timeout 120 $B/gpu_test >"$R/gpu_test_decode_pdl.txt" 2>&1
+    log "gpu_test (decode, PDL + prefetch settings on) rc=$?: $(grep -E 'passed' "$R/gpu_test_decode_pdl.txt" | tail -1)"
+    grep -E "FAIL" "$R/gpu_test_decode_pdl.txt" | head -10 | tee -a "$out/summary.txt"
 fi
 if has others; then
     for t in gpu_emulation gpu_hopper_gemm gpu_marlin_gemm gpu_ep_loopback; do
