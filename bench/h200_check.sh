@@ -14,7 +14,7 @@
 #                                         # gsan (the wgmma GEMM under compute-sanitizer), variants
 #                                         # (gpu_hopper_gemm and the HOPPER_VARIANTS pack built: tests, bench),
 #                                         # decodevar (the whole layer per DECODE_VARIANTS
-#                                         # "name:pdl:prefetch:g1ctas:l2mb" setting of the decode kernels)
+#                                         # "name:pdl:prefetch:g1room:l2mb" setting of the decode kernels)
 # The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
@@ -86,8 +86,8 @@ if has decode; then
     grep -E "^(FAIL|  )" "$R/gpu_hopper_decode.txt" | head -20 | tee -a "$out/summary.txt"
 fi
 if has sanitize; then
-    # 20 23 25: launched with PDL and L2 prefetch (21 22 likewise, under racecheck)
-    for c in 1 3 6 9 12 20 23 25; do
+    # 20 23 25 27 29: launched with PDL and L2 prefetch (21 22 likewise, under racecheck)
+    for c in 1 3 6 9 12 20 23 25 27 29; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c >"$R/memcheck$c.txt" 2>&1
         log "memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
     done
@@ -186,9 +186,9 @@ if has gputest; then
         log "gpu_test (HOPPER_WGMMA forced to $rg) rc=$?: $(grep -E 'passed' "$R/gpu_test_$rg.txt" | tail -1)"
         grep -E "FAIL" "$R/gpu_test_$rg.txt" | head -10 | tee -a "$out/summary.txt"
     done
-    # the decode regime with every launch setting of its kernels on (PDL, L2 prefetch, GEMM1 on 3
-    # CTAs per SM, GEMM2's early expert prefetch): the plan's whole chain, graph replay included
-    NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_PDL=1 NVFP4MOE_HOPPER_PREFETCH=4 NVFP4MOE_HOPPER_G1_CTAS=3 \
+    # the decode regime with every launch setting of its kernels on (PDL, L2 prefetch, GEMM1
+    # leaving one CTA slot per SM free, GEMM2's early expert prefetch): the plan's whole chain, graph replay included
+    NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_PDL=1 NVFP4MOE_HOPPER_PREFETCH=4 NVFP4MOE_HOPPER_G1_ROOM=1 \
         NVFP4MOE_HOPPER_G2_L2_MB=24 timeout 120 $B/gpu_test >"$R/gpu_test_decode_pdl.txt" 2>&1
     log "gpu_test (decode, PDL + prefetch settings on) rc=$?: $(grep -E 'passed' "$R/gpu_test_decode_pdl.txt" | tail -1)"
     grep -E "FAIL" "$R/gpu_test_decode_pdl.txt" | head -10 | tee -a "$out/summary.txt"
@@ -300,11 +300,11 @@ if has regimes; then
     done
 fi
 if has decodevar; then
-    # the decode kernels' settings, whole layer, every preset: name:pdl:prefetch tiles:GEMM1 CTAs per
-    # SM (0 all):GEMM2 early L2 MB (src/backends/cuda.c reads them from the environment)
-    for v in ${DECODE_VARIANTS:-off:0:0:0:0 pdl:1:0:0:0 pf4:0:4:0:0 pdl-pf4:1:4:0:0 pdl-pf8:1:8:0:0 pdl-pf4-c3:1:4:3:0 pdl-pf4-c3-l2:1:4:3:24}; do
+    # the decode kernels' settings, whole layer, every preset: name:pdl:prefetch tiles:CTA slots per
+    # SM GEMM1 leaves free:GEMM2 early L2 MB (src/backends/cuda.c reads them from the environment)
+    for v in ${DECODE_VARIANTS:-off:0:0:0:0 pdl:1:0:0:0 pf4:0:4:0:0 pdl-pf4:1:4:0:0 pdl-pf8:1:8:0:0 pdl-pf4-r1:1:4:1:0 pdl-pf4-r1-l2:1:4:1:24}; do
         IFS=: read -r n v_pdl v_pf v_c v_l2 <<<"$v"
-        NVFP4MOE_HOPPER_PDL=$v_pdl NVFP4MOE_HOPPER_PREFETCH=$v_pf NVFP4MOE_HOPPER_G1_CTAS=$v_c NVFP4MOE_HOPPER_G2_L2_MB=$v_l2 \
+        NVFP4MOE_HOPPER_PDL=$v_pdl NVFP4MOE_HOPPER_PREFETCH=$v_pf NVFP4MOE_HOPPER_G1_ROOM=$v_c NVFP4MOE_HOPPER_G2_L2_MB=$v_l2 \
             timeout 300 $B/nvfp4moe bench --m "${DECODE_M:-1,4,16,64}" --backend HOPPER_WGMMA --no-baseline --iters 20 \
             --commit "$commit (decode kernels: $n)" --out "$R/bench-dv-$n" >"$R/bench-dv-$n.log" 2>&1
         log "bench decode variant $n rc=$?"

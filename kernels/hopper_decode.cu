@@ -34,8 +34,9 @@
  * Launch overlap (nvfp4moe_decode_gemm.pdl): both kernels may be launched with programmatic
  * dependent launch. GEMM1 then starts while the grouping kernel runs (that kernel lets its
  * dependents launch at once) and waits for it after zeroing the combine's counters; GEMM2
- * starts as GEMM1's CTAs retire, reads the grouping, issues its first weight loads and
- * prefetches, and only then waits for GEMM1's intermediate. The launch latency and the ramp of
+ * starts once every GEMM1 CTA has passed its wait, where there is room (as GEMM1's CTAs retire,
+ * or beside them when GEMM1 runs fewer CTAs per SM), reads the grouping, issues its first
+ * weight loads and prefetches, and only then waits for GEMM1's intermediate. The launch latency and the ramp of
  * each kernel hide behind the one ahead.
  *
  * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
@@ -177,7 +178,10 @@ __device__ __forceinline__ void slot_sync(int slot, int kw) {
     else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + slot), "r"(32 * kw) : "memory");
 }
 
-template <int NT, bool BF16, int MODE>
+// PF: the L2 prefetches (Params.prefetch, Params.expert_chunks) are compiled in. Without them
+// the kernel is the one without any prefetch code (ptxas allocates its registers alone: compiled
+// in but unused, the prefetch code made the loop spill).
+template <int NT, bool BF16, int MODE, bool PF>
 struct Decode {
     static constexpr int BM = 8 * NT;
 
@@ -513,13 +517,16 @@ struct Decode {
         if constexpr (MODE == GEMM1) {
             zero_counters(p);
             nvfp4moe_pdl::wait();     // the grouping, topk ids and GEMM1's input are complete
-            nvfp4moe_pdl::trigger();  // GEMM2 may launch: its prologue reads nothing GEMM1 writes
+            // GEMM2 may launch: its prologue reads nothing GEMM1 writes. This trigger must stay
+            // after the wait: GEMM2 reads the grouping before its own wait, which is complete
+            // only because every GEMM1 CTA has waited for it before triggering.
+            nvfp4moe_pdl::trigger();
             zero_rows(p);
         }
         const int warp = threadIdx.x / 32;
         const int nb = __ldcg(p.num_blocks);
         const int items = nb * p.items_per_block;
-        if constexpr (MODE == GEMM2) prefetch_experts(p, nb);
+        if constexpr (MODE == GEMM2 && PF) prefetch_experts(p, nb);
         const int kw = warps_per_item(p, items), slots = kWarps / kw;
         const int slot = warp / kw, ks = warp % kw;
         const int first = blockIdx.x * slots + slot, stride = gridDim.x * slots;
@@ -546,7 +553,7 @@ struct Decode {
         lane_ptrs(p, first, kt0, wp, sp);
         Frag fa, fb;
         load_w(fa.w, wp, sp, 0);
-        if (p.prefetch > 0)
+        if (PF && p.prefetch > 0)
             for (int t = 1; t <= p.prefetch && t < nkt; t++) prefetch_tile(wp, sp, t);
         if constexpr (MODE == GEMM2) nvfp4moe_pdl::wait();  // GEMM1's intermediate, counters, zero rows
         load_b(p, fa.b, arow, ntv, kt0);
@@ -564,7 +571,8 @@ struct Decode {
             if (more) {
                 load_w(next.w, wp, sp, bw.kk);
                 load_b(p, next.b, arow, ntv, kt0 + bw.kk);
-                if (p.prefetch > 0) prefetch_ahead(p, wp, sp, bw.kk, nkt);
+                if constexpr (PF)
+                    if (p.prefetch > 0) prefetch_ahead(p, wp, sp, bw.kk, nkt);
             }
             compute(now.w, now.b, acc);
             if (++kk == nkt) {
@@ -583,18 +591,18 @@ struct Decode {
 
 // Registers: one column (NT = 1) fits 4 CTAs (16 warps) per multiprocessor in 128 registers,
 // two columns need 3 (12 warps, 168 registers): their B fragments are twice as many.
-template <int NT, bool BF16, int MODE>
+template <int NT, bool BF16, int MODE, bool PF>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_DECODE_DEVICE
-    Decode<NT, BF16, MODE>::run(p);
+    Decode<NT, BF16, MODE, PF>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
 }
 
-template <int NT, bool BF16, int MODE>
-cudaError_t launch(const Params &p, int max_items, int sm_count, int ctas_per_sm, bool pdl, cudaStream_t stream) {
-    auto *fn = decode_kernel<NT, BF16, MODE>;
+template <int NT, bool BF16, int MODE, bool PF>
+cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool pdl, cudaStream_t stream) {
+    auto *fn = decode_kernel<NT, BF16, MODE, PF>;
     static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
     if (resident < 0) return cudaErrorNoKernelImageForDevice;
     if (resident == 0) {
@@ -614,7 +622,7 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int ctas_per_sm
         if (err != cudaSuccess) return err;
         resident = n > 0 ? n : 1;
     }
-    const int per_sm = ctas_per_sm > 0 && ctas_per_sm < resident ? ctas_per_sm : resident;
+    const int per_sm = room > 0 ? (resident - room > 1 ? resident - room : 1) : resident;  // room: CTA slots left free
     long long grid = (long long)(sm_count > 0 ? sm_count : 1) * per_sm;
     if (grid > max_items) grid = max_items;
     if (grid < 1) grid = 1;
@@ -630,15 +638,22 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int ctas_per_sm
     return cudaLaunchKernelEx(&cfg, fn, p);
 }
 
+template <int NT, bool BF16, int MODE>
+cudaError_t launch_pf(const Params &p, int max_items, int sm_count, int room, bool pdl, cudaStream_t s) {
+    const bool pf = p.prefetch > 0 || (MODE == GEMM2 && p.expert_chunks > 0);
+    return pf ? launch<NT, BF16, MODE, true>(p, max_items, sm_count, room, pdl, s)
+              : launch<NT, BF16, MODE, false>(p, max_items, sm_count, room, pdl, s);
+}
+
 template <int MODE>
-cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, int cps, bool pdl,
+cudaError_t launch_any(const Params &p, int block_m, bool bf16, int max_items, int sm_count, int room, bool pdl,
                        cudaStream_t s) {
     if (block_m == 8)
-        return bf16 ? launch<1, true, MODE>(p, max_items, sm_count, cps, pdl, s)
-                    : launch<1, false, MODE>(p, max_items, sm_count, cps, pdl, s);
+        return bf16 ? launch_pf<1, true, MODE>(p, max_items, sm_count, room, pdl, s)
+                    : launch_pf<1, false, MODE>(p, max_items, sm_count, room, pdl, s);
     if (block_m == 16)
-        return bf16 ? launch<2, true, MODE>(p, max_items, sm_count, cps, pdl, s)
-                    : launch<2, false, MODE>(p, max_items, sm_count, cps, pdl, s);
+        return bf16 ? launch_pf<2, true, MODE>(p, max_items, sm_count, room, pdl, s)
+                    : launch_pf<2, false, MODE>(p, max_items, sm_count, room, pdl, s);
     return cudaErrorInvalidValue;
 }
 
@@ -648,7 +663,7 @@ bool gemm_ok(const nvfp4moe_decode_gemm *g) {
            g->P >= 0 && g->max_blocks >= 0 && (g->block_m == 8 || g->block_m == 16) &&
            (g->warps_per_item == 0 || g->warps_per_item == 1 || g->warps_per_item == 2 || g->warps_per_item == 4) &&
            g->scale_2_halves >= 0 && g->scale_2_halves <= 2 && g->prefetch_tiles >= 0 &&
-           g->prefetch_tiles <= NVFP4MOE_DECODE_MAX_PREFETCH && g->ctas_per_sm >= 0 && g->expert_prefetch_chunks >= 0;
+           g->prefetch_tiles <= NVFP4MOE_DECODE_MAX_PREFETCH && g->room_per_sm >= 0 && g->expert_prefetch_chunks >= 0;
 }
 
 bool combine_ok(const nvfp4moe_decode_combine *c) {
@@ -724,7 +739,7 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *
     // at least enough CTAs for the combine preparation even when there are few items
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items < 1 ? 1 : items);
-    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->ctas_per_sm, g->pdl != 0,
+    return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->room_per_sm, g->pdl != 0,
                              stream);
 }
 
@@ -739,6 +754,6 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *
     p.items_per_block = (g->N + kRowsPerItem - 1) / kRowsPerItem;
     const long long items = (long long)g->max_blocks * p.items_per_block;
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items);
-    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->ctas_per_sm, g->pdl != 0,
+    return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->room_per_sm, g->pdl != 0,
                              stream);
 }

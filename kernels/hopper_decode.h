@@ -47,10 +47,12 @@ typedef struct nvfp4moe_decode_gemm {
     int32_t pdl;                /* nonzero: launched with programmatic dependent launch, so its
                                    launch and prologue overlap the kernel ahead in the stream. Then
                                    GEMM1's kernel ahead must have been launched without PDL (the
-                                   grouping kernel, or one after it), and GEMM2 must come right
-                                   after GEMM1 on the same stream */
-    int32_t ctas_per_sm;        /* CTAs per multiprocessor of the persistent grid, 0: as many as fit
-                                   (fewer leave GEMM1 room for GEMM2's CTAs to start beside it) */
+                                   grouping kernel, or one after it; none of them may touch the
+                                   counters), and GEMM2 must come right after GEMM1 on the same
+                                   stream */
+    int32_t room_per_sm;        /* CTA slots per multiprocessor the persistent grid leaves free
+                                   (0: it takes all that fit, at least one CTA always runs); on
+                                   GEMM1 they let GEMM2's CTAs start beside it */
     int32_t expert_prefetch_chunks; /* GEMM2: weight chunks (of 9216 bytes) of the active experts,
                                    in block order, prefetched into L2 by the grid before it waits
                                    for GEMM1 (0: none) */

@@ -2,15 +2,15 @@
 //
 // A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start before the
 // kernel ahead of it in the stream has finished: as soon as every CTA of that kernel has run
-// pdl_trigger() (or exited). It must then call pdl_wait() before it reads anything the kernel
-// ahead wrote, or writes anything that kernel still reads: griddepcontrol.wait returns once
-// the grids it depends on have completed and their memory operations are visible. What a
-// kernel does before pdl_wait() -- its launch, its prologue, loads of data that no earlier
-// kernel of the forward writes -- overlaps the kernel ahead.
+// trigger() (or exited). It must then call wait() before it reads anything the kernel ahead
+// wrote, or writes anything that kernel still reads: griddepcontrol.wait returns once the grids
+// it depends on have completed and their memory operations are visible to it. What a kernel
+// does before wait() -- its launch, its prologue, loads of data that no earlier kernel of the
+// forward writes -- overlaps the kernel ahead. trigger() itself orders no memory.
 //
-// Both are no-ops where they do not apply: pdl_wait() in a kernel launched without the
-// attribute (the stream order already holds), pdl_trigger() when the next kernel was launched
-// without it, and both on devices before sm_90 (compiled out).
+// Both are no-ops where they do not apply: wait() in a kernel launched without the attribute
+// (the stream order already holds), trigger() when the next kernel was launched without it, and
+// both on devices before sm_90 (compiled out).
 #ifndef NVFP4MOE_PDL_CUH
 #define NVFP4MOE_PDL_CUH
 

@@ -53,7 +53,7 @@ typedef struct {
     int halves;    /* GEMM1's scale_2 per (expert, half): 1 stacked, 2 interleaved (swigluoai) */
     int pdl;       /* both kernels launched with programmatic dependent launch */
     int prefetch;  /* k tiles prefetched into L2 ahead of the loads */
-    int cps;       /* CTAs per multiprocessor of both grids (0: all that fit) */
+    int room;      /* GEMM1: CTA slots per multiprocessor left free (for GEMM2) */
     int echunks;   /* GEMM2: chunks of the active experts prefetched into L2 before its wait */
 } test_case;
 
@@ -173,7 +173,7 @@ static int run_case(const test_case *tc, int sm_count) {
                                .P = P, .N = N1, .K = H, .E = E, .block_m = bm, .max_blocks = g.max_blocks,
                                .is_bf16 = bf, .sm_count = sm_count, .warps_per_item = tc->kw,
                                .scale_2_halves = tc->halves, .prefetch_tiles = tc->prefetch, .pdl = tc->pdl,
-                               .ctas_per_sm = tc->cps, .expert_prefetch_chunks = tc->echunks};
+                               .room_per_sm = tc->room, .expert_prefetch_chunks = tc->echunks};
     nvfp4moe_decode_gemm g2 = g1;
     g2.scale_2_halves = 0;
     g2.a = d_act;
@@ -186,20 +186,24 @@ static int run_case(const test_case *tc, int sm_count) {
 
     uint16_t *act = malloc(act_bytes);
     uint8_t *out = malloc((size_t)osz * M * H), *out2 = malloc((size_t)osz * M * H);
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (int rep = 0; rep < 2; rep++) {
-        CUDA_OK(cudaMemset(d_act, 0xFF, act_bytes));  // NaN
-        CUDA_OK(cudaMemset(d_part, 0xFF, sizeof(float) * (size_t)P * H));
-        CUDA_OK(cudaMemset(d_cnt, 0x7F, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
-        CUDA_OK(cudaMemset(d_out, 0xFF, (size_t)osz * M * H));
-        cudaError_t e1 = nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, 0);
-        cudaError_t e2 = e1 == cudaSuccess ? nvfp4moe_hopper_decode_gemm2(&g2, tc->row_scale ? d_rw : NULL, d_part, &cb, 0)
+        /* on a stream of its own (non-blocking), as the plans launch: PDL applies between kernels
+         * of one stream */
+        CUDA_OK(cudaMemsetAsync(d_act, 0xFF, act_bytes, st));  // NaN
+        CUDA_OK(cudaMemsetAsync(d_part, 0xFF, sizeof(float) * (size_t)P * H, st));
+        CUDA_OK(cudaMemsetAsync(d_cnt, 0x7F, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H), st));
+        CUDA_OK(cudaMemsetAsync(d_out, 0xFF, (size_t)osz * M * H, st));
+        cudaError_t e1 = nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, st);
+        cudaError_t e2 = e1 == cudaSuccess ? nvfp4moe_hopper_decode_gemm2(&g2, tc->row_scale ? d_rw : NULL, d_part, &cb, st)
                                            : cudaSuccess;
         if (e1 != cudaSuccess || e2 != cudaSuccess) {
             printf("  %s: launch failed: %s\n", tc->name, cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
             fails++;
             goto done;
         }
-        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaStreamSynchronize(st));
         CUDA_OK(cudaMemcpy(rep ? out2 : out, d_out, (size_t)osz * M * H, cudaMemcpyDeviceToHost));
         if (!rep) CUDA_OK(cudaMemcpy(act, d_act, act_bytes, cudaMemcpyDeviceToHost));
     }
@@ -282,11 +286,12 @@ static int run_case(const test_case *tc, int sm_count) {
         fails++;
     }
 done:
-    printf("%s %s (E=%d H=%d I=%d M=%d top-%d block_m=%d warps/item %s, pdl %d, L2 prefetch %d, CTAs/SM %d, "
+    printf("%s %s (E=%d H=%d I=%d M=%d top-%d block_m=%d warps/item %s, pdl %d, L2 prefetch %d, room/SM %d, "
            "expert chunks %d)\n",
            fails ? "FAIL" : "ok  ", tc->name, E, H, I, M, k, bm,
-           tc->kw == 1 ? "1" : tc->kw == 2 ? "2" : tc->kw == 4 ? "4" : "auto", tc->pdl, tc->prefetch, tc->cps,
+           tc->kw == 1 ? "1" : tc->kw == 2 ? "2" : tc->kw == 4 ? "4" : "auto", tc->pdl, tc->prefetch, tc->room,
            tc->echunks);
+    cudaStreamDestroy(st);
     void *dev[] = {d_w13, d_w2, d_s13, d_s2, d_b13, d_b2, d_x, d_ids, d_rw, d_sorted, d_bexp, d_nb, d_act, d_part, d_cnt, d_out};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
@@ -298,7 +303,7 @@ done:
 }
 
 static const test_case k_cases[] = {
-    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves pdl pf cps echunks */
+    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves pdl pf room echunks */
     {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
     {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
     {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
@@ -322,7 +327,7 @@ static const test_case k_cases[] = {
     {"halves-kw2-oai", 8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2, 0, 0, 0, 0},
     /* GEMM2 launched with PDL behind GEMM1 (its prologue overlapping GEMM1), L2 prefetch from one
      * tile ahead to more tiles than a warp's slice has; every warps-per-item split */
-    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves pdl pf cps echunks */
+    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves pdl pf room echunks */
     {"pdl-m1",         16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 0, 0, 0},
     {"pdl-pf4-bm16",   32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0},
     {"pdl-pf1-kw1",    16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0, 1, 1, 0, 0},
@@ -333,8 +338,8 @@ static const test_case k_cases[] = {
     {"pdl-pf4-one",    8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0},
     /* GEMM1 on fewer CTAs per multiprocessor (room for GEMM2 beside it), GEMM2 prefetching the
      * active experts' weights into L2 before its wait: a few chunks, more than there are */
-    {"pdl-cps3-ex",    16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 3, 40},
-    {"pdl-cps1-exall", 32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 2, 1, 1 << 20},
+    {"pdl-room1-ex",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 1, 40},
+    {"pdl-room3-all",  32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 2, 3, 1 << 20},
     {"ex-oai-kw2",     8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2, 0, 0, 0, 7},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
@@ -453,7 +458,7 @@ static int stream_bench(int sm_count) {
 /* One decode-regime layer at M = 1 (one token on E experts, block_m 8) timed kernel by kernel:
  * GEMM1 + activation alone, GEMM2 + combine alone, and both back to back, each after a 512 MB
  * memset that evicts L2; the weight bytes each kernel streams over its median time. */
-static void layer_bench(const char *name, int E, int H, int I, int sm_count, int pdl, int prefetch, int cps,
+static void layer_bench(const char *name, int E, int H, int I, int sm_count, int pdl, int prefetch, int room,
                         int l2_mb) {
     const int iters = 20, N1 = 2 * I, P = E, bm = 8;
     uint8_t *w13 = malloc((size_t)E * N1 * (H / 2)), *sf13 = malloc((size_t)E * N1 * (H / 16));
@@ -495,9 +500,9 @@ static void layer_bench(const char *name, int E, int H, int I, int sm_count, int
     nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = E, .w = d_w13, .scale_2 = d_s2, .sorted_ids = d_sorted,
                                .block_expert = d_bexp, .num_blocks = d_nb, .P = P, .N = N1, .K = H, .E = E,
                                .block_m = bm, .max_blocks = E, .is_bf16 = 1, .sm_count = sm_count,
-                               .prefetch_tiles = prefetch, .pdl = pdl, .ctas_per_sm = cps};
+                               .prefetch_tiles = prefetch, .pdl = pdl, .room_per_sm = room};
     nvfp4moe_decode_gemm g2 = g1;
-    g2.a = d_act; g2.a_row_div = 1; g2.w = d_w2; g2.N = H; g2.K = I; g2.ctas_per_sm = 0;
+    g2.a = d_act; g2.a_row_div = 1; g2.w = d_w2; g2.N = H; g2.K = I; g2.room_per_sm = 0;
     g2.expert_prefetch_chunks = (int32_t)(((int64_t)l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES);
     cudaEvent_t a, b;
     CUDA_OK(cudaEventCreate(&a));
@@ -515,9 +520,9 @@ static void layer_bench(const char *name, int E, int H, int I, int sm_count, int
             if (i >= 3) CUDA_OK(cudaEventElapsedTime(&t[what][i - 3], a, b));
         }
     const double m1 = median_f(t[0], iters) * 1e-3, m2 = median_f(t[1], iters) * 1e-3, m12 = median_f(t[2], iters) * 1e-3;
-    printf("layer %s M=1 (E=%d H=%d I=%d, %.1f + %.1f MB packed), pdl %d, prefetch %d, GEMM1 CTAs/SM %d, GEMM2 "
+    printf("layer %s M=1 (E=%d H=%d I=%d, %.1f + %.1f MB packed), pdl %d, prefetch %d, GEMM1 room/SM %d, GEMM2 "
            "early L2 %d MB: GEMM1 %.1f us (%.2f TB/s), GEMM2 %.1f us (%.2f TB/s), both %.1f us (%.2f TB/s)\n",
-           name, E, H, I, b1 / 1e6, b2 / 1e6, pdl, prefetch, cps, l2_mb, m1 * 1e6, b1 / m1 / 1e12, m2 * 1e6,
+           name, E, H, I, b1 / 1e6, b2 / 1e6, pdl, prefetch, room, l2_mb, m1 * 1e6, b1 / m1 / 1e12, m2 * 1e6,
            b2 / m2 / 1e12, m12 * 1e6, (b1 + b2) / m12 / 1e12);
     void *dev[] = {d_w13, d_w2, d_x, d_ids, d_sorted, d_bexp, d_nb, d_s2, d_rw, d_act, d_part, d_cnt, d_out, flush};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
@@ -550,10 +555,10 @@ int main(int argc, char **argv) {
     }
     if (stream) {
         stream_bench(sms);
-        /* {pdl, prefetch tiles, GEMM1 CTAs per SM, GEMM2 early L2 MB}: off; launch overlap and
+        /* {pdl, prefetch tiles, GEMM1 CTA slots left free per SM, GEMM2 early L2 MB}: off; launch overlap and
          * prefetch distance alone and together; GEMM1 leaving room for GEMM2, which prefetches */
         static const int k_var[][4] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {0, 4, 0, 0}, {1, 4, 0, 0}, {1, 8, 0, 0},
-                                       {1, 4, 3, 0}, {1, 4, 3, 16}, {1, 4, 3, 32}, {1, 4, 0, 32}};
+                                       {1, 4, 1, 0}, {1, 4, 1, 16}, {1, 4, 1, 32}, {1, 4, 0, 32}};
         for (size_t v = 0; v < sizeof k_var / sizeof k_var[0]; v++) {
             layer_bench("deepseek-v3", 8, 7168, 2048, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
             layer_bench("qwen3-30b-a3b", 8, 2048, 768, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
