@@ -36,8 +36,8 @@
  * dependents launch at once) and waits for it after zeroing the combine's counters; GEMM2
  * starts once every GEMM1 CTA has passed its wait, where there is room (as GEMM1's CTAs retire,
  * or beside them when GEMM1 runs fewer CTAs per SM), reads the grouping, issues its first
- * weight loads and prefetches, and only then waits for GEMM1's intermediate. The launch latency and the ramp of
- * each kernel hide behind the one ahead.
+ * weight loads and prefetches, and only then waits for GEMM1's intermediate. The launch latency
+ * and the ramp of each kernel hide behind the one ahead.
  *
  * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
  *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)
@@ -127,6 +127,10 @@ __device__ __forceinline__ uint32_t ldg_act(const uint16_t *p) {
     uint32_t v;
     asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
     return v;
+}
+// Fire-and-forget prefetch of bytes (a multiple of 16, 16-byte aligned) at p into L2.
+__device__ __forceinline__ void prefetch_l2(const uint8_t *p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -443,11 +447,10 @@ struct Decode {
         const int lane = threadIdx.x % 32;
         if (lane >= 4) return;
         const size_t off = (size_t)kk * kWChunk;
-        // lanes 0-3 have lane / 4 == 0: sp[h] is the group's first scale byte; wp[h] - 16 * lane its first code byte
-        const uint8_t *w = lane < 2 ? wp[0] : wp[1], *sc = lane < 2 ? sp[0] : sp[1];  // no dynamic index: registers
-        const uint8_t *src = lane % 2 ? sc + off : w - 16 * lane + off;
-        const uint32_t bytes = lane % 2 ? kGroupScaleBytes : kGroupCodeBytes;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+        // lanes 0-3 have lane / 4 == 0: sp[h] is the group's first scale byte, wp[h] - 16 * lane
+        // its first code byte (selected, not indexed by lane: the arrays stay in registers)
+        const uint8_t *w = lane < 2 ? wp[0] : wp[1], *sc = lane < 2 ? sp[0] : sp[1];
+        prefetch_l2(lane % 2 ? sc + off : w - 16 * lane + off, lane % 2 ? kGroupScaleBytes : kGroupCodeBytes);
     }
     static __device__ __forceinline__ void prefetch_ahead(const Params &p, const uint8_t *const (&wp)[2],
                                                           const uint8_t *const (&sp)[2], int kk, int nkt) {
@@ -458,10 +461,10 @@ struct Decode {
     // active experts (in block order: the order the items are dealt in) is prefetched into L2.
     // A CTA that starts while GEMM1 still streams (with PDL, where GEMM1 leaves room for it)
     // moves GEMM2's bytes with the HBM bandwidth GEMM1 does not use. The slices go to the first
-    // p.early_ctas CTAs, the ones that start first (one per multiprocessor beside GEMM1). Warp 0 walks the blocks 32
-    // at a time; a block starting a new expert gives that expert's distinct index, and the lane
-    // holding it prefetches the part of the expert's chunks inside the slice (an expert's chunks
-    // are contiguous: n_tiles x k_tiles of kWChunk bytes).
+    // p.early_ctas CTAs, the ones that start first (one per multiprocessor beside GEMM1). Warp 0
+    // walks the blocks 32 at a time; a block starting a new expert gives that expert's distinct
+    // index, and the lane holding it prefetches the part of the expert's chunks inside the slice
+    // (an expert's chunks are contiguous: n_tiles x k_tiles of kWChunk bytes).
     static __device__ __noinline__ void prefetch_experts(const Params &p, int nb) {
         const int slices = p.early_ctas < (int)gridDim.x ? p.early_ctas : (int)gridDim.x;
         if (threadIdx.x >= 32 || p.expert_chunks <= 0 || nb <= 0 || (int)blockIdx.x >= slices) return;
@@ -481,11 +484,8 @@ struct Decode {
             if (fresh) {
                 const long long d = d_base + __popc(m & ((1u << lane) - 1));
                 const long long j0 = lo > d * per ? lo : d * per, j1 = hi < (d + 1) * per ? hi : (d + 1) * per;
-                for (long long j = j0; j < j1; j++) {
-                    const uint8_t *src = p.w + ((size_t)e * (size_t)per + (size_t)(j - d * per)) * kWChunk;
-                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"((uint32_t)kWChunk)
-                                 : "memory");
-                }
+                for (long long j = j0; j < j1; j++)
+                    prefetch_l2(p.w + ((size_t)e * (size_t)per + (size_t)(j - d * per)) * kWChunk, kWChunk);
             }
             d_base += __popc(m);
         }
@@ -553,7 +553,7 @@ struct Decode {
         lane_ptrs(p, first, kt0, wp, sp);
         Frag fa, fb;
         load_w(fa.w, wp, sp, 0);
-        if (PF && p.prefetch > 0)
+        if constexpr (PF)
             for (int t = 1; t <= p.prefetch && t < nkt; t++) prefetch_tile(wp, sp, t);
         if constexpr (MODE == GEMM2) nvfp4moe_pdl::wait();  // GEMM1's intermediate, counters, zero rows
         load_b(p, fa.b, arow, ntv, kt0);

@@ -370,8 +370,8 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     }
     /* The decode kernels' launch settings, for benchmarks to compare: NVFP4MOE_HOPPER_PDL=0|1
      * (programmatic dependent launch), NVFP4MOE_HOPPER_PREFETCH (k tiles prefetched into L2 ahead
-     * of the loads), NVFP4MOE_HOPPER_G1_ROOM (CTA slots per multiprocessor GEMM1
-     * leaves free for GEMM2), NVFP4MOE_HOPPER_G2_L2_MB (MB of GEMM2's weights prefetched into L2 before it waits
+     * of the loads), NVFP4MOE_HOPPER_G1_ROOM (CTA slots per multiprocessor GEMM1 leaves free for
+     * GEMM2), NVFP4MOE_HOPPER_G2_L2_MB (MB of GEMM2's weights prefetched into L2 before it waits
      * for GEMM1). All off by default: the kernels as measured in bench/results; a setting becomes
      * a default once a committed benchmark shows it faster. */
     st->decode_pdl = 0;
