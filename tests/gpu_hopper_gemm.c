@@ -545,6 +545,10 @@ int main(int argc, char **argv) {
         {"gate/up scales interleaved bm16 bias", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 2},
         {"gate/up scales stacked bm128 prefill", 4, 384, 1024, 300, 2, 128, 1, 0, 1, 1, 4, 0, 0, 1},
         {"gate/up scales interleaved no workspace", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 0, 16, 1, 0, 2},
+        // blocks whose second token half holds no pair, with and without a K split
+        {"bm64 K split second token half empty", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0},
+        {"bm128 K split fp16 bias halves", 6, 768, 2048, 100, 4, 128, 1, 1, 1, 0, 6, 0, 0, 1},
+        {"bm128 half-empty blocks no workspace", 5, 640, 1024, 90, 3, 128, 1, 0, 1, 1, 5, 1, 0, 0},
     };
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
