@@ -53,6 +53,7 @@ if [ "${1:-}" = pack ]; then
     strip .devbin/b/*
     cp -L build-dev/libnvfp4moe.so .devbin/b/libnvfp4moe.so && strip --strip-unneeded .devbin/b/libnvfp4moe.so
     cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
+    for v in ${HOPPER_VARIANTS:-}; do cp build-dev/hopper_gemm_${v%%:*}.o .devbin/b/; done
     cp "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" .devbin/b/
     tar -C .devbin/b -czf .devbin/bins.tgz . && rm -rf .devbin/b
     git rev-parse --short HEAD >.devbin/commit
@@ -87,11 +88,11 @@ if has decode; then
 fi
 if has sanitize; then
     # 20 23 25 27 29: launched with PDL and L2 prefetch (21 22 likewise, under racecheck)
-    for c in 1 3 6 9 12 20 23 25 27 29; do
+    for c in ${SAN_MEMCHECK:-1 3 6 9 12 20 23 25 27 29}; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c >"$R/memcheck$c.txt" 2>&1
         log "memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
     done
-    for c in 2 10 11 21 22; do
+    for c in ${SAN_RACECHECK:-2 10 11 21 22}; do
         timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case $c >"$R/racecheck$c.txt" 2>&1
         log "racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck$c.txt" | tr '\n' ' ')"
     done
@@ -167,8 +168,23 @@ if has variants; then
         timeout 200 $b --bench ${VARIANT_M:-1024,4096} --model all >"$R/$n.bench.txt" 2>&1
         log "$n bench rc=$?"; grep -E '^\| [0-9]' "$R/$n.bench.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"
     done
-    HOPPER_BENCH_BLOCK_M=64 timeout 200 $B/gpu_hopper_gemm --bench 4096 --model all >"$R/gemm_bench_bm64.txt" 2>&1
-    log "gpu_hopper_gemm block_m 64 bench rc=$?"; grep -E '^\| [0-9]' "$R/gemm_bench_bm64.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"
+    # local-memory traffic (spills) per kernel instance of each variant's object
+    for o in $B/hopper_gemm*.o; do
+        cuobjdump -sass "$o" 2>/dev/null | awk -v n="$(basename "$o")" '/Function :/{f=$3} /LDL|STL/{c[f]++} END{for (k in c) print n, k, c[k], "LDL/STL"}' >>"$R/variants_spills.txt"
+    done
+    log "variant spills: $(wc -l <"$R/variants_spills.txt" 2>/dev/null) kernel instances with LDL/STL"
+    cat "$R/variants_spills.txt" >>"$out/summary.txt" 2>/dev/null
+    if [ -n "${VARIANT_NCU:-}" ] && [ -x "$B/gpu_hopper_gemm_$VARIANT_NCU" ]; then
+        # stall reasons of the GEMM1 of DeepSeek-V3 M = 4096, the base kernel and one variant
+        m='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:sm__pipe_tensor_op.*cycles_active\.avg\.pct_of_peak_sustained_active,lts__t_bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed'
+        for b in gpu_hopper_gemm gpu_hopper_gemm_$VARIANT_NCU; do
+            timeout 150 ncu --clock-control none --metrics "$m" -k regex:hopper_moe_gemm --launch-skip 8 --launch-count 1 \
+                $B/$b --bench 4096 >"$R/stalls_$b.txt" 2>&1
+            echo "== stalls $b" >>"$out/summary.txt"
+            grep -E "stalled|issue_active|dram__|gmma|lts__" "$R/stalls_$b.txt" | awk '$NF+0 >= 0.1 || /issue_active|dram__|gmma|lts__/' >>"$out/summary.txt"
+        done
+        log "variant stalls done"
+    fi
 fi
 if has sass; then
     cuobjdump -sass $B/hopper_decode.o >"$R/hopper_decode.sass" 2>&1
@@ -177,18 +193,22 @@ if has sass; then
          END{for (k in n) print k, n[k]}' "$R/hopper_decode.sass" | sort >"$R/sass_hist.txt"
     log "sass: $(grep -c 'Function :' "$R/hopper_decode.sass") functions; HMUL2 with selectors: $(grep -cE 'HMUL2.*\.H[01]_H[01]' "$R/hopper_decode.sass")"
 fi
-if has gputest; then
+gmodes=" ${GPUTEST_MODES:-auto decode gemm pdl} "
+if has gputest && [[ $gmodes == *" auto "* ]]; then
     timeout 120 $B/gpu_test >"$R/gpu_test_auto.txt" 2>&1
     log "gpu_test (auto regime) rc=$?: $(grep -E 'passed' "$R/gpu_test_auto.txt" | tail -1)"
     grep -E "FAIL" "$R/gpu_test_auto.txt" | head -10 | tee -a "$out/summary.txt"
+fi
+if has gputest; then
     for rg in decode gemm; do
+        [[ $gmodes == *" $rg "* ]] || continue
         NVFP4MOE_HOPPER_REGIME=$rg timeout 120 $B/gpu_test >"$R/gpu_test_$rg.txt" 2>&1
         log "gpu_test (HOPPER_WGMMA forced to $rg) rc=$?: $(grep -E 'passed' "$R/gpu_test_$rg.txt" | tail -1)"
         grep -E "FAIL" "$R/gpu_test_$rg.txt" | head -10 | tee -a "$out/summary.txt"
     done
     # the decode regime with every launch setting of its kernels on (PDL, L2 prefetch, GEMM1
     # leaving one CTA slot per SM free, GEMM2's early expert prefetch): the plan's whole chain, graph replay included
-    NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_PDL=1 NVFP4MOE_HOPPER_PREFETCH=4 NVFP4MOE_HOPPER_G1_ROOM=1 \
+    [[ $gmodes == *" pdl "* ]] && NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_PDL=1 NVFP4MOE_HOPPER_PREFETCH=4 NVFP4MOE_HOPPER_G1_ROOM=1 \
         NVFP4MOE_HOPPER_G2_L2_MB=24 timeout 120 $B/gpu_test >"$R/gpu_test_decode_pdl.txt" 2>&1
     log "gpu_test (decode, PDL + prefetch settings on) rc=$?: $(grep -E 'passed' "$R/gpu_test_decode_pdl.txt" | tail -1)"
     grep -E "FAIL" "$R/gpu_test_decode_pdl.txt" | head -10 | tee -a "$out/summary.txt"
@@ -309,6 +329,20 @@ if has decodevar; then
             --commit "$commit (decode kernels: $n)" --out "$R/bench-dv-$n" >"$R/bench-dv-$n.log" 2>&1
         log "bench decode variant $n rc=$?"
     done
+fi
+if has ab; then
+    # the built tool against .devbin/base/nvfp4moe_base (the same bench built from another commit,
+    # carried beside the pack), alternately twice, HOPPER_WGMMA on every preset: A/B in one call
+    if [ -x .devbin/base/nvfp4moe_base ]; then
+        for round in 1 2; do
+            for side in base new; do
+                bin=$B/nvfp4moe; [ $side = base ] && bin=.devbin/base/nvfp4moe_base
+                timeout 300 $bin bench --m "${AB_M:-1,4,16,64,256,1024,4096}" --backend HOPPER_WGMMA --no-baseline \
+                    --iters 20 --commit "$commit ($side)" --out "$R/bench-ab-$side$round" >"$R/bench-ab-$side$round.log" 2>&1
+                log "bench A/B $side round $round rc=$?"
+            done
+        done
+    fi
 fi
 if has triton; then
     PYTHONUNBUFFERED=1 timeout 400 python3 .anchors/triton_moe/bench_triton_moe.py --ms "${TRITON_MS:-1,16,64,256,1024,4096}" \

@@ -455,12 +455,13 @@ static int stream_bench(int sm_count) {
     return 0;
 }
 
-/* One decode-regime layer at M = 1 (one token on E experts, block_m 8) timed kernel by kernel:
- * GEMM1 + activation alone, GEMM2 + combine alone, and both back to back, each after a 512 MB
- * memset that evicts L2; the weight bytes each kernel streams over its median time. */
-static void layer_bench(const char *name, int E, int H, int I, int sm_count, int pdl, int prefetch, int room,
-                        int l2_mb) {
-    const int iters = 20, N1 = 2 * I, P = E, bm = 8;
+/* One decode-regime layer of E active experts with ppe pairs each (ppe tokens, every token on
+ * every expert; block_m as the backend picks it: 8 up to 3 pairs per expert, else 16) timed
+ * kernel by kernel: GEMM1 + activation alone, GEMM2 + combine alone, and both back to back, each
+ * after a 512 MB memset that evicts L2; the weight bytes each kernel streams over its median time. */
+static void layer_bench(const char *name, int E, int H, int I, int ppe, int sm_count, int pdl, int prefetch,
+                        int room, int l2_mb) {
+    const int iters = 20, N1 = 2 * I, M = ppe, P = E * ppe, bm = ppe <= 3 ? 8 : 16;
     uint8_t *w13 = malloc((size_t)E * N1 * (H / 2)), *sf13 = malloc((size_t)E * N1 * (H / 16));
     uint8_t *w2 = malloc((size_t)E * H * (I / 2)), *sf2 = malloc((size_t)E * H * (I / 16));
     for (size_t i = 0; i < (size_t)E * N1 * (H / 2); i++) w13[i] = (uint8_t)rng_next();
@@ -470,31 +471,33 @@ static void layer_bench(const char *name, int E, int H, int I, int sm_count, int
     void *d_w13 = pack(w13, sf13, E, N1, H, 1), *d_w2 = pack(w2, sf2, E, H, I, 1);
     free(w13); free(sf13); free(w2); free(sf2);
     const double b1 = (double)nvfp4moe_hopper_packed_bytes(E, N1, H), b2 = (double)nvfp4moe_hopper_packed_bytes(E, H, I);
-    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)H);
-    for (int i = 0; i < H; i++) x[i] = f2bf((float)rng_normal());
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)E), *sorted = malloc(sizeof(int32_t) * (size_t)E * bm);
+    uint16_t *x = malloc(sizeof(uint16_t) * (size_t)M * H);
+    for (int i = 0; i < M * H; i++) x[i] = f2bf((float)rng_normal());
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P), *sorted = malloc(sizeof(int32_t) * (size_t)E * bm);
     int32_t *bexp = malloc(sizeof(int32_t) * (size_t)E);
-    float *s2 = malloc(sizeof(float) * (size_t)E), *rw = malloc(sizeof(float) * (size_t)E);
+    float *s2 = malloc(sizeof(float) * (size_t)E), *rw = malloc(sizeof(float) * (size_t)P);
+    for (int p = 0; p < P; p++) {
+        ids[p] = p % E;  /* pair p = t * E + e */
+        rw[p] = 1.0f / E;
+    }
     for (int e = 0; e < E; e++) {
-        ids[e] = e;
         bexp[e] = e;
         s2[e] = 1e-3f;
-        rw[e] = 1.0f / E;
-        for (int r = 0; r < bm; r++) sorted[e * bm + r] = r == 0 ? e : P;
+        for (int r = 0; r < bm; r++) sorted[e * bm + r] = r < ppe ? r * E + e : P;
     }
     const int nb = E;
-    void *d_x = dup_dev(x, sizeof(uint16_t) * (size_t)H), *d_ids = dup_dev(ids, sizeof(int32_t) * (size_t)E);
+    void *d_x = dup_dev(x, sizeof(uint16_t) * (size_t)M * H), *d_ids = dup_dev(ids, sizeof(int32_t) * (size_t)P);
     void *d_sorted = dup_dev(sorted, sizeof(int32_t) * (size_t)E * bm), *d_bexp = dup_dev(bexp, sizeof(int32_t) * (size_t)E);
-    void *d_nb = dup_dev(&nb, 4), *d_s2 = dup_dev(s2, sizeof(float) * (size_t)E), *d_rw = dup_dev(rw, sizeof(float) * (size_t)E);
+    void *d_nb = dup_dev(&nb, 4), *d_s2 = dup_dev(s2, sizeof(float) * (size_t)E), *d_rw = dup_dev(rw, sizeof(float) * (size_t)P);
     void *d_act, *d_part, *d_cnt, *d_out, *flush;
     CUDA_OK(cudaMalloc(&d_act, sizeof(uint16_t) * (size_t)P * I));
     CUDA_OK(cudaMalloc(&d_part, sizeof(float) * (size_t)P * H));
-    CUDA_OK(cudaMalloc(&d_cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(1, H)));
-    CUDA_OK(cudaMemset(d_cnt, 0, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(1, H)));
-    CUDA_OK(cudaMalloc(&d_out, 2 * (size_t)H));
+    CUDA_OK(cudaMalloc(&d_cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
+    CUDA_OK(cudaMemset(d_cnt, 0, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
+    CUDA_OK(cudaMalloc(&d_out, 2 * (size_t)M * H));
     const size_t fbytes = (size_t)512 << 20;
     CUDA_OK(cudaMalloc(&flush, fbytes));
-    nvfp4moe_decode_combine cb = {.topk_ids = d_ids, .M = 1, .top_k = E, .H = H, .counters = d_cnt, .out = d_out,
+    nvfp4moe_decode_combine cb = {.topk_ids = d_ids, .M = M, .top_k = E, .H = H, .counters = d_cnt, .out = d_out,
                                   .out_dtype = NVFP4MOE_DTYPE_BF16};
     nvfp4moe_gpu_act_params ap = {.activation = NVFP4MOE_ACT_SILU};
     nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = E, .w = d_w13, .scale_2 = d_s2, .sorted_ids = d_sorted,
@@ -520,9 +523,9 @@ static void layer_bench(const char *name, int E, int H, int I, int sm_count, int
             if (i >= 3) CUDA_OK(cudaEventElapsedTime(&t[what][i - 3], a, b));
         }
     const double m1 = median_f(t[0], iters) * 1e-3, m2 = median_f(t[1], iters) * 1e-3, m12 = median_f(t[2], iters) * 1e-3;
-    printf("layer %s M=1 (E=%d H=%d I=%d, %.1f + %.1f MB packed), pdl %d, prefetch %d, GEMM1 room/SM %d, GEMM2 "
+    printf("layer %s %d pair(s) on each of E=%d (H=%d I=%d, %.1f + %.1f MB packed), pdl %d, prefetch %d, GEMM1 room/SM %d, GEMM2 "
            "early L2 %d MB: GEMM1 %.1f us (%.2f TB/s), GEMM2 %.1f us (%.2f TB/s), both %.1f us (%.2f TB/s)\n",
-           name, E, H, I, b1 / 1e6, b2 / 1e6, pdl, prefetch, room, l2_mb, m1 * 1e6, b1 / m1 / 1e12, m2 * 1e6,
+           name, ppe, E, H, I, b1 / 1e6, b2 / 1e6, pdl, prefetch, room, l2_mb, m1 * 1e6, b1 / m1 / 1e12, m2 * 1e6,
            b2 / m2 / 1e12, m12 * 1e6, (b1 + b2) / m12 / 1e12);
     void *dev[] = {d_w13, d_w2, d_x, d_ids, d_sorted, d_bexp, d_nb, d_s2, d_rw, d_act, d_part, d_cnt, d_out, flush};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
@@ -560,8 +563,14 @@ int main(int argc, char **argv) {
         static const int k_var[][4] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {0, 4, 0, 0}, {1, 4, 0, 0}, {1, 8, 0, 0},
                                        {1, 4, 1, 0}, {1, 4, 1, 16}, {1, 4, 1, 32}, {1, 4, 0, 32}};
         for (size_t v = 0; v < sizeof k_var / sizeof k_var[0]; v++) {
-            layer_bench("deepseek-v3", 8, 7168, 2048, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
-            layer_bench("qwen3-30b-a3b", 8, 2048, 768, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
+            layer_bench("deepseek-v3", 8, 7168, 2048, 1, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
+            layer_bench("qwen3-30b-a3b", 8, 2048, 768, 1, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
+        }
+        /* the shapes of M = 16 and 64 (the experts they touch, their pairs per expert rounded) */
+        for (int pdl = 0; pdl <= 1; pdl++) {
+            layer_bench("qwen3-30b-a3b (M=16)", 82, 2048, 768, 2, sms, pdl, 0, 0, 0);
+            layer_bench("qwen3-30b-a3b (M=64)", 125, 2048, 768, 4, sms, pdl, 0, 0, 0);
+            layer_bench("deepseek-v3 (M=64)", 220, 7168, 2048, 2, sms, pdl, 0, 0, 0);
         }
         return 0;
     }
