@@ -14,7 +14,9 @@
 #                                         # gsan (the wgmma GEMM under compute-sanitizer), variants
 #                                         # (gpu_hopper_gemm and the HOPPER_VARIANTS pack built: tests, bench),
 #                                         # decodevar (the whole layer per DECODE_VARIANTS
-#                                         # "name:pdl:prefetch:g1room:l2mb" setting of the decode kernels)
+#                                         # "name:pdl:prefetch:g1room:l2mb" setting of the decode kernels),
+#                                         # ab (bench of this build against .devbin/base/nvfp4moe_base,
+#                                         # a tool built from another commit and copied there after pack)
 # The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
@@ -25,7 +27,9 @@
 # cpu: CPU_FAST on the host's cores: test_cpu_fast (every ISA the host runs, then each forced),
 # bench --cpu --profile, the kernel alone (--stream: a prefetch sweep over 1, 2, 4 .. nproc threads),
 # the decode layers per prefetch setting and per thread count.
-# Environment: BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
+# Environment: SAN_MEMCHECK, SAN_RACECHECK (gpu_hopper_decode cases under compute-sanitizer),
+# GPUTEST_MODES (default "auto decode gemm pdl"), VARIANT_M, VARIANT_NCU (a variant whose stalls ncu
+# reads beside the built kernel's), AB_M, BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
 # (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256,1024,4096), TORCH_PRESETS (default
 # deepseek-v3,qwen3-30b-a3b), TORCH_MS (default 1,16,64,256,1024,4096), CPU_M (default 1,16,256),
 # CPU_THREADS (default: all CPUs), CPU_PREFETCH (the layer's prefetch sweep, default
