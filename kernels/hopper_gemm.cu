@@ -468,19 +468,17 @@ struct Kernel {
         return (uint32_t)((j / 4) * BM * 8 + (j % 4) * 2);
     }
 
-    // Token sub-tiles. At block_m 128 a block's 128 token columns are NSUB = 2 wgmma tiles of
-    // SUBN = 64 columns each (the same shape, each on its own slice of the accumulators); an item
-    // runs only the sub-tiles up to its last real pair, so an expert with 137 pairs costs 128 + 64
-    // token columns instead of 256. The k-tile loop is compiled once per sub-tile count and
-    // chosen per item. (Several wgmma widths in one kernel, or NSUB = 4 at block_m 128, make
+    // Token sub-tiles. At KS = 1 a block's BM token columns are NSUB wgmma tiles of SUBN = BM/NSUB
+    // columns each (the same shape, each on its own slice of the accumulators); an item runs only
+    // the sub-tiles up to its last real pair, so an expert with 137 pairs at block_m 128 costs
+    // 128 + 64 token columns instead of 256. The k-tile loop is compiled once per sub-tile count
+    // and chosen per item. (Several wgmma widths in one kernel, or NSUB = 4 at block_m 128, make
     // ptxas spill or serialize the wgmma pipeline for want of registers; a runtime condition
-    // around each wgmma makes it fence every one.) Smaller blocks are one tile: at block_m 64 one
-    // m64n64k16 per step ran the GEMMs 3-5 % faster than two m64n32k16 on an H100 (DeepSeek-V3,
-    // Qwen3-30B-A3B, gpt-oss-120b at M = 1024; bench/results/2026-12-06-h100.md).
-#ifndef NVFP4MOE_HOPPER_NSUB2_MIN_BM
-#define NVFP4MOE_HOPPER_NSUB2_MIN_BM 128
+    // around each wgmma makes it fence every one.) KS = 2 blocks (block_m <= 32) are one tile.
+#ifndef NVFP4MOE_HOPPER_NSUB
+#define NVFP4MOE_HOPPER_NSUB 2
 #endif
-    static constexpr int NSUB = KS == 1 && BM >= NVFP4MOE_HOPPER_NSUB2_MIN_BM ? 2 : 1;
+    static constexpr int NSUB = KS == 1 ? NVFP4MOE_HOPPER_NSUB : 1;
     static constexpr int SUBN = BM / NSUB;
     static_assert(SUBN % 8 == 0 && NSUB * SUBN == BM, "whole sub-tiles");
 
