@@ -37,7 +37,8 @@
  * starts once every GEMM1 CTA has passed its wait, where there is room (as GEMM1's CTAs retire,
  * or beside them when GEMM1 runs fewer CTAs per SM), reads the grouping, issues its first
  * weight loads and prefetches, and only then waits for GEMM1's intermediate. The launch latency
- * and the ramp of each kernel hide behind the one ahead.
+ * and the ramp of each kernel hide behind the one ahead. (Measured on an H100 on every preset at
+ * M = 1..64: PDL within 2 % either way, the L2 prefetches 4-15 % slower; all off by default.)
  *
  * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
  *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)
