@@ -111,18 +111,21 @@ if has ncu; then
         $B/gpu_hopper_decode --stream >"$R/ncu_stream.txt" 2>&1
     log "ncu stream rc=$?: $(grep -E 'DRAM Throughput|Issued Warp Per|Duration' "$R/ncu_stream.txt" | tr -s ' ' | tr '\n' ';')"
 fi
+# ncu metrics of the stall steps: stall reasons per issued instruction, issue, tensor pipe, L2 and
+# DRAM; stall_summary FILE appends the ones that matter to the summary
+stall_metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:sm__pipe_tensor_op.*cycles_active\.avg\.pct_of_peak_sustained_active,lts__t_bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed'
+stall_summary() {
+    echo "== $(basename "$1")" >>"$out/summary.txt"
+    grep -E "stalled|issue_active|dram__|tensor_op|lts__" "$1" | awk '$NF+0 >= 0.1 || /issue_active|dram__|tensor_op|lts__/' >>"$out/summary.txt"
+}
 if has stalls; then
-    # stall reasons per issued instruction: the decode kernel streaming one expert, the wgmma GEMM
-    # at DeepSeek-V3 M = 4096
-    m='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed'
+    # the decode kernel streaming one expert, the wgmma GEMM at DeepSeek-V3 M = 4096
+    m=$stall_metrics
     timeout 150 ncu --clock-control none --metrics "$m" -k regex:decode_kernel --launch-skip 4 --launch-count 1 \
         $B/gpu_hopper_decode --stream >"$R/stalls_decode.txt" 2>&1
     timeout 200 ncu --clock-control none --metrics "$m" -k regex:hopper_moe_gemm --launch-skip 4 --launch-count 1 \
         $B/gpu_hopper_gemm --bench 4096 >"$R/stalls_gemm.txt" 2>&1
-    for f in "$R"/stalls_*.txt; do
-        echo "== $(basename "$f")" >>"$out/summary.txt"
-        grep -E "stalled|issue_active|dram__" "$f" | awk '$NF+0 >= 0.1 || /issue_active|dram__/' >>"$out/summary.txt"
-    done
+    for f in "$R"/stalls_decode.txt "$R"/stalls_gemm.txt; do stall_summary "$f"; done
     log "stalls done"
 fi
 if has prof; then
@@ -180,12 +183,10 @@ if has variants; then
     cat "$R/variants_spills.txt" >>"$out/summary.txt" 2>/dev/null
     if [ -n "${VARIANT_NCU:-}" ] && [ -x "$B/gpu_hopper_gemm_$VARIANT_NCU" ]; then
         # stall reasons of the GEMM1 of DeepSeek-V3 M = 4096, the base kernel and one variant
-        m='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,regex:sm__pipe_tensor_op.*cycles_active\.avg\.pct_of_peak_sustained_active,lts__t_bytes.sum.per_second,dram__throughput.avg.pct_of_peak_sustained_elapsed'
         for b in gpu_hopper_gemm gpu_hopper_gemm_$VARIANT_NCU; do
-            timeout 150 ncu --clock-control none --metrics "$m" -k regex:hopper_moe_gemm --launch-skip 8 --launch-count 1 \
-                $B/$b --bench 4096 >"$R/stalls_$b.txt" 2>&1
-            echo "== stalls $b" >>"$out/summary.txt"
-            grep -E "stalled|issue_active|dram__|gmma|lts__" "$R/stalls_$b.txt" | awk '$NF+0 >= 0.1 || /issue_active|dram__|gmma|lts__/' >>"$out/summary.txt"
+            timeout 150 ncu --clock-control none --metrics "$stall_metrics" -k regex:hopper_moe_gemm --launch-skip 8 \
+                --launch-count 1 $B/$b --bench 4096 >"$R/stalls_$b.txt" 2>&1
+            stall_summary "$R/stalls_$b.txt"
         done
         log "variant stalls done"
     fi
@@ -198,16 +199,11 @@ if has sass; then
     log "sass: $(grep -c 'Function :' "$R/hopper_decode.sass") functions; HMUL2 with selectors: $(grep -cE 'HMUL2.*\.H[01]_H[01]' "$R/hopper_decode.sass")"
 fi
 gmodes=" ${GPUTEST_MODES:-auto decode gemm pdl} "
-if has gputest && [[ $gmodes == *" auto "* ]]; then
-    timeout 120 $B/gpu_test >"$R/gpu_test_auto.txt" 2>&1
-    log "gpu_test (auto regime) rc=$?: $(grep -E 'passed' "$R/gpu_test_auto.txt" | tail -1)"
-    grep -E "FAIL" "$R/gpu_test_auto.txt" | head -10 | tee -a "$out/summary.txt"
-fi
 if has gputest; then
-    for rg in decode gemm; do
+    for rg in auto decode gemm; do  # HOPPER_WGMMA's regime: chosen by the plan (auto), or forced
         [[ $gmodes == *" $rg "* ]] || continue
         NVFP4MOE_HOPPER_REGIME=$rg timeout 120 $B/gpu_test >"$R/gpu_test_$rg.txt" 2>&1
-        log "gpu_test (HOPPER_WGMMA forced to $rg) rc=$?: $(grep -E 'passed' "$R/gpu_test_$rg.txt" | tail -1)"
+        log "gpu_test (HOPPER_WGMMA regime $rg) rc=$?: $(grep -E 'passed' "$R/gpu_test_$rg.txt" | tail -1)"
         grep -E "FAIL" "$R/gpu_test_$rg.txt" | head -10 | tee -a "$out/summary.txt"
     done
     # the decode regime with every launch setting of its kernels on (PDL, L2 prefetch, GEMM1
@@ -339,7 +335,9 @@ fi
 if has ab; then
     # the built tool against .devbin/base/nvfp4moe_base (the same bench built from another commit,
     # carried beside the pack), alternately twice, HOPPER_WGMMA on every preset: A/B in one call
-    if [ -x .devbin/base/nvfp4moe_base ]; then
+    if ! [ -x .devbin/base/nvfp4moe_base ]; then
+        log "bench A/B skipped: no .devbin/base/nvfp4moe_base"
+    else
         for round in 1 2; do
             for side in base new; do
                 bin=$B/nvfp4moe; [ $side = base ] && bin=.devbin/base/nvfp4moe_base
