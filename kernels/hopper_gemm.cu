@@ -129,6 +129,22 @@ struct KSplit {
     static constexpr int value = BM <= NVFP4MOE_HOPPER_KS2_MAX_BM ? 2 : 1;
 };
 
+// Token sub-tiles (see Kernel::NSUB): a KS = 1 block is one wgmma tile or, in its split form,
+// NVFP4MOE_HOPPER_NSUB tiles of which an item runs only those up to its last real pair.
+// block_m 128 always takes the split form; block_m 64 takes either, chosen per launch
+// (one_token_tile). KS = 2 blocks (block_m <= 32) are always one tile. Building with
+// NVFP4MOE_HOPPER_NSUB=1 makes every block one tile (the "one sub-tile" variant of
+// bench/results/2026-12-06-h100.md, section 2).
+#ifndef NVFP4MOE_HOPPER_NSUB
+#define NVFP4MOE_HOPPER_NSUB 2
+#endif
+template <int BM>
+struct SplitSubtiles {
+    static constexpr int value = KSplit<BM>::value == 1 ? NVFP4MOE_HOPPER_NSUB : 1;
+};
+// The block_m whose launches choose between one tile and the split form.
+constexpr int kChoiceBM = 64;
+
 template <int BM>
 struct Cfg {
     static constexpr int KS = KSplit<BM>::value;
@@ -357,7 +373,7 @@ __device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
     return it;
 }
 
-template <int BM, bool BF16>
+template <int BM, bool BF16, int NSUB_>
 struct Kernel {
     using C = Cfg<BM>;
 
@@ -468,19 +484,19 @@ struct Kernel {
         return (uint32_t)((j / 4) * BM * 8 + (j % 4) * 2);
     }
 
-    // Token sub-tiles. At KS = 1 a block's BM token columns are NSUB wgmma tiles of SUBN = BM/NSUB
-    // columns each (the same shape, each on its own slice of the accumulators); an item runs only
-    // the sub-tiles up to its last real pair, so an expert with 137 pairs at block_m 128 costs
+    // Token sub-tiles. A block's BM token columns are NSUB wgmma tiles of SUBN = BM/NSUB columns
+    // each (the same shape, each on its own slice of the accumulators); an item runs only the
+    // sub-tiles up to its last real pair, so an expert with 137 pairs at block_m 128 costs
     // 128 + 64 token columns instead of 256. The k-tile loop is compiled once per sub-tile count
     // and chosen per item. (Several wgmma widths in one kernel, or NSUB = 4 at block_m 128, make
     // ptxas spill or serialize the wgmma pipeline for want of registers; a runtime condition
-    // around each wgmma makes it fence every one.) KS = 2 blocks (block_m <= 32) are one tile.
-#ifndef NVFP4MOE_HOPPER_NSUB
-#define NVFP4MOE_HOPPER_NSUB 2
-#endif
-    static constexpr int NSUB = KS == 1 ? NVFP4MOE_HOPPER_NSUB : 1;
+    // around each wgmma makes it fence every one.) NSUB is a template parameter because at
+    // block_m 64 neither form wins everywhere: the launcher picks one per launch
+    // (one_token_tile). KS = 2 blocks (block_m <= 32) are one tile.
+    static constexpr int NSUB = NSUB_;
     static constexpr int SUBN = BM / NSUB;
     static_assert(SUBN % 8 == 0 && NSUB * SUBN == BM, "whole sub-tiles");
+    static_assert(KS == 1 || NSUB == 1, "a KS = 2 block is one tile");
 
     // Sub-tiles (1..NSUB) that block blk needs: up to its last real pair. The block's pair ids
     // are loaded one item ahead (load_rows before the k loop of the item before) so that the
@@ -809,10 +825,10 @@ struct Kernel {
 };
 #endif  // NVFP4MOE_HOPPER_DEVICE
 
-template <int BM, bool BF16>
+template <int BM, bool BF16, int NSUB>
 __global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_HOPPER_DEVICE
-    Kernel<BM, BF16>::run(p);
+    Kernel<BM, BF16, NSUB>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
@@ -904,7 +920,7 @@ bool split_allowed(int P, int N, int K, int block_m, int sm_count) {
 size_t counters_count(int N, int max_blocks) { return (size_t)max_blocks * n_tiles_of(N) * 2; }
 
 // The image of the kernel must be sm_90a code and the device compute capability 9.0.
-template <int BM, bool BF16>
+template <int BM, bool BF16, int NSUB>
 cudaError_t prepare() {
     static int state = 0;  // 0 unknown, 1 ready, 2 no image
     if (state == 1) return cudaSuccess;
@@ -914,7 +930,7 @@ cudaError_t prepare() {
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (err != cudaSuccess) return err;
-    auto *fn = hopper_moe_gemm_kernel<BM, BF16>;
+    auto *fn = hopper_moe_gemm_kernel<BM, BF16, NSUB>;
     cudaFuncAttributes attr;
     if (major != 9) {
         state = 2;
@@ -932,9 +948,9 @@ cudaError_t prepare() {
     return cudaSuccess;
 }
 
-template <int BM, bool BF16>
+template <int BM, bool BF16, int NSUB>
 cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    cudaError_t err = prepare<BM, BF16>();
+    cudaError_t err = prepare<BM, BF16, NSUB>();
     if (err != cudaSuccess) return err;
     Params p;
     p.a = static_cast<const uint16_t *>(args->a);
@@ -971,13 +987,48 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     long long most = (long long)args->max_blocks * p.n_tiles * p.max_splits;
     int grid = args->sm_count > 0 ? args->sm_count : 1;
     if (most < grid) grid = (int)most;
-    hopper_moe_gemm_kernel<BM, BF16><<<grid, Cfg<BM>::THREADS, Cfg<BM>::SMEM, stream>>>(p);
+    hopper_moe_gemm_kernel<BM, BF16, NSUB><<<grid, Cfg<BM>::THREADS, Cfg<BM>::SMEM, stream>>>(p);
     return cudaGetLastError();
+}
+
+// Block_m 64 as one m64n64k16 wgmma per k16 step, or split into two m64n32k16 tiles of which an
+// item runs only those up to its last real pair. On an H100 (bench/results/2026-12-06-h100.md,
+// section 2) one tile ran the GEMMs 3.5-5 % faster where the blocks are full (about 64 pairs per
+// expert: Qwen3-30B-A3B and Qwen3-235B-A22B at M = 1024, Mixtral-8x7B at M = 256) and 2-7 %
+// slower where they are half empty (32 per expert: DeepSeek-V3 at M = 1024), where an item with
+// at most 32 pairs skips its second tile. The host knows the pairs per expert only on average:
+// P / E (the grouping is on the device; the experts that hold pairs are at most min(E, P), and
+// P / min(E, P) crosses the threshold exactly where P / E does). One tile from this average on,
+// halfway between the two measured points.
+constexpr int64_t kOneTileMinPairsPerExpert = 48;
+
+// Whether a block_m kChoiceBM launch runs one token tile: forced by args->token_subtiles (1 one
+// tile, 2 the split form), else from the average pairs per expert.
+bool one_token_tile(const nvfp4moe_hopper_args *args) {
+    if (args->token_subtiles) return args->token_subtiles == 1;
+    return (int64_t)args->P >= kOneTileMinPairsPerExpert * args->E;
+}
+
+// The sub-tiles per block of a launch at block_m BM (Kernel::NSUB).
+template <int BM>
+int token_subtiles_of(const nvfp4moe_hopper_args *args) {
+    if (BM == kChoiceBM && one_token_tile(args)) return 1;
+    return SplitSubtiles<BM>::value;
+}
+
+template <int BM, bool BF16>
+cudaError_t launch_subtiles(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
+    constexpr int split = SplitSubtiles<BM>::value;
+    if constexpr (BM == kChoiceBM && split != 1) {
+        if (token_subtiles_of<BM>(args) == 1) return launch<BM, BF16, 1>(args, stream);
+    }
+    return launch<BM, BF16, split>(args, stream);
 }
 
 template <int BM>
 cudaError_t launch_dtype(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    return args->is_bf16 ? launch<BM, true>(args, stream) : launch<BM, false>(args, stream);
+    return args->is_bf16 ? launch_subtiles<BM, true>(args, stream)
+                         : launch_subtiles<BM, false>(args, stream);
 }
 
 }  // namespace
@@ -1018,7 +1069,7 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
         return cudaErrorInvalidValue;
     if (args->N <= 0 || args->K <= 0 || args->N % 16 || args->K % 16 || args->E <= 0 ||
         args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0 || args->scale_2_halves < 0 ||
-        args->scale_2_halves > 2)
+        args->scale_2_halves > 2 || args->token_subtiles < 0 || args->token_subtiles > 2)
         return cudaErrorInvalidValue;
     // The producer addresses activation rows by 32-bit offsets in 16-byte units (32 GiB of
     // activations at most: far beyond one GPU's batch).
@@ -1033,6 +1084,18 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
     case 64: return launch_dtype<64>(args, stream);
     case 128: return launch_dtype<128>(args, stream);
     default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args) {
+    if (!args) return 0;
+    switch (args->block_m) {
+    case 8: return token_subtiles_of<8>(args);
+    case 16: return token_subtiles_of<16>(args);
+    case 32: return token_subtiles_of<32>(args);
+    case 64: return token_subtiles_of<64>(args);
+    case 128: return token_subtiles_of<128>(args);
+    default: return 0;
     }
 }
 

@@ -39,7 +39,12 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
 
 /* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
  * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128 and a NULL workspace
- * means "never split K". */
+ * means "never split K". token_subtiles is this GEMM's alone: at block_m 64 a block is one
+ * m64n64 wgmma tile or two m64n32 tiles (a block whose pairs fit the first 32 rows skips the
+ * second). 0 (the glue's zeroed default) chooses one tile when P / E >= 48 pairs per expert, the
+ * two tiles below (the H100 measurements behind it: kernels/hopper_gemm.cu, one_token_tile);
+ * 1 or 2 force that form, for tests and benchmarks. block_m 128 is always two 64-token tiles,
+ * block_m 8..32 one tile. */
 typedef nvfp4moe_marlin_args nvfp4moe_hopper_args;
 
 /* Workspace the GEMM can use for split-K at these sizes (0: it never splits K). */
@@ -52,14 +57,20 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
  * No allocation, no host synchronization: capturable in a CUDA graph (the split-K workspace is
  * cleared with cudaMemsetAsync on the stream). cudaErrorInvalidValue for N or K not a multiple of
  * 16, block_m not one of 8, 16, 32, 64, 128, C not 4-byte aligned (the epilogue stores two
- * adjacent values at once), or activations of 32 GiB or more (ceil(P / a_row_div) rows of K
- * values: the kernel addresses rows by 32-bit offsets). */
+ * adjacent values at once), token_subtiles not 0, 1 or 2, or activations of 32 GiB or more
+ * (ceil(P / a_row_div) rows of K values: the kernel addresses rows by 32-bit offsets). */
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
+
+/* The wgmma token tiles per block that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a block_m
+ * it does not take): for tests and benchmarks to report which form ran. Reads block_m, P, E and
+ * token_subtiles only. */
+int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
 
 /* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with
  * P/E/block_m < 0.9, then 64 while P/E < 1.9 * 64, else 128 (wgmma's token dimension N = block_m;
- * from 64 up a block is two sub-tiles and runs only those it fills, so 64 stays the better grain
- * until experts hold about two 64-blocks each). */
+ * a 128-block is two sub-tiles and runs only those it fills, and a 64-block is one tile or two
+ * by the pairs per expert, so 64 stays the better grain until experts hold about two 64-blocks
+ * each). */
 int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E);
 
 #ifdef __cplusplus

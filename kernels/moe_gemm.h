@@ -62,6 +62,10 @@ typedef struct nvfp4moe_marlin_args {
     int32_t scale_2_halves;   /* 0: scale_2 is [E], one scale per expert. GEMM1 of a gated
                                  activation, scale_2 [E, 2] (gate, up): 1, rows [0, N/2) gate and
                                  [N/2, N) up; 2, rows interleaved g0, u0, g1, u1 (swigluoai) */
+    int32_t token_subtiles;   /* the Hopper GEMM at block_m 64 only (MARLIN and other block_m
+                                 ignore it): 0 chooses from the pairs per expert, 1 forces one
+                                 64-token wgmma tile per block, 2 two 32-token tiles of which a
+                                 block runs only those its pairs reach (kernels/hopper_gemm.h) */
 } nvfp4moe_marlin_args;
 
 /* Workspace the GEMM needs for these sizes (may be 0). */
