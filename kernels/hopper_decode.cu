@@ -40,6 +40,11 @@
  * and the ramp of each kernel hide behind the one ahead. (Measured on an H100 on every preset at
  * M = 1..64: PDL within 2 % either way, the L2 prefetches 4-15 % slower; all off by default.)
  *
+ * Routing inside GEMM1 (nvfp4moe_hopper_decode_route_gemm1, up to 4 tokens): every CTA routes
+ * the tokens and groups the pairs in shared memory itself (route_and_group), so no routing or
+ * grouping kernel runs ahead; CTA 0 publishes ids, weights and the grouping for GEMM2. Measured on
+ * an H100: 1-4 % faster at M = 1..4 on most presets (bench/results/2026-12-06-h100-fused-route.md).
+ *
  * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
  *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)
  *     in fp32, rounded once to the 16-bit dtype, stored as the pair's row of the intermediate.
@@ -58,6 +63,8 @@
 #include "activation.cuh"
 #include "hopper_decode.h"
 #include "hopper_layout.cuh"
+#include "moe_gemm.h"
+#include "moe_route.cuh"
 #include "pdl.cuh"
 
 // sm_90a feature set only: the same build guard as the wgmma GEMM (one backend, one target).
@@ -76,6 +83,12 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kRowsPerItem = 32;          // two 16-row groups
 constexpr int kHTile = 32;                // output columns per GEMM2 item (= kRowsPerItem)
 static_assert(kWChunk == NVFP4MOE_DECODE_CHUNK_BYTES, "the header's chunk size");
+// GEMM1 that routes and groups itself: one warp per token, one warp groups all pairs.
+constexpr int kRouteMaxM = NVFP4MOE_DECODE_ROUTE_MAX_TOKENS;
+constexpr int kRouteMaxPairs = NVFP4MOE_DECODE_ROUTE_MAX_PAIRS;
+static_assert(kRouteMaxM <= kWarps && kRouteMaxPairs <= 32, "a warp per token, a lane per pair");
+// The routing scratch of the DeepSeek-V3 group limiting: E doubles per token (dynamic shared memory).
+constexpr size_t kRouteMaxScratch = (size_t)kRouteMaxM * NVFP4MOE_GPU_MAX_EXPERTS * sizeof(double);
 
 enum Mode { GEMM1 = 0, GEMM2 = 1 };
 enum Rows { ROWS_CONSECUTIVE = 0, ROWS_GATE_UP = 1 };
@@ -113,6 +126,13 @@ struct Params {
     // GEMM2
     const float *row_scale;
     float *partial;
+    // GEMM1 that routes (has_rp) or only groups (the caller's topk_ids) the M <= kRouteMaxM tokens
+    // itself, every CTA on its own; CTA 0 writes the results for GEMM2 (FUSED kernels only)
+    nvfp4moe_gpu_route_params rp;
+    int has_rp, vpl, block_m, max_blocks;
+    const void *logits;
+    int32_t *ids_out, *sorted_out, *bexp_out, *nb_out;
+    float *wts_out;
 };
 
 #if NVFP4MOE_DECODE_DEVICE
@@ -183,12 +203,99 @@ __device__ __forceinline__ void slot_sync(int slot, int kw) {
     else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + slot), "r"(32 * kw) : "memory");
 }
 
+// ---- GEMM1 that routes and groups (FUSED) ----
+// Every CTA routes the M <= kRouteMaxM tokens (warp t routes token t with the routing grid's own
+// function, so ids and weights are those bits) and groups the P = M * top_k <= 32 pairs in its
+// shared memory, one lane per pair: no routing/grouping kernel ahead, no global round trip before
+// the first weight loads. The grouping is the grouping kernel's: blocks in ascending expert order,
+// ceil(count / block_m) blocks per expert, a pair's row at its rank among its expert's pairs (pair
+// order), sentinel P in the rows left over. CTA 0 also writes ids, weights and the grouping to
+// global memory for GEMM2. File-scope arrays: only the FUSED kernels allocate them.
+__shared__ int32_t f_ids[kRouteMaxPairs];
+__shared__ float f_wts[kRouteMaxPairs];
+__shared__ int32_t f_sorted[kRouteMaxPairs * 16];  // <= P + (block_m - 1) per expert, block_m <= 16
+__shared__ int32_t f_bexp[kRouteMaxPairs];         // a block per pair at most
+__shared__ int f_nb;
+
+__device__ __noinline__ void route_one(const Params &p, int t, double *sel, int lane) {
+    switch (p.vpl) {
+    case 2: nvfp4moe_rt::route_token<2>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
+    case 4: nvfp4moe_rt::route_token<4>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
+    case 8: nvfp4moe_rt::route_token<8>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
+    case 16: nvfp4moe_rt::route_token<16>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
+    default: nvfp4moe_rt::route_token<32>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
+    }
+}
+
+// The grouping of f_ids[0, P) by warp 0: lane q holds pair q.
+__device__ __forceinline__ void group_warp(const Params &p, int lane) {
+    const unsigned all = 0xffffffffu;
+    const int e = lane < p.P ? f_ids[lane] : -1, bm = p.block_m;
+    const bool valid = e >= 0 && e < p.E;
+    const int key = valid ? e : -1 - lane;  // an invalid pair is a group of its own, never counted
+    const unsigned peers = __match_any_sync(all, key);
+    const int rank = __popc(peers & ((1u << lane) - 1)), cnt = __popc(peers);
+    const int pad = valid && rank == 0 ? (cnt + bm - 1) / bm * bm : 0;  // the expert's rows, on its first pair
+    int off = 0;  // rows of the experts below e
+    for (int q = 0; q < 32; q++) {
+        const int eq = __shfl_sync(all, key, q), pq = __shfl_sync(all, pad, q);
+        if (valid && pq > 0 && eq < e) off += pq;
+    }
+    const int total = (int)__reduce_add_sync(all, (unsigned)pad);
+    for (int i = lane; i < total; i += 32) f_sorted[i] = p.P;
+    __syncwarp();
+    if (valid) f_sorted[off + rank] = lane;
+    for (int b = off / bm; pad > 0 && b < (off + pad) / bm; b++) f_bexp[b] = e;
+    if (lane == 0) f_nb = total / bm;
+}
+
+// The FUSED prologue: route (or read the caller's ids), group, and (CTA 0) publish.
+__device__ void route_and_group(const Params &p) {
+    extern __shared__ double f_sel[];  // E doubles per token: DeepSeek-V3 group limiting only
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // the experts' global scales, which the epilogues read, on their way to L2 while routing runs
+    for (int i = 32 * threadIdx.x; i < (p.halves ? 2 : 1) * p.E; i += 32 * blockDim.x)
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p.scale_2 + i));
+    if (p.has_rp) {
+        if (warp < p.M) route_one(p, warp, f_sel + (size_t)warp * p.E, lane);
+    } else {
+        for (int i = threadIdx.x; i < p.P; i += blockDim.x) f_ids[i] = p.topk_ids[i];
+    }
+    __syncthreads();
+    if (warp == 0) group_warp(p, lane);
+    __syncthreads();
+    if (blockIdx.x == 0) {
+        const int nb = f_nb;
+        for (int i = threadIdx.x; i < p.P && p.has_rp; i += blockDim.x) {
+            p.ids_out[i] = f_ids[i];
+            p.wts_out[i] = f_wts[i];
+        }
+        for (int i = threadIdx.x; i < nb * p.block_m; i += blockDim.x) p.sorted_out[i] = f_sorted[i];
+        for (int b = threadIdx.x; b < p.max_blocks; b += blockDim.x) p.bexp_out[b] = b < nb ? f_bexp[b] : -1;
+        if (threadIdx.x == 0) *p.nb_out = nb;
+    }
+}
+
 // PF: the L2 prefetches (Params.prefetch, Params.expert_chunks) are compiled in. Without them
 // the kernel is the one without any prefetch code (ptxas allocates its registers alone: compiled
 // in but unused, the prefetch code made the loop spill).
-template <int NT, bool BF16, int MODE, bool PF>
+// FUSED: GEMM1 routes and groups itself (route_and_group); the grouping is then read from shared
+// memory.
+template <int NT, bool BF16, int MODE, bool PF, bool FUSED>
 struct Decode {
     static constexpr int BM = 8 * NT;
+    static_assert(!FUSED || (MODE == GEMM1 && !PF), "only GEMM1 routes, without the L2 prefetches");
+
+    // The grouping: block b's expert and row i's pair id (through L2: GEMM2 may read them while
+    // GEMM1 still runs, under PDL).
+    static __device__ __forceinline__ int expert_of(const Params &p, int b) {
+        if constexpr (FUSED) return f_bexp[b];
+        else return __ldcg(p.block_expert + b);
+    }
+    static __device__ __forceinline__ int sorted_at(const Params &p, size_t i) {
+        if constexpr (FUSED) return f_sorted[i];
+        else return __ldcg(p.sorted_ids + i);
+    }
 
     // One k tile's weights in registers: two row groups' codes and scales.
     struct WFrag {
@@ -209,7 +316,7 @@ struct Decode {
     // The weight chunks of item `item`, group h, at the slice's first k tile.
     static __device__ __forceinline__ const uint8_t *group_chunk(const Params &p, int item, int h, int kt0, int &gw) {
         const int b = item / p.items_per_block, r = item % p.items_per_block;
-        const int e = __ldcg(p.block_expert + b);
+        const int e = expert_of(p, b);
         int r0, r1;
         item_rows(p, r, r0, r1);
         const int row = h ? r1 : r0;
@@ -224,7 +331,7 @@ struct Decode {
         ntv = 0;
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const int pid = __ldcg(p.sorted_ids + (size_t)b * BM + 8 * j + g);
+            const int pid = sorted_at(p, (size_t)b * BM + 8 * j + g);
             const bool ok = pid >= 0 && pid < p.P;
             arow[j] = ok ? p.a + (size_t)(pid / p.a_row_div) * p.K + 2 * t : nullptr;
             if (__any_sync(0xffffffffu, ok)) ntv = j + 1;
@@ -335,11 +442,11 @@ struct Decode {
                 }
         slot_sync(slot, kw);
         const int b = item / p.items_per_block, r = item % p.items_per_block;
-        const int e = p.block_expert[b];
+        const int e = FUSED ? f_bexp[b] : p.block_expert[b];
         // GEMM1 of a gated activation may have a scale per half: s2 is then the gate's.
         const float s2 = p.scale_2[MODE == GEMM1 && p.halves ? 2 * e : e] * kAccUnscale;
         const float s2u = MODE == GEMM1 && p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
-        const int32_t *ids = p.sorted_ids + (size_t)b * BM;
+        const int32_t *ids = (FUSED ? f_sorted : p.sorted_ids) + (size_t)b * BM;
         if constexpr (MODE == GEMM1) {
             if (p.rows == ROWS_GATE_UP || p.interleaved) {  // gated: gate and up rows in the item
                 // 16 intermediate columns x BM tokens
@@ -431,9 +538,15 @@ struct Decode {
     static __device__ void zero_rows(const Params &p) {
         const size_t stride = (size_t)gridDim.x * blockDim.x;
         const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        for (size_t t = first; t < (size_t)p.M; t += stride)
-            if (valid_slots(p, (int)t) == 0)
+        for (size_t t = first; t < (size_t)p.M; t += stride) {
+            int n = 0;
+            if constexpr (FUSED)  // the ids in shared memory (CTA 0 may be writing the global ones)
+                for (int j = 0; j < p.top_k; j++) n += f_ids[t * p.top_k + j] >= 0 && f_ids[t * p.top_k + j] < p.E;
+            else
+                n = valid_slots(p, (int)t);
+            if (n == 0)
                 for (int h = 0; h < p.H; h++) store_out(p, t * p.H + h, 0.0f);
+        }
     }
 
     // Prefetch into L2 of the k tiles ahead of the register loads (p.prefetch of them, within the
@@ -515,7 +628,11 @@ struct Decode {
     // Without PDL the waits return at once.
     static __device__ void run(const Params &p) {
         __shared__ __align__(128) Smem sm;
-        if constexpr (MODE == GEMM1) {
+        if constexpr (FUSED) {
+            route_and_group(p);  // no kernel ahead: launched without PDL
+            zero_counters(p);
+            zero_rows(p);
+        } else if constexpr (MODE == GEMM1) {
             zero_counters(p);
             nvfp4moe_pdl::wait();     // the grouping, topk ids and GEMM1's input are complete
             // GEMM2 may launch: its prologue reads nothing GEMM1 writes. This trigger must stay
@@ -525,7 +642,7 @@ struct Decode {
             zero_rows(p);
         }
         const int warp = threadIdx.x / 32;
-        const int nb = __ldcg(p.num_blocks);
+        const int nb = FUSED ? f_nb : __ldcg(p.num_blocks);
         const int items = nb * p.items_per_block;
         if constexpr (MODE == GEMM2 && PF) prefetch_experts(p, nb);
         const int kw = warps_per_item(p, items), slots = kWarps / kw;
@@ -592,18 +709,20 @@ struct Decode {
 
 // Registers: one column (NT = 1) fits 4 CTAs (16 warps) per multiprocessor in 128 registers,
 // two columns need 3 (12 warps, 168 registers): their B fragments are twice as many.
-template <int NT, bool BF16, int MODE, bool PF>
+template <int NT, bool BF16, int MODE, bool PF, bool FUSED>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_DECODE_DEVICE
-    Decode<NT, BF16, MODE, PF>::run(p);
+    Decode<NT, BF16, MODE, PF, FUSED>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
 }
 
-template <int NT, bool BF16, int MODE, bool PF>
-cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool pdl, cudaStream_t stream) {
-    auto *fn = decode_kernel<NT, BF16, MODE, PF>;
+// smem: the FUSED kernel's routing scratch (dynamic shared memory, <= kRouteMaxScratch).
+template <int NT, bool BF16, int MODE, bool PF, bool FUSED>
+cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool pdl, size_t smem,
+                   cudaStream_t stream) {
+    auto *fn = decode_kernel<NT, BF16, MODE, PF, FUSED>;
     static int resident = 0;  // CTAs per multiprocessor; 0 unknown, -1 no sm_90a image
     if (resident < 0) return cudaErrorNoKernelImageForDevice;
     if (resident == 0) {
@@ -618,8 +737,8 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool 
             resident = -1;
             return cudaErrorNoKernelImageForDevice;
         }
-        int n = 0;
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kThreads, 0);
+        int n = 0;  // (FUSED: with the largest routing scratch, so any launch fits the grid's CTAs)
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kThreads, FUSED ? kRouteMaxScratch : 0);
         if (err != cudaSuccess) return err;
         resident = n > 0 ? n : 1;
     }
@@ -630,6 +749,7 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)grid);
     cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -642,8 +762,8 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool 
 template <int NT, bool BF16, int MODE>
 cudaError_t launch_pf(const Params &p, int max_items, int sm_count, int room, bool pdl, cudaStream_t s) {
     const bool pf = p.prefetch > 0 || (MODE == GEMM2 && p.expert_chunks > 0);
-    return pf ? launch<NT, BF16, MODE, true>(p, max_items, sm_count, room, pdl, s)
-              : launch<NT, BF16, MODE, false>(p, max_items, sm_count, room, pdl, s);
+    return pf ? launch<NT, BF16, MODE, true, false>(p, max_items, sm_count, room, pdl, 0, s)
+              : launch<NT, BF16, MODE, false, false>(p, max_items, sm_count, room, pdl, 0, s);
 }
 
 template <int MODE>
@@ -723,14 +843,13 @@ extern "C" size_t nvfp4moe_hopper_decode_counters(int64_t M, int32_t H) {
     return (size_t)M * (size_t)((H + kHTile - 1) / kHTile);
 }
 
-extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_gpu_act_params *act,
-                                                    int32_t I, void *act_out, const nvfp4moe_decode_combine *c,
-                                                    cudaStream_t stream) {
-    if (!gemm_ok(g) || !combine_ok(c) || !act || !act_out || I <= 0 || I % 16) return cudaErrorInvalidValue;
+// GEMM1's parameters (false: invalid arguments).
+static bool gemm1_params(const nvfp4moe_decode_gemm *g, const nvfp4moe_gpu_act_params *act, int32_t I, void *act_out,
+                         const nvfp4moe_decode_combine *c, Params &p, int &max_items) {
+    if (!gemm_ok(g) || !combine_ok(c) || !act || !act_out || I <= 0 || I % 16) return false;
     const bool gated = nvfp4moe_activation_is_gated((nvfp4moe_activation)act->activation);
-    if (g->N != (gated ? 2 * I : I)) return cudaErrorInvalidValue;
-    if (c->M == 0) return cudaSuccess;
-    Params p = params_of(g, c);
+    if (g->N != (gated ? 2 * I : I)) return false;
+    p = params_of(g, c);
     p.act = *act;
     p.I = I;
     p.act_out = static_cast<uint16_t *>(act_out);
@@ -739,9 +858,61 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *
     p.items_per_block = gated ? I / 16 : (I + kRowsPerItem - 1) / kRowsPerItem;
     // at least enough CTAs for the combine preparation even when there are few items
     const long long items = (long long)g->max_blocks * p.items_per_block;
-    const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items < 1 ? 1 : items);
+    max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items < 1 ? 1 : items);
+    return true;
+}
+
+extern "C" cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_gpu_act_params *act,
+                                                    int32_t I, void *act_out, const nvfp4moe_decode_combine *c,
+                                                    cudaStream_t stream) {
+    Params p;
+    int max_items = 0;
+    if (!gemm1_params(g, act, I, act_out, c, p, max_items)) return cudaErrorInvalidValue;
+    if (c->M == 0) return cudaSuccess;
     return launch_any<GEMM1>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->room_per_sm, g->pdl != 0,
                              stream);
+}
+
+extern "C" int32_t nvfp4moe_hopper_decode_can_route(int64_t M, int32_t top_k, int32_t E) {
+    return M >= 1 && M <= kRouteMaxM && top_k >= 1 && M * top_k <= kRouteMaxPairs && E >= 1 &&
+           E <= NVFP4MOE_GPU_MAX_EXPERTS;
+}
+
+extern "C" cudaError_t nvfp4moe_hopper_decode_route_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_route *r,
+                                                          const nvfp4moe_gpu_act_params *act, int32_t I, void *act_out,
+                                                          const nvfp4moe_decode_combine *c, cudaStream_t stream) {
+    Params p;
+    int max_items = 0;
+    if (!gemm1_params(g, act, I, act_out, c, p, max_items) || !r || !r->sorted_ids || !r->block_expert ||
+        !r->num_blocks || !nvfp4moe_hopper_decode_can_route(c->M, c->top_k, g->E) || g->P != c->M * c->top_k ||
+        (int64_t)g->max_blocks * g->block_m < nvfp4moe_group_capacity(g->P, g->E, g->block_m))
+        return cudaErrorInvalidValue;
+    const nvfp4moe_gpu_route_params *rp = r->rp;
+    if (rp && (!r->topk_ids || !r->topk_weights || rp->num_experts != g->E || rp->top_k != c->top_k ||
+               (!r->logits && rp->method != NVFP4MOE_ROUTING_SIMULATED)))
+        return cudaErrorInvalidValue;
+    if (rp) {
+        p.rp = *rp;
+        p.has_rp = 1;
+        p.vpl = nvfp4moe_rt::vpl_for(g->E);
+        p.logits = r->logits;
+        p.ids_out = r->topk_ids;
+        p.wts_out = r->topk_weights;
+    }
+    p.block_m = g->block_m;
+    p.max_blocks = g->max_blocks;
+    p.sorted_out = r->sorted_ids;
+    p.bexp_out = r->block_expert;
+    p.nb_out = r->num_blocks;
+    // the routing scratch: E doubles per token where DeepSeek-V3 limits groups (moe_route.cuh)
+    const size_t smem = rp && rp->method == NVFP4MOE_ROUTING_DEEPSEEK_V3 && rp->n_group > 1
+                            ? (size_t)c->M * (size_t)g->E * sizeof(double) : 0;
+    const int sms = g->sm_count, room = g->room_per_sm;
+    if (g->block_m == 8)
+        return g->is_bf16 ? launch<1, true, GEMM1, false, true>(p, max_items, sms, room, false, smem, stream)
+                          : launch<1, false, GEMM1, false, true>(p, max_items, sms, room, false, smem, stream);
+    return g->is_bf16 ? launch<2, true, GEMM1, false, true>(p, max_items, sms, room, false, smem, stream)
+                      : launch<2, false, GEMM1, false, true>(p, max_items, sms, room, false, smem, stream);
 }
 
 extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *g, const float *row_scale, float *partial,

@@ -17,7 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "pipeline.h"  // nvfp4moe_gpu_act_params
+#include "pipeline.h"  // nvfp4moe_gpu_act_params, nvfp4moe_gpu_route_params
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,6 +88,34 @@ size_t nvfp4moe_hopper_decode_counters(int64_t M, int32_t H);
 cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_gpu_act_params *act,
                                          int32_t I, void *act_out, const nvfp4moe_decode_combine *c,
                                          cudaStream_t stream);
+
+/* GEMM1 that also routes and groups a few tokens itself (nvfp4moe_hopper_decode_route_gemm1):
+ * every CTA routes the M tokens (the routing of nvfp4moe_gpu_route_and_group: the same ids and
+ * weights, bit for bit) or reads the caller's top-k, and groups the pairs in shared memory as the
+ * grouping kernel does (blocks in expert order); so no routing or grouping launch runs ahead of
+ * it. It also writes what GEMM2 reads: the ids and weights (when it routes) and the grouping. */
+typedef struct nvfp4moe_decode_route {
+    const nvfp4moe_gpu_route_params *rp;  /* the router; NULL: c->topk_ids are the caller's top-k */
+    const void *logits;                   /* [M, E] router logits (rp != NULL; unused when simulated) */
+    int32_t *topk_ids;                    /* rp != NULL: [M, top_k] written; pass c->topk_ids */
+    float *topk_weights;                  /* rp != NULL: [M, top_k] written */
+    int32_t *sorted_ids, *block_expert, *num_blocks;  /* the grouping, written: GEMM2's g arrays */
+} nvfp4moe_decode_route;
+
+/* The most tokens and (token, slot) pairs GEMM1 routes and groups itself. */
+#define NVFP4MOE_DECODE_ROUTE_MAX_TOKENS 4
+#define NVFP4MOE_DECODE_ROUTE_MAX_PAIRS 32
+
+/* Nonzero when nvfp4moe_hopper_decode_route_gemm1 takes M tokens of top_k over E experts. */
+int32_t nvfp4moe_hopper_decode_can_route(int64_t M, int32_t top_k, int32_t E);
+
+/* nvfp4moe_hopper_decode_gemm1 with the routing and the grouping done inside (r), for
+ * nvfp4moe_hopper_decode_can_route(c->M, c->top_k, g->E): g->P = M * top_k, g->max_blocks =
+ * nvfp4moe_group_capacity(P, E, block_m) / block_m (or more), g->sorted_ids etc. unread.
+ * Launched without PDL (g->pdl is ignored); GEMM2 must then run without PDL too, after it. */
+cudaError_t nvfp4moe_hopper_decode_route_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_route *r,
+                                               const nvfp4moe_gpu_act_params *act, int32_t I, void *act_out,
+                                               const nvfp4moe_decode_combine *c, cudaStream_t stream);
 
 /* GEMM2 with the combine in its epilogue: out[t, :] = sum over t's valid slots j, in slot order,
  * of row_scale[t*top_k + j] * D[t*top_k + j, :] (row_scale NULL: 1), each slot's fp32 row parked

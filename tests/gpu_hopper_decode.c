@@ -25,6 +25,9 @@
  *          tokens without a valid slot exactly 0, the whole output written (poisoned before);
  *   determinism: a second run gives the same bits.
  * The kernels choose how many warps share an item on the device; the kw cases force each choice.
+ * The route cases run GEMM1 with the routing and grouping inside: its grouping must equal the
+ * host's bit for bit, and (routing) its ids and weights those of nvfp4moe_gpu_route_and_group on
+ * the same logits.
  */
 #include <math.h>
 #include <stdint.h>
@@ -55,6 +58,10 @@ typedef struct {
     int prefetch;  /* k tiles prefetched into L2 ahead of the loads */
     int room;      /* GEMM1: CTA slots per multiprocessor left free (for GEMM2) */
     int echunks;   /* GEMM2: chunks of the active experts prefetched into L2 before its wait */
+    int route;     /* 0: the grouping built on the host; 1: GEMM1 groups the ids itself
+                      (nvfp4moe_hopper_decode_route_gemm1 without a router); 2: GEMM1 also routes
+                      the tokens from logits with `method` */
+    int method;    /* nvfp4moe_routing for route 2 (deepseek_v3: 4 groups, 2 kept, a correction bias) */
 } test_case;
 
 static float to_f(int bf16, uint16_t h) { return bf16 ? bf2f(h) : h2f(h); }
@@ -101,6 +108,43 @@ static int run_case(const test_case *tc, int sm_count) {
         for (int t = 0; t < M; t++)
             for (int j = 0; j < k; j++)
                 if ((t % 3 == 0 && j == 0) || t == 1) ids[t * k + j] = -1;
+    /* route 2: the routing kernel's ids and weights on random logits are the case's (and what
+     * GEMM1's own routing must reproduce) */
+    float *rw_ref = NULL;
+    void *d_logits = NULL, *d_cbias = NULL;
+    nvfp4moe_gpu_route_params rp = {.method = tc->method, .logits_dtype = NVFP4MOE_DTYPE_F32, .num_experts = E,
+                                    .top_k = k, .n_group = 1, .topk_group = 1, .routed_scaling_factor = 2.5f,
+                                    .seed = 77};
+    if (tc->route == 2) {
+        float *lg = malloc(sizeof(float) * (size_t)M * E), *cbias = malloc(sizeof(float) * (size_t)E);
+        for (int i = 0; i < M * E; i++) lg[i] = (float)rng_normal();
+        for (int e = 0; e < E; e++) cbias[e] = (float)(0.1 * rng_normal());
+        d_logits = dup_dev(lg, sizeof(float) * (size_t)M * E);
+        d_cbias = dup_dev(cbias, sizeof(float) * (size_t)E);
+        if (tc->method == NVFP4MOE_ROUTING_DEEPSEEK_V3) {
+            rp.n_group = 4;
+            rp.topk_group = 2;
+        }
+        if (tc->method == NVFP4MOE_ROUTING_DEEPSEEK_V3 || tc->method == NVFP4MOE_ROUTING_MINIMAX2)
+            rp.correction_bias = d_cbias;
+        grouping g0 = make_grouping(ids, P, E, bm);  /* sizes only */
+        void *d_i = NULL, *d_w = NULL, *d_s = NULL, *d_b = NULL, *d_n = NULL;
+        CUDA_OK(cudaMalloc(&d_i, sizeof(int32_t) * (size_t)P));
+        CUDA_OK(cudaMalloc(&d_w, sizeof(float) * (size_t)P));
+        CUDA_OK(cudaMalloc(&d_s, sizeof(int32_t) * (size_t)g0.cap));
+        CUDA_OK(cudaMalloc(&d_b, sizeof(int32_t) * (size_t)g0.max_blocks));
+        CUDA_OK(cudaMalloc(&d_n, sizeof(int32_t)));
+        CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, d_logits, d_i, d_w, M, k, E, bm, d_s, d_b, d_n, g0.max_blocks, 0));
+        rw_ref = malloc(sizeof(float) * (size_t)P);
+        CUDA_OK(cudaMemcpy(ids, d_i, sizeof(int32_t) * (size_t)P, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(rw_ref, d_w, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
+        void *tmp[] = {d_i, d_w, d_s, d_b, d_n};
+        for (int i = 0; i < 5; i++) cudaFree(tmp[i]);
+        free(g0.sorted_ids);
+        free(g0.block_expert);
+        free(lg);
+        free(cbias);
+    }
     grouping g = make_grouping(ids, P, E, bm);
 
     uint8_t *w13 = malloc((size_t)E * N1 * (H / 2)), *sf13 = malloc((size_t)E * N1 * (H / 16));
@@ -136,7 +180,7 @@ static int run_case(const test_case *tc, int sm_count) {
         x[i] = bf ? f2bf(v) : f2h(v);
     }
     float *rw = malloc(sizeof(float) * (size_t)P);
-    for (int p = 0; p < P; p++) rw[p] = (float)(0.1 + rng_unif());
+    for (int p = 0; p < P; p++) rw[p] = rw_ref ? rw_ref[p] : (float)(0.1 + rng_unif());
 
     void *d_w13 = pack(w13, sf13, E, N1, H, bf), *d_w2 = pack(w2, sf2, E, H, I, bf);
     void *d_s13 = dup_dev(s13, sizeof(float) * (tc->halves ? 2 * E : E)), *d_s2 = dup_dev(s2, sizeof(float) * E);
@@ -184,6 +228,9 @@ static int run_case(const test_case *tc, int sm_count) {
     g2.N = H;
     g2.K = I;
 
+    const nvfp4moe_decode_route rt = {.rp = tc->route == 2 ? &rp : NULL, .logits = d_logits, .topk_ids = d_ids,
+                                      .topk_weights = d_rw, .sorted_ids = d_sorted, .block_expert = d_bexp,
+                                      .num_blocks = d_nb};
     uint16_t *act = malloc(act_bytes);
     uint8_t *out = malloc((size_t)osz * M * H), *out2 = malloc((size_t)osz * M * H);
     cudaStream_t st;
@@ -195,7 +242,17 @@ static int run_case(const test_case *tc, int sm_count) {
         CUDA_OK(cudaMemsetAsync(d_part, 0xFF, sizeof(float) * (size_t)P * H, st));
         CUDA_OK(cudaMemsetAsync(d_cnt, 0x7F, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H), st));
         CUDA_OK(cudaMemsetAsync(d_out, 0xFF, (size_t)osz * M * H, st));
-        cudaError_t e1 = nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, st);
+        if (tc->route) {  /* what GEMM1 writes: poisoned (out-of-range experts and block counts) */
+            CUDA_OK(cudaMemsetAsync(d_sorted, 0x7F, sizeof(int32_t) * (size_t)g.cap, st));
+            CUDA_OK(cudaMemsetAsync(d_bexp, 0x7F, sizeof(int32_t) * (size_t)g.max_blocks, st));
+            CUDA_OK(cudaMemsetAsync(d_nb, 0x7F, sizeof(int32_t), st));
+        }
+        if (tc->route == 2) {
+            CUDA_OK(cudaMemsetAsync(d_ids, 0x7F, sizeof(int32_t) * (size_t)P, st));
+            CUDA_OK(cudaMemsetAsync(d_rw, 0x7F, sizeof(float) * (size_t)P, st));
+        }
+        cudaError_t e1 = tc->route ? nvfp4moe_hopper_decode_route_gemm1(&g1, &rt, &ap, I, d_act, &cb, st)
+                                   : nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, st);
         cudaError_t e2 = e1 == cudaSuccess ? nvfp4moe_hopper_decode_gemm2(&g2, tc->row_scale ? d_rw : NULL, d_part, &cb, st)
                                            : cudaSuccess;
         if (e1 != cudaSuccess || e2 != cudaSuccess) {
@@ -206,6 +263,33 @@ static int run_case(const test_case *tc, int sm_count) {
         CUDA_OK(cudaStreamSynchronize(st));
         CUDA_OK(cudaMemcpy(rep ? out2 : out, d_out, (size_t)osz * M * H, cudaMemcpyDeviceToHost));
         if (!rep) CUDA_OK(cudaMemcpy(act, d_act, act_bytes, cudaMemcpyDeviceToHost));
+    }
+    if (tc->route) {  /* GEMM1's grouping (and routing) against the host's (and the routing kernel's) */
+        int32_t *gs = malloc(sizeof(int32_t) * (size_t)g.cap), *gb = malloc(sizeof(int32_t) * (size_t)g.max_blocks);
+        int32_t gn = -1, *gi = malloc(sizeof(int32_t) * (size_t)P);
+        float *gw = malloc(sizeof(float) * (size_t)P);
+        CUDA_OK(cudaMemcpy(gs, d_sorted, sizeof(int32_t) * (size_t)g.cap, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gb, d_bexp, sizeof(int32_t) * (size_t)g.max_blocks, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(&gn, d_nb, sizeof gn, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gi, d_ids, sizeof(int32_t) * (size_t)P, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(gw, d_rw, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
+        int bad = 0;
+        if (gn != g.num_blocks) {
+            printf("  %s: GEMM1's grouping has %d blocks, expected %d\n", tc->name, gn, g.num_blocks);
+            bad++;
+        }
+        for (int i = 0; i < g.num_blocks * bm && !bad; i++)
+            if (gs[i] != g.sorted_ids[i] && bad++ < 3)
+                printf("  %s: sorted_ids[%d] = %d, expected %d\n", tc->name, i, gs[i], g.sorted_ids[i]);
+        for (int b = 0; b < g.max_blocks; b++)
+            if (gb[b] != g.block_expert[b] && bad++ < 3)
+                printf("  %s: block_expert[%d] = %d, expected %d\n", tc->name, b, gb[b], g.block_expert[b]);
+        for (int p = 0; p < P && tc->route == 2; p++)
+            if ((gi[p] != ids[p] || memcmp(&gw[p], &rw[p], 4) != 0) && bad++ < 3)
+                printf("  %s: pair %d routed to %d (weight %.9g), the routing kernel: %d (%.9g)\n", tc->name, p, gi[p],
+                       gw[p], ids[p], rw[p]);
+        if (bad) fails++;
+        free(gs); free(gb); free(gi); free(gw);
     }
 
     float *dq13 = dequant(w13, sf13, E, N1, H), *dq2 = dequant(w2, sf2, E, H, I);
@@ -287,60 +371,74 @@ static int run_case(const test_case *tc, int sm_count) {
     }
 done:
     printf("%s %s (E=%d H=%d I=%d M=%d top-%d block_m=%d warps/item %s, pdl %d, L2 prefetch %d, room/SM %d, "
-           "expert chunks %d)\n",
+           "expert chunks %d%s%s)\n",
            fails ? "FAIL" : "ok  ", tc->name, E, H, I, M, k, bm,
            tc->kw == 1 ? "1" : tc->kw == 2 ? "2" : tc->kw == 4 ? "4" : "auto", tc->pdl, tc->prefetch, tc->room,
-           tc->echunks);
+           tc->echunks, tc->route == 1 ? ", GEMM1 groups" : tc->route == 2 ? ", GEMM1 routes " : "",
+           tc->route == 2 ? nvfp4moe_routing_name((nvfp4moe_routing)tc->method) : "");
     cudaStreamDestroy(st);
-    void *dev[] = {d_w13, d_w2, d_s13, d_s2, d_b13, d_b2, d_x, d_ids, d_rw, d_sorted, d_bexp, d_nb, d_act, d_part, d_cnt, d_out};
+    void *dev[] = {d_w13, d_w2, d_s13, d_s2, d_b13, d_b2, d_x, d_ids, d_rw, d_sorted, d_bexp, d_nb, d_act, d_part, d_cnt, d_out,
+                   d_logits, d_cbias};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) cudaFree(dev[i]);
     free(ids); free(w13); free(sf13); free(w2); free(sf2); free(s13); free(s2); free(b13); free(b2);
     free(s13g); free(s13u);
-    free(x); free(rw); free(act); free(out); free(out2);
+    free(x); free(rw); free(rw_ref); free(act); free(out); free(out2);
     free(g.sorted_ids); free(g.block_expert);
     return fails;
 }
 
 static const test_case k_cases[] = {
     /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves pdl pf room echunks */
-    {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
-    {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
-    {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
-    {"m40-fp16",       16, 512,  256,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 0, 0, 0, 0, 0, 0},
-    {"swigluoai",      8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
-    {"no-mul-odd",     8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 0, 0, 0, 0, 0, 0},
-    {"relu2-k128",     8,  256,  128,  17, 3,  6,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
-    {"ep-holes",       16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
-    {"one-expert",     8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0},
+    {"m1-silu",        16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"m7-silu-bias",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"m64-bm16",       32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"m40-fp16",       16, 512,  256,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"swigluoai",      8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"no-mul-odd",     8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"relu2-k128",     8,  256,  128,  17, 3,  6,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"ep-holes",       16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"one-expert",     8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
     /* every warps-per-item split forced: one warp over all of K, two, four */
-    {"kw1-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0, 0, 0, 0, 0},
-    {"kw2-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 0, 0, 0, 0, 0},
-    {"kw4-fp16",       16, 1024, 512,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 4, 0, 0, 0, 0, 0},
-    {"kw1-swigluoai",  8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0, 0, 0, 0, 0},
-    {"kw1-bm16-holes", 16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 1, 0, 0, 0, 0, 0},
-    {"kw2-no-mul-odd", 8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 2, 0, 0, 0, 0, 0},
+    {"kw1-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"kw2-bias",       16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 0, 0, 0, 0, 0, 0, 0},
+    {"kw4-fp16",       16, 1024, 512,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 4, 0, 0, 0, 0, 0, 0, 0},
+    {"kw1-swigluoai",  8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"kw1-bm16-holes", 16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"kw2-no-mul-odd", 8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 2, 0, 0, 0, 0, 0, 0, 0},
     /* gate and up with global scales of their own ([E, 2] pairs, up to 10x apart) */
-    {"halves-silu",    16, 512,  256,   3, 4, 16,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 1, 0, 0, 0, 0},
-    {"halves-bm16",    32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_F32, 0, 1, 0, 0, 0, 0},
-    {"halves-oai",     8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 2, 0, 0, 0, 0},
-    {"halves-kw2-oai", 8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2, 0, 0, 0, 0},
+    {"halves-silu",    16, 512,  256,   3, 4, 16,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"halves-bm16",    32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_F32, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"halves-oai",     8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 2, 0, 0, 0, 0, 0, 0},
+    {"halves-kw2-oai", 8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2, 0, 0, 0, 0, 0, 0},
     /* GEMM2 launched with PDL behind GEMM1 (its prologue overlapping GEMM1), L2 prefetch from one
      * tile ahead to more tiles than a warp's slice has; every warps-per-item split */
     /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves pdl pf room echunks */
-    {"pdl-m1",         16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 0, 0, 0},
-    {"pdl-pf4-bm16",   32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0},
-    {"pdl-pf1-kw1",    16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0, 1, 1, 0, 0},
-    {"pf4-kw4-fp16",   16, 1024, 512,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 4, 0, 0, 4, 0, 0},
-    {"pdl-pf16-oai",   8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 2, 1, 16, 0, 0},
-    {"pdl-pf4-holes",  16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0},
-    {"pdl-pf2-odd",    8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 2, 0, 1, 2, 0, 0},
-    {"pdl-pf4-one",    8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0},
+    {"pdl-m1",         16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"pdl-pf4-bm16",   32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0, 0, 0},
+    {"pdl-pf1-kw1",    16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 0, 1, 1, 0, 0, 0, 0},
+    {"pf4-kw4-fp16",   16, 1024, 512,  40, 2, 16,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 4, 0, 0, 4, 0, 0, 0, 0},
+    {"pdl-pf16-oai",   8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 1, 2, 1, 16, 0, 0, 0, 0},
+    {"pdl-pf4-holes",  16, 512,  256,  12, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0, 0, 0},
+    {"pdl-pf2-odd",    8,  528,  208,   9, 2,  8, 16, NVFP4MOE_ACT_SILU_NO_MUL,        0, 1, 1, 0, 0, NVFP4MOE_DTYPE_F32, 2, 0, 1, 2, 0, 0, 0, 0},
+    {"pdl-pf4-one",    8,  256,  256,  50, 1,  1, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 0, 0, 0, 0},
     /* GEMM1 on fewer CTAs per multiprocessor (room for GEMM2 beside it), GEMM2 prefetching the
      * active experts' weights into L2 before its wait: a few chunks, more than there are */
-    {"pdl-room1-ex",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 1, 40},
-    {"pdl-room3-all",  32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 2, 3, 1 << 20},
-    {"ex-oai-kw2",     8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2, 0, 0, 0, 7},
+    {"pdl-room1-ex",   16, 768,  384,   7, 4, 12,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 4, 1, 40, 0, 0},
+    {"pdl-room3-all",  32, 1024, 512,  64, 6, 30, 16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 1, 2, 3, 1 << 20, 0, 0},
+    {"ex-oai-kw2",     8,  2880, 2880,  5, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2, 0, 0, 0, 7, 0, 0},
+    /* GEMM1 routing and grouping the tokens itself (route 1: the caller's ids; 2: from logits) */
+    /* name             E    H     I    M  k used bm  act                              lim bias bf rs holes out kw halves pdl pf room echunks route method */
+    {"grp-m1",         16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"grp-m4-holes",   16, 512,  256,   4, 4, 16, 16, NVFP4MOE_ACT_SILU,               0, 1, 1, 1, 1, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"grp-m4-k8-kw1",  8,  768,  384,   4, 8,  8,  8, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 1, 0, 0, 0, 0, 0, 1, 0},
+    {"rt-m1-softmax",  16, 512,  256,   1, 4, 16,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_SOFTMAX_TOPK},
+    {"rt-m4-dsv3",     64, 1024, 512,   4, 8, 64,  8, NVFP4MOE_ACT_SILU,               1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 1, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_DEEPSEEK_V3},
+    {"rt-m3-renorm",   16, 512,  256,   3, 2, 16, 16, NVFP4MOE_ACT_GELU,               0, 1, 0, 1, 0, NVFP4MOE_DTYPE_F32,  0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_RENORMALIZE},
+    {"rt-m2-oai-kw2",  8,  2880, 2880,  2, 4,  8,  8, NVFP4MOE_ACT_SWIGLUOAI,          1, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 2, 2, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_SOFTMAX_TOPK},
+    {"rt-m4-sigmoid",  40, 768,  384,   4, 6, 40,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_SIGMOID_RENORM},
+    {"rt-m2-simulated",256, 512, 256,   2, 8,256,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_SIMULATED},
+    {"rt-m1-minimax",  256,1024, 512,   1, 8,256,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_MINIMAX2},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 

@@ -88,6 +88,7 @@ typedef struct cuda_state {
     int32_t decode_prefetch;      /* HOPPER_WGMMA decode: k tiles prefetched into L2 ahead */
     int32_t decode_g1_room;       /* HOPPER_WGMMA decode: CTA slots per SM GEMM1 leaves free */
     int32_t decode_g2_l2_mb;      /* HOPPER_WGMMA decode: MB of GEMM2's weights prefetched early */
+    int32_t decode_route;         /* HOPPER_WGMMA decode: GEMM1 routes and groups a few tokens itself */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -373,11 +374,14 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * of the loads), NVFP4MOE_HOPPER_G1_ROOM (CTA slots per multiprocessor GEMM1 leaves free for
      * GEMM2), NVFP4MOE_HOPPER_G2_L2_MB (MB of GEMM2's weights prefetched into L2 before it waits
      * for GEMM1). All off by default: the kernels as measured in bench/results; a setting becomes
-     * a default once a committed benchmark shows it faster. */
+     * a default once a committed benchmark shows it faster. NVFP4MOE_HOPPER_FUSED_ROUTE=0|1:
+     * GEMM1 routes and groups up to NVFP4MOE_DECODE_ROUTE_MAX_TOKENS tokens itself (on by default)
+     * instead of a routing/grouping kernel running ahead of it. */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
     st->decode_g2_l2_mb = 0;
+    st->decode_route = 1;
     if (w4a16 && gemm->has_decode) {
         static const struct {
             const char *var;
@@ -388,6 +392,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_PREFETCH", NVFP4MOE_DECODE_MAX_PREFETCH, offsetof(cuda_state, decode_prefetch)},
             {"NVFP4MOE_HOPPER_G1_ROOM", 3, offsetof(cuda_state, decode_g1_room)},
             {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb)},
+            {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route)},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
             const char *v = getenv(k_knobs[i].var);
@@ -558,10 +563,14 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
     void *c1 = ws + L.c1, *act = ws + L.act;
     const int32_t P = (int32_t)L.P;
 
-    CUDA_TRY(st, nvfp4moe_gpu_route_and_group(precomputed ? NULL : &st->route, io->router_logits, ids, wts,
-                                              M, st->K, st->E, L.block_m, sorted, bexp, nblk,
-                                              L.max_blocks, stream),
-             "routing and grouping");
+    /* A few tokens in the decode regime: GEMM1 routes and groups them itself (no kernel ahead). */
+    const bool route_in_gemm1 = L.decode && st->decode_route && !needs_input_pass(st) &&
+                                nvfp4moe_hopper_decode_can_route(M, st->K, st->E);
+    if (!route_in_gemm1)
+        CUDA_TRY(st, nvfp4moe_gpu_route_and_group(precomputed ? NULL : &st->route, io->router_logits, ids, wts,
+                                                  M, st->K, st->E, L.block_m, sorted, bexp, nblk,
+                                                  L.max_blocks, stream),
+                 "routing and grouping");
 
     /* GEMM1's input: the hidden states, or their scaled and/or quantize-dequantized copy */
     const void *a_in = io->hidden;
@@ -589,12 +598,21 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             /* PDL needs the grouping kernel right ahead (an input pass between them is launched
              * without it, which keeps the order) */
             .pdl = st->decode_pdl, .room_per_sm = st->decode_g1_room};
-        CUDA_TRY(st, nvfp4moe_hopper_decode_gemm1(&g1, &st->act, st->I, act, &cb, stream), "GEMM1 + activation");
+        if (route_in_gemm1) {
+            const nvfp4moe_decode_route r = {
+                .rp = precomputed ? NULL : &st->route, .logits = io->router_logits, .topk_ids = ids,
+                .topk_weights = wts, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk};
+            CUDA_TRY(st, nvfp4moe_hopper_decode_route_gemm1(&g1, &r, &st->act, st->I, act, &cb, stream),
+                     "routing + grouping + GEMM1 + activation");
+        } else {
+            CUDA_TRY(st, nvfp4moe_hopper_decode_gemm1(&g1, &st->act, st->I, act, &cb, stream), "GEMM1 + activation");
+        }
         const nvfp4moe_decode_gemm g2 = {
             .a = act, .a_row_div = 1, .w = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->H, .K = st->I,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
-            .sm_count = st->sm_count, .prefetch_tiles = st->decode_prefetch, .pdl = st->decode_pdl,
+            .sm_count = st->sm_count, .prefetch_tiles = st->decode_prefetch,
+            .pdl = st->decode_pdl && !route_in_gemm1, /* PDL needs GEMM1 to signal after the grouping */
             .expert_prefetch_chunks = (int32_t)(((int64_t)st->decode_g2_l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES)};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
                  "GEMM2 + combine");
