@@ -17,7 +17,8 @@
 #                                         # "name:pdl:prefetch:g1room:l2mb" setting of the decode kernels),
 #                                         # ab (bench of this build against .devbin/base/nvfp4moe_base,
 #                                         # a tool built from another commit and copied there after pack),
-#                                         # envab (bench of this build under each ENV_AB environment)
+#                                         # envab (bench of this build under each ENV_AB environment),
+#                                         # decprof (ncu: the decode layer's kernel durations and SASS stalls)
 # The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
@@ -31,7 +32,7 @@
 # Environment: SAN_MEMCHECK, SAN_RACECHECK (gpu_hopper_decode cases under compute-sanitizer),
 # GPUTEST_MODES (default "auto decode gemm pdl"), VARIANT_M, VARIANT_NCU (a variant whose stalls ncu
 # reads beside the built kernel's), GSAN_MEMCHECK, GSAN_RACECHECK (gpu_hopper_gemm cases of the gsan
-# step), AB_M, ENV_AB, ENVAB_M, BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
+# step), AB_M, ENV_AB, ENVAB_M, DECPROF_PRESETS, DECPROF_M, DECPROF_SRC_PRESET, BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
 # (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256,1024,4096), TORCH_PRESETS (default
 # deepseek-v3,qwen3-30b-a3b), TORCH_MS (default 1,16,64,256,1024,4096), CPU_M (default 1,16,256),
 # CPU_THREADS (default: all CPUs), CPU_PREFETCH (the layer's prefetch sweep, default
@@ -349,6 +350,27 @@ if has ab; then
             done
         done
     fi
+fi
+if has decprof; then
+    # where the decode layer's time goes at small M: ncu's duration of each kernel of the bench's
+    # layer (cold caches before each kernel), with GEMM1's routing inside and outside it, then the
+    # SASS-level stall samples of the decode kernels (the source page as CSV)
+    for fr in 1 0; do
+        NVFP4MOE_HOPPER_FUSED_ROUTE=$fr timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum \
+            --print-summary per-kernel $B/nvfp4moe bench --preset "${DECPROF_PRESETS:-qwen3-30b-a3b,deepseek-v3}" \
+            --m "${DECPROF_M:-1}" --backend HOPPER_WGMMA --no-baseline --iters 20 --out "$R/decprof-bench$fr" \
+            >"$R/decprof-durations-fused$fr.txt" 2>&1
+        log "decprof durations (fused route $fr) rc=$?"
+        grep -E "^  [a-z_].*\(|gpu__time_duration|^    [a-z]" "$R/decprof-durations-fused$fr.txt" | grep -vE "^==" | head -60 >>"$out/summary.txt"
+    done
+    timeout 200 ncu --clock-control none --section WarpStateStats --section SourceCounters -k regex:decode_kernel \
+        --launch-skip 6 --launch-count 2 -o "$R/decprof" $B/nvfp4moe bench --preset "${DECPROF_SRC_PRESET:-qwen3-30b-a3b}" \
+        --m 1 --backend HOPPER_WGMMA --no-baseline --iters 20 --out "$R/decprof-bench-src" >"$R/decprof-src.log" 2>&1
+    log "decprof source profile rc=$?"
+    ncu -i "$R/decprof.ncu-rep" --page details >"$R/decprof-details.txt" 2>&1
+    ncu -i "$R/decprof.ncu-rep" --page source --csv --print-source sass >"$R/decprof-source.csv" 2>&1
+    log "decprof source page: $(wc -l <"$R/decprof-source.csv") lines"
+    rm -f "$R/decprof.ncu-rep"
 fi
 if has envab; then
     # one tool under two or more environments, alternately twice, HOPPER_WGMMA on every preset:

@@ -23,7 +23,11 @@ __device__ __forceinline__ float load_logit(const void *p, int dtype, int64_t i)
     return ((const float *)p)[i];
 }
 
-__device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+// The float64 exponential and sigmoid, one copy each (not inlined): the routing runs once per
+// token, usually with a cold instruction cache, where the size of the code it runs through is
+// its cost (inlined at every call site, they made the routing kernels 70-190 KB of code).
+static __device__ __noinline__ double exp_d(double x) { return exp(x); }
+static __device__ __noinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp_d(-x)); }
 
 // True when (v, i) ranks before (bv, bi): larger value first, then the lower index. bi < 0 means
 // "nothing yet", which anything but NaN beats (NaN marks a taken or absent entry).
@@ -185,9 +189,9 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
     case NVFP4MOE_ROUTING_SOFTMAX_TOPK:
     case NVFP4MOE_ROUTING_RENORMALIZE_NAIVE: {
         double z = 0.0;
-        for (int e = lane; e < E; e += 32) z += exp((double)load_logit(logits, rp.logits_dtype, row + e) - top);
+        for (int e = lane; e < E; e += 32) z += exp_d((double)load_logit(logits, rp.logits_dtype, row + e) - top);
         z = warp_sum(z);
-        w = mine ? exp(l - top) / z : 0.0;
+        w = mine ? exp_d(l - top) / z : 0.0;
         if (m == NVFP4MOE_ROUTING_RENORMALIZE_NAIVE) {
             const double s = warp_sum(w);
             w = s > 0 ? w / s : 0.0;
@@ -195,7 +199,7 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
         break;
     }
     case NVFP4MOE_ROUTING_RENORMALIZE: {
-        const double ex = mine ? exp(l - top) : 0.0;
+        const double ex = mine ? exp_d(l - top) : 0.0;
         w = ex / warp_sum(ex);
         break;
     }
