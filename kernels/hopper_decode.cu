@@ -605,15 +605,34 @@ struct Decode {
         }
     }
 
-    // Warps per item: the fewest (1, 2, 4) that still give every resident warp an item's slice,
-    // so short-K items run on one warp (no reduction, no CTA barrier) and few items are still
-    // spread over all warps; never more warps than k tiles.
+    // Warps per item. GEMM2 (short K, an epilogue with a cross-CTA combine per item): the fewest
+    // (1, 2, 4) that still give every resident warp an item's slice, so short-K items run on one
+    // warp (no reduction, no CTA barrier) and few items are still spread over all warps. GEMM1:
+    // the one whose busiest warp streams the fewest k tiles, ceil(items * kw / warps) x
+    // ceil(k_tiles / kw), moving to more warps only for 10 % fewer (each split adds a reduction
+    // per item): at a few hundred to a few thousand items a warp's round-robin share is 1-3 items,
+    // and the rounding up decides (H100, bench/results/2026-12-06-h100-fused-route.md: 4-6 % at
+    // M = 4 on Qwen3-235B-A22B, Mixtral-8x7B and gpt-oss-120b). Never more warps than k tiles.
     static __device__ __forceinline__ int warps_per_item(const Params &p, int items) {
         const long long warps = (long long)gridDim.x * kWarps;
         int kw = 1;
-        if (p.force_kw > 0) kw = p.force_kw;
-        else
+        if (p.force_kw > 0) {
+            kw = p.force_kw;
+        } else if constexpr (MODE == GEMM1) {
+            // 32-bit arithmetic: every CTA computes this before its first load (a 64-bit division
+            // is a long subroutine; measured 2 µs slower at M = 1). Past 2^28 items all three
+            // are within 10 % anyway.
+            if (items < (1 << 28)) {
+                const unsigned w = (unsigned)warps, n = (unsigned)items, kt = (unsigned)p.k_tiles;
+                const unsigned c1 = (n + w - 1) / w * kt, c2 = (2 * n + w - 1) / w * ((kt + 1) / 2),
+                               c4 = (4 * n + w - 1) / w * ((kt + 3) / 4);
+                unsigned best = c1;
+                if (10 * c2 < 9 * best) best = c2, kw = 2;
+                if (10 * c4 < 9 * best) kw = 4;
+            }
+        } else {
             while (kw < kWarps && (long long)items * kw * 4 < warps * 3) kw *= 2;
+        }
         while (kw > 1 && kw > p.k_tiles) kw /= 2;
         return kw;
     }

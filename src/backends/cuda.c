@@ -89,6 +89,7 @@ typedef struct cuda_state {
     int32_t decode_g1_room;       /* HOPPER_WGMMA decode: CTA slots per SM GEMM1 leaves free */
     int32_t decode_g2_l2_mb;      /* HOPPER_WGMMA decode: MB of GEMM2's weights prefetched early */
     int32_t decode_route;         /* HOPPER_WGMMA decode: GEMM1 routes and groups a few tokens itself */
+    int32_t decode_kw[2];         /* HOPPER_WGMMA decode: warps per item of GEMM1, GEMM2 (0: the kernels' choice) */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -376,12 +377,15 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * for GEMM1). All off by default: the kernels as measured in bench/results; a setting becomes
      * a default once a committed benchmark shows it faster. NVFP4MOE_HOPPER_FUSED_ROUTE=0|1:
      * GEMM1 routes and groups up to NVFP4MOE_DECODE_ROUTE_MAX_TOKENS tokens itself (on by default)
-     * instead of a routing/grouping kernel running ahead of it. */
+     * instead of a routing/grouping kernel running ahead of it. NVFP4MOE_HOPPER_G1_KW and
+     * NVFP4MOE_HOPPER_G2_KW = 1, 2 or 4 force the warps that share an item in GEMM1 / GEMM2 (0:
+     * the kernels choose from the item count). */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
     st->decode_g2_l2_mb = 0;
     st->decode_route = 1;
+    st->decode_kw[0] = st->decode_kw[1] = 0;
     if (w4a16 && gemm->has_decode) {
         static const struct {
             const char *var;
@@ -393,14 +397,21 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_G1_ROOM", 3, offsetof(cuda_state, decode_g1_room)},
             {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb)},
             {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route)},
+            {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw)},
+            {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t)},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
             const char *v = getenv(k_knobs[i].var);
             if (!v || !*v) continue;
             char *end = NULL;
             const long n = strtol(v, &end, 10);
-            if (*end || n < 0 || n > k_knobs[i].max) {
+            const bool kw = k_knobs[i].off >= offsetof(cuda_state, decode_kw) &&
+                            k_knobs[i].off < offsetof(cuda_state, decode_kw) + sizeof st->decode_kw;
+            if (*end || n < 0 || n > k_knobs[i].max || (kw && n == 3)) {
                 free(st);
+                if (kw)
+                    return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: %s=%s: expected 0, 1, 2 or 4", name,
+                                              k_knobs[i].var, v);
                 return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: %s=%s: expected an integer from 0 to %ld",
                                           name, k_knobs[i].var, v, k_knobs[i].max);
             }
@@ -597,7 +608,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .sm_count = st->sm_count, .scale_2_halves = st->w13_halves, .prefetch_tiles = st->decode_prefetch,
             /* PDL needs the grouping kernel right ahead (an input pass between them is launched
              * without it, which keeps the order) */
-            .pdl = st->decode_pdl, .room_per_sm = st->decode_g1_room};
+            .pdl = st->decode_pdl, .room_per_sm = st->decode_g1_room, .warps_per_item = st->decode_kw[0]};
         if (route_in_gemm1) {
             const nvfp4moe_decode_route r = {
                 .rp = precomputed ? NULL : &st->route, .logits = io->router_logits, .topk_ids = ids,
@@ -613,6 +624,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
             .sm_count = st->sm_count, .prefetch_tiles = st->decode_prefetch,
             .pdl = st->decode_pdl && !route_in_gemm1, /* PDL needs GEMM1 to signal after the grouping */
+            .warps_per_item = st->decode_kw[1],
             .expert_prefetch_chunks = (int32_t)(((int64_t)st->decode_g2_l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES)};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
                  "GEMM2 + combine");
