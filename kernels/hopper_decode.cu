@@ -13,10 +13,11 @@
  * group, so the activation can run in the epilogue), over all of K. A CTA is 4 warps; an item is
  * taken by kw = 1, 2 or 4 of them (an item slot), each over its share of the k tiles, and the
  * slot's warps meet in shared memory for the item's epilogue (named barrier per slot; one warp
- * needs none). kw is chosen on the device from the real item count: the fewest warps per item
- * that still give every resident warp work, so long-K or many-item GEMMs run one warp per item
- * and a handful of experts is still spread over every warp. Items are dealt round-robin to the
- * item slots of a persistent grid of (multiprocessors x resident CTAs) CTAs.
+ * needs none). kw is chosen on the device from the real item count (warps_per_item): GEMM2 the
+ * fewest warps per item that still give every resident warp work, GEMM1 the split whose busiest
+ * warp streams the fewest k tiles; so many-item GEMMs run one warp per item and a handful of
+ * experts is still spread over every warp. Items are dealt round-robin to the item slots of a
+ * persistent grid of (multiprocessors x resident CTAs) CTAs.
  *
  * Inner loop (per warp, per k tile of 128): 6 LDG.128 of packed weights (two 16-row groups:
  * 2 x 16 B of codes and 16 B of scales each, L1 no-allocate), 16 LDG.32 per 8-token column of
@@ -410,6 +411,11 @@ struct Decode {
         float red[kWarps][2][NT][4][32];  // the epilogues: every warp's accumulators [group][column][reg][lane]
         int last[kWarps][BM];             // per item slot: the token each tile-completing arrival finished
     };
+    // The FUSED kernels launch with up to kRouteMaxScratch of dynamic shared memory and no opt-in:
+    // all of it must stay within the 48 KB default (1 KB left for alignment).
+    static_assert(!FUSED || sizeof(Smem) + sizeof(f_ids) + sizeof(f_wts) + sizeof(f_sorted) + sizeof(f_bexp) +
+                                    sizeof(f_nb) + kRouteMaxScratch + 1024 <= 48 * 1024,
+                  "the fused GEMM1's shared memory would need an opt-in");
 
     // The sum over the kw warps of item slot `slot` (warps slot*kw ..) for row (group h, row16 of
     // the group) and token column tok.
@@ -442,11 +448,15 @@ struct Decode {
                 }
         slot_sync(slot, kw);
         const int b = item / p.items_per_block, r = item % p.items_per_block;
-        const int e = FUSED ? f_bexp[b] : p.block_expert[b];
+        int e;
+        if constexpr (FUSED) e = f_bexp[b];
+        else e = p.block_expert[b];
         // GEMM1 of a gated activation may have a scale per half: s2 is then the gate's.
         const float s2 = p.scale_2[MODE == GEMM1 && p.halves ? 2 * e : e] * kAccUnscale;
         const float s2u = MODE == GEMM1 && p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
-        const int32_t *ids = (FUSED ? f_sorted : p.sorted_ids) + (size_t)b * BM;
+        const int32_t *ids;
+        if constexpr (FUSED) ids = f_sorted + (size_t)b * BM;
+        else ids = p.sorted_ids + (size_t)b * BM;
         if constexpr (MODE == GEMM1) {
             if (p.rows == ROWS_GATE_UP || p.interleaved) {  // gated: gate and up rows in the item
                 // 16 intermediate columns x BM tokens
@@ -756,7 +766,9 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool 
             resident = -1;
             return cudaErrorNoKernelImageForDevice;
         }
-        int n = 0;  // (FUSED: with the largest routing scratch, so any launch fits the grid's CTAs)
+        // FUSED: the occupancy with the largest routing scratch, so any launch fits the grid's
+        // CTAs (static + scratch stay within the 48 KB that need no opt-in: Decode's static_assert)
+        int n = 0;
         err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kThreads, FUSED ? kRouteMaxScratch : 0);
         if (err != cudaSuccess) return err;
         resident = n > 0 ? n : 1;
@@ -907,7 +919,8 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_route_gemm1(const nvfp4moe_decode_
         (int64_t)g->max_blocks * g->block_m < nvfp4moe_group_capacity(g->P, g->E, g->block_m))
         return cudaErrorInvalidValue;
     const nvfp4moe_gpu_route_params *rp = r->rp;
-    if (rp && (!r->topk_ids || !r->topk_weights || rp->num_experts != g->E || rp->top_k != c->top_k ||
+    if (rp && (!r->topk_ids || !r->topk_weights || r->topk_ids != c->topk_ids || rp->num_experts != g->E ||
+               rp->top_k != c->top_k ||
                (!r->logits && rp->method != NVFP4MOE_ROUTING_SIMULATED)))
         return cudaErrorInvalidValue;
     if (rp) {

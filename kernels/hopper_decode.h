@@ -91,13 +91,14 @@ cudaError_t nvfp4moe_hopper_decode_gemm1(const nvfp4moe_decode_gemm *g, const nv
 
 /* GEMM1 that also routes and groups a few tokens itself (nvfp4moe_hopper_decode_route_gemm1):
  * every CTA routes the M tokens (the routing of nvfp4moe_gpu_route_and_group: the same ids and
- * weights, bit for bit) or reads the caller's top-k, and groups the pairs in shared memory as the
- * grouping kernel does (blocks in expert order); so no routing or grouping launch runs ahead of
- * it. It also writes what GEMM2 reads: the ids and weights (when it routes) and the grouping. */
+ * weights, bit for bit) or reads the caller's top-k, and groups the pairs in shared memory in the
+ * grouping kernel's layout (blocks in expert order; within an expert, pairs in pair order where
+ * the kernel's order follows its atomics); so no routing or grouping launch runs ahead of it. It
+ * also writes what GEMM2 reads: the ids and weights (when it routes) and the grouping. */
 typedef struct nvfp4moe_decode_route {
     const nvfp4moe_gpu_route_params *rp;  /* the router; NULL: c->topk_ids are the caller's top-k */
     const void *logits;                   /* [M, E] router logits (rp != NULL; unused when simulated) */
-    int32_t *topk_ids;                    /* rp != NULL: [M, top_k] written; pass c->topk_ids */
+    int32_t *topk_ids;                    /* rp != NULL: [M, top_k] written; must be c->topk_ids */
     float *topk_weights;                  /* rp != NULL: [M, top_k] written */
     int32_t *sorted_ids, *block_expert, *num_blocks;  /* the grouping, written: GEMM2's g arrays */
 } nvfp4moe_decode_route;
@@ -110,9 +111,11 @@ typedef struct nvfp4moe_decode_route {
 int32_t nvfp4moe_hopper_decode_can_route(int64_t M, int32_t top_k, int32_t E);
 
 /* nvfp4moe_hopper_decode_gemm1 with the routing and the grouping done inside (r), for
- * nvfp4moe_hopper_decode_can_route(c->M, c->top_k, g->E): g->P = M * top_k, g->max_blocks =
- * nvfp4moe_group_capacity(P, E, block_m) / block_m (or more), g->sorted_ids etc. unread.
- * Launched without PDL (g->pdl is ignored); GEMM2 must then run without PDL too, after it. */
+ * nvfp4moe_hopper_decode_can_route(c->M, c->top_k, g->E) (M >= 1): g->P = M * top_k,
+ * g->max_blocks = nvfp4moe_group_capacity(P, E, block_m) / block_m (or more); g->sorted_ids,
+ * block_expert and num_blocks must be non-NULL but are not read. Launched without PDL and without
+ * the L2 prefetches (g->pdl, prefetch_tiles and room_per_sm are ignored); GEMM2 must then run
+ * without PDL, after it. */
 cudaError_t nvfp4moe_hopper_decode_route_gemm1(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_route *r,
                                                const nvfp4moe_gpu_act_params *act, int32_t I, void *act_out,
                                                const nvfp4moe_decode_combine *c, cudaStream_t stream);

@@ -1088,7 +1088,7 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
 }
 
 extern "C" int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args) {
-    if (!args) return 0;
+    if (!args || args->token_subtiles < 0 || args->token_subtiles > 2) return 0;  // refused by the GEMM
     switch (args->block_m) {
     case 8: return token_subtiles_of<8>(args);
     case 16: return token_subtiles_of<16>(args);

@@ -62,8 +62,8 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
 /* The wgmma token tiles per block that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a block_m
- * it does not take): for tests and benchmarks to report which form ran. Reads block_m, P, E and
- * token_subtiles only. */
+ * it does not take, or for a token_subtiles the GEMM refuses): for tests and benchmarks to report
+ * which form ran. Reads block_m, P, E and token_subtiles only. */
 int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
 
 /* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with

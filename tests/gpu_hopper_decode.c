@@ -103,7 +103,10 @@ static int run_case(const test_case *tc, int sm_count) {
     int fails = 0;
 
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
-    route(M, k, tc->e_used, ids);
+    if (tc->e_used < k)  /* a caller's top-k with repeats: pair p on expert p % e_used (several blocks per expert) */
+        for (int p = 0; p < P; p++) ids[p] = p % tc->e_used;
+    else
+        route(M, k, tc->e_used, ids);
     if (tc->ep_holes)  /* slot 0 of every third token is another rank's expert, token 1 has none */
         for (int t = 0; t < M; t++)
             for (int j = 0; j < k; j++)
@@ -439,6 +442,11 @@ static const test_case k_cases[] = {
     {"rt-m4-sigmoid",  40, 768,  384,   4, 6, 40,  8, NVFP4MOE_ACT_RELU2_NO_MUL,       0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_SIGMOID_RENORM},
     {"rt-m2-simulated",256, 512, 256,   2, 8,256,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_SIMULATED},
     {"rt-m1-minimax",  256,1024, 512,   1, 8,256,  8, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_MINIMAX2},
+    /* the caller's ids repeating experts within a token: 16 and 32 pairs on one expert, 2 blocks each */
+    {"grp-dup-2blk",   16, 512,  256,   4, 8,  2,  8, NVFP4MOE_ACT_SILU,               0, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 1, 0},
+    {"grp-dup-bm16",   8,  512,  256,   4, 8,  1, 16, NVFP4MOE_ACT_GELU,               0, 0, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 0, 0, 0, 0, 0, 0, 1, 0},
+    /* the most experts and the largest routing scratch (1024 x 4 doubles), two token columns */
+    {"rt-m4-dsv3-e1k", 1024,256, 128,   4, 8,1024,16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_DEEPSEEK_V3},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 

@@ -574,8 +574,11 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
     void *c1 = ws + L.c1, *act = ws + L.act;
     const int32_t P = (int32_t)L.P;
 
-    /* A few tokens in the decode regime: GEMM1 routes and groups them itself (no kernel ahead). */
-    const bool route_in_gemm1 = L.decode && st->decode_route && !needs_input_pass(st) &&
+    /* A few tokens in the decode regime: GEMM1 routes and groups them itself (no kernel ahead).
+     * Not with the launch settings it has no use for (PDL, L2 prefetch, GEMM1 room): those
+     * benchmarks keep the chain they measure. */
+    const bool route_in_gemm1 = L.decode && st->decode_route && !needs_input_pass(st) && !st->decode_pdl &&
+                                !st->decode_prefetch && !st->decode_g1_room &&
                                 nvfp4moe_hopper_decode_can_route(M, st->K, st->E);
     if (!route_in_gemm1)
         CUDA_TRY(st, nvfp4moe_gpu_route_and_group(precomputed ? NULL : &st->route, io->router_logits, ids, wts,
