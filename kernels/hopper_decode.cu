@@ -130,7 +130,7 @@ struct Params {
     // GEMM1 that routes (has_rp) or only groups (the caller's topk_ids) the M <= kRouteMaxM tokens
     // itself, every CTA on its own; CTA 0 writes the results for GEMM2 (FUSED kernels only)
     nvfp4moe_gpu_route_params rp;
-    int has_rp, vpl, block_m, max_blocks;
+    int has_rp, vpl, max_blocks;
     const void *logits;
     int32_t *ids_out, *sorted_out, *bexp_out, *nb_out;
     float *wts_out;
@@ -172,15 +172,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ int valid_slots(const Params &p, int t) {
-    int n = 0;
-    for (int j = 0; j < p.top_k; j++) {
-        const int e = p.topk_ids[(size_t)t * p.top_k + j];
-        n += e >= 0 && e < p.E;
-    }
-    return n;
-}
-
 __device__ __forceinline__ void store_out(const Params &p, size_t i, float v) {
     if (p.out_dtype == NVFP4MOE_DTYPE_BF16) reinterpret_cast<__nv_bfloat16 *>(p.out)[i] = __float2bfloat16_rn(v);
     else if (p.out_dtype == NVFP4MOE_DTYPE_FP16) reinterpret_cast<__half *>(p.out)[i] = __float2half_rn(v);
@@ -218,6 +209,18 @@ __shared__ int32_t f_sorted[kRouteMaxPairs * 16];  // <= P + (block_m - 1) per e
 __shared__ int32_t f_bexp[kRouteMaxPairs];         // a block per pair at most
 __shared__ int f_nb;
 
+// Token t's slots naming an expert in [0, E): in the global top-k, or (OWN) in the copy a FUSED
+// GEMM1 routed or read into shared memory.
+template <bool OWN = false>
+__device__ __forceinline__ int valid_slots(const Params &p, int t) {
+    int n = 0;
+    for (int j = 0; j < p.top_k; j++) {
+        const int e = OWN ? f_ids[(size_t)t * p.top_k + j] : p.topk_ids[(size_t)t * p.top_k + j];
+        n += e >= 0 && e < p.E;
+    }
+    return n;
+}
+
 __device__ __noinline__ void route_one(const Params &p, int t, double *sel, int lane) {
     switch (p.vpl) {
     case 2: nvfp4moe_rt::route_token<2>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
@@ -229,9 +232,11 @@ __device__ __noinline__ void route_one(const Params &p, int t, double *sel, int 
 }
 
 // The grouping of f_ids[0, P) by warp 0: lane q holds pair q.
+template <int BM>
 __device__ __forceinline__ void group_warp(const Params &p, int lane) {
     const unsigned all = 0xffffffffu;
-    const int e = lane < p.P ? f_ids[lane] : -1, bm = p.block_m;
+    constexpr int bm = BM;
+    const int e = lane < p.P ? f_ids[lane] : -1;
     const bool valid = e >= 0 && e < p.E;
     const int key = valid ? e : -1 - lane;  // an invalid pair is a group of its own, never counted
     const unsigned peers = __match_any_sync(all, key);
@@ -250,7 +255,9 @@ __device__ __forceinline__ void group_warp(const Params &p, int lane) {
     if (lane == 0) f_nb = total / bm;
 }
 
-// The FUSED prologue: route (or read the caller's ids), group, and (CTA 0) publish.
+// The FUSED prologue: route (or read the caller's ids), group into blocks of BM, and (CTA 0)
+// publish.
+template <int BM>
 __device__ void route_and_group(const Params &p) {
     extern __shared__ double f_sel[];  // E doubles per token: DeepSeek-V3 group limiting only
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -263,7 +270,7 @@ __device__ void route_and_group(const Params &p) {
         for (int i = threadIdx.x; i < p.P; i += blockDim.x) f_ids[i] = p.topk_ids[i];
     }
     __syncthreads();
-    if (warp == 0) group_warp(p, lane);
+    if (warp == 0) group_warp<BM>(p, lane);
     __syncthreads();
     if (blockIdx.x == 0) {
         const int nb = f_nb;
@@ -271,7 +278,7 @@ __device__ void route_and_group(const Params &p) {
             p.ids_out[i] = f_ids[i];
             p.wts_out[i] = f_wts[i];
         }
-        for (int i = threadIdx.x; i < nb * p.block_m; i += blockDim.x) p.sorted_out[i] = f_sorted[i];
+        for (int i = threadIdx.x; i < nb * BM; i += blockDim.x) p.sorted_out[i] = f_sorted[i];
         for (int b = threadIdx.x; b < p.max_blocks; b += blockDim.x) p.bexp_out[b] = b < nb ? f_bexp[b] : -1;
         if (threadIdx.x == 0) *p.nb_out = nb;
     }
@@ -548,15 +555,10 @@ struct Decode {
     static __device__ void zero_rows(const Params &p) {
         const size_t stride = (size_t)gridDim.x * blockDim.x;
         const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-        for (size_t t = first; t < (size_t)p.M; t += stride) {
-            int n = 0;
-            if constexpr (FUSED)  // the ids in shared memory (CTA 0 may be writing the global ones)
-                for (int j = 0; j < p.top_k; j++) n += f_ids[t * p.top_k + j] >= 0 && f_ids[t * p.top_k + j] < p.E;
-            else
-                n = valid_slots(p, (int)t);
-            if (n == 0)
+        // FUSED: the ids in shared memory (CTA 0 may be writing the global ones)
+        for (size_t t = first; t < (size_t)p.M; t += stride)
+            if (valid_slots<FUSED>(p, (int)t) == 0)
                 for (int h = 0; h < p.H; h++) store_out(p, t * p.H + h, 0.0f);
-        }
     }
 
     // Prefetch into L2 of the k tiles ahead of the register loads (p.prefetch of them, within the
@@ -658,7 +660,7 @@ struct Decode {
     static __device__ void run(const Params &p) {
         __shared__ __align__(128) Smem sm;
         if constexpr (FUSED) {
-            route_and_group(p);  // no kernel ahead: launched without PDL
+            route_and_group<BM>(p);  // no kernel ahead: launched without PDL
             zero_counters(p);
             zero_rows(p);
         } else if constexpr (MODE == GEMM1) {
@@ -931,7 +933,6 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_route_gemm1(const nvfp4moe_decode_
         p.ids_out = r->topk_ids;
         p.wts_out = r->topk_weights;
     }
-    p.block_m = g->block_m;
     p.max_blocks = g->max_blocks;
     p.sorted_out = r->sorted_ids;
     p.bexp_out = r->block_expert;
