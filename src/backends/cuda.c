@@ -391,28 +391,26 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             const char *var;
             long max;
             size_t off;
+            bool pow2;  /* 0 or a power of two up to max */
         } k_knobs[] = {
-            {"NVFP4MOE_HOPPER_PDL", 1, offsetof(cuda_state, decode_pdl)},
-            {"NVFP4MOE_HOPPER_PREFETCH", NVFP4MOE_DECODE_MAX_PREFETCH, offsetof(cuda_state, decode_prefetch)},
-            {"NVFP4MOE_HOPPER_G1_ROOM", 3, offsetof(cuda_state, decode_g1_room)},
-            {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb)},
-            {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route)},
-            {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw)},
-            {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t)},
+            {"NVFP4MOE_HOPPER_PDL", 1, offsetof(cuda_state, decode_pdl), false},
+            {"NVFP4MOE_HOPPER_PREFETCH", NVFP4MOE_DECODE_MAX_PREFETCH, offsetof(cuda_state, decode_prefetch), false},
+            {"NVFP4MOE_HOPPER_G1_ROOM", 3, offsetof(cuda_state, decode_g1_room), false},
+            {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb), false},
+            {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route), false},
+            {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw), true},
+            {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t), true},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
             const char *v = getenv(k_knobs[i].var);
             if (!v || !*v) continue;
             char *end = NULL;
             const long n = strtol(v, &end, 10);
-            const bool kw = k_knobs[i].off >= offsetof(cuda_state, decode_kw) &&
-                            k_knobs[i].off < offsetof(cuda_state, decode_kw) + sizeof st->decode_kw;
-            if (*end || n < 0 || n > k_knobs[i].max || (kw && n == 3)) {
+            if (*end || n < 0 || n > k_knobs[i].max || (k_knobs[i].pow2 && (n & (n - 1)))) {
                 free(st);
-                if (kw)
-                    return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: %s=%s: expected 0, 1, 2 or 4", name,
-                                              k_knobs[i].var, v);
-                return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT, "%s: %s=%s: expected an integer from 0 to %ld",
+                return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
+                                          k_knobs[i].pow2 ? "%s: %s=%s: expected 0 or a power of two up to %ld"
+                                                          : "%s: %s=%s: expected an integer from 0 to %ld",
                                           name, k_knobs[i].var, v, k_knobs[i].max);
             }
             *(int32_t *)((char *)st + k_knobs[i].off) = (int32_t)n;
@@ -626,7 +624,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->H, .K = st->I,
             .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks, .is_bf16 = st->is_bf16,
             .sm_count = st->sm_count, .prefetch_tiles = st->decode_prefetch,
-            .pdl = st->decode_pdl && !route_in_gemm1, /* PDL needs GEMM1 to signal after the grouping */
+            .pdl = st->decode_pdl,
             .warps_per_item = st->decode_kw[1],
             .expert_prefetch_chunks = (int32_t)(((int64_t)st->decode_g2_l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES)};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
