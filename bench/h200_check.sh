@@ -325,15 +325,31 @@ if has regimes; then
         log "bench (HOPPER_WGMMA forced to $rg, every preset) rc=$?"
     done
 fi
+# bench_env NAME "VAR=V VAR2=W" M OUT: the whole layer, HOPPER_WGMMA on every preset, with those
+# variables set (src/backends/cuda.c reads the decode kernels' settings from the environment)
+bench_env() {
+    env $2 timeout 300 $B/nvfp4moe bench --m "$3" --backend HOPPER_WGMMA --no-baseline --iters 20 \
+        --commit "$commit ($1: $2)" --out "$R/$4" >"$R/$4.log" 2>&1
+}
 if has decodevar; then
-    # the decode kernels' settings, whole layer, every preset: name:pdl:prefetch tiles:CTA slots per
-    # SM GEMM1 leaves free:GEMM2 early L2 MB (src/backends/cuda.c reads them from the environment)
+    # the decode kernels' settings: name:pdl:prefetch tiles:CTA slots per SM GEMM1 leaves
+    # free:GEMM2 early L2 MB
     for v in ${DECODE_VARIANTS:-off:0:0:0:0 pdl:1:0:0:0 pf4:0:4:0:0 pdl-pf4:1:4:0:0 pdl-pf8:1:8:0:0 pdl-pf4-r1:1:4:1:0 pdl-pf4-r1-l2:1:4:1:24}; do
         IFS=: read -r n v_pdl v_pf v_c v_l2 <<<"$v"
-        NVFP4MOE_HOPPER_PDL=$v_pdl NVFP4MOE_HOPPER_PREFETCH=$v_pf NVFP4MOE_HOPPER_G1_ROOM=$v_c NVFP4MOE_HOPPER_G2_L2_MB=$v_l2 \
-            timeout 300 $B/nvfp4moe bench --m "${DECODE_M:-1,4,16,64}" --backend HOPPER_WGMMA --no-baseline --iters 20 \
-            --commit "$commit (decode kernels: $n)" --out "$R/bench-dv-$n" >"$R/bench-dv-$n.log" 2>&1
+        bench_env "$n" "NVFP4MOE_HOPPER_PDL=$v_pdl NVFP4MOE_HOPPER_PREFETCH=$v_pf NVFP4MOE_HOPPER_G1_ROOM=$v_c NVFP4MOE_HOPPER_G2_L2_MB=$v_l2" \
+            "${DECODE_M:-1,4,16,64}" "bench-dv-$n"
         log "bench decode variant $n rc=$?"
+    done
+fi
+if has envab; then
+    # one tool under two or more environments, alternately twice:
+    # ENV_AB="name:VAR=V,VAR2=V2 name2:VAR=W" (default: GEMM1 routing in its prologue on and off)
+    for round in 1 2; do
+        for v in ${ENV_AB:-fused:NVFP4MOE_HOPPER_FUSED_ROUTE=1 kernel:NVFP4MOE_HOPPER_FUSED_ROUTE=0}; do
+            n=${v%%:*} vars=${v#*:}
+            bench_env "$n" "${vars//,/ }" "${ENVAB_M:-1,2,4}" "bench-env-$n$round"
+            log "bench env $n ($vars) round $round rc=$?"
+        done
     done
 fi
 if has ab; then

@@ -130,21 +130,19 @@ static int run_case(const test_case *tc, int sm_count) {
         }
         if (tc->method == NVFP4MOE_ROUTING_DEEPSEEK_V3 || tc->method == NVFP4MOE_ROUTING_MINIMAX2)
             rp.correction_bias = d_cbias;
-        grouping g0 = make_grouping(ids, P, E, bm);  /* sizes only */
+        const int cap = (int)nvfp4moe_group_capacity(P, E, bm), max_blocks = cap / bm;
         void *d_i = NULL, *d_w = NULL, *d_s = NULL, *d_b = NULL, *d_n = NULL;
         CUDA_OK(cudaMalloc(&d_i, sizeof(int32_t) * (size_t)P));
         CUDA_OK(cudaMalloc(&d_w, sizeof(float) * (size_t)P));
-        CUDA_OK(cudaMalloc(&d_s, sizeof(int32_t) * (size_t)g0.cap));
-        CUDA_OK(cudaMalloc(&d_b, sizeof(int32_t) * (size_t)g0.max_blocks));
+        CUDA_OK(cudaMalloc(&d_s, sizeof(int32_t) * (size_t)cap));
+        CUDA_OK(cudaMalloc(&d_b, sizeof(int32_t) * (size_t)max_blocks));
         CUDA_OK(cudaMalloc(&d_n, sizeof(int32_t)));
-        CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, d_logits, d_i, d_w, M, k, E, bm, d_s, d_b, d_n, g0.max_blocks, 0));
+        CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, d_logits, d_i, d_w, M, k, E, bm, d_s, d_b, d_n, max_blocks, 0));
         rw_ref = malloc(sizeof(float) * (size_t)P);
         CUDA_OK(cudaMemcpy(ids, d_i, sizeof(int32_t) * (size_t)P, cudaMemcpyDeviceToHost));
         CUDA_OK(cudaMemcpy(rw_ref, d_w, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
         void *tmp[] = {d_i, d_w, d_s, d_b, d_n};
         for (int i = 0; i < 5; i++) cudaFree(tmp[i]);
-        free(g0.sorted_ids);
-        free(g0.block_expert);
         free(lg);
         free(cbias);
     }
