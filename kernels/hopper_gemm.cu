@@ -69,8 +69,20 @@
  *     of one half overlaps the tensor-core work of the other and A registers are never
  *     rewritten while a wgmma may still read them. Descriptors are the low 32-bit word only
  *     (one add per k16 step), the high word is a constant.
+ * Two weight tiles per item (RT = 2, block_m 64 by default; kernels/hopper_gemm.h row_tiles):
+ * a stage holds the activations and the chunks of n tiles nt and nt + 1 (two bulk copies, one
+ * expect_tx), consumer warpgroup wg takes all 128 rows of tile nt + wg as two 64-row halves with
+ * one accumulator set each, so every stage of gathered token rows feeds 256 weight rows: half the
+ * activation traffic (L2 reads, shared-memory fills) per MMA. A tile is then four wgmma groups
+ * (half 0 steps 0-3, half 1 steps 0-3, half 0 steps 4-7, half 1 steps 4-7) over the same two A
+ * sets, each group loading only its own codes and scales (one LDS.128, one LDS.64). An odd tile
+ * count leaves the last item one chunk: its second warpgroup only waits for and releases each
+ * stage. H100, GEMM1 + GEMM2 at M = 1024 (block_m 64): 7-8 % faster on DeepSeek-V3, Qwen3-30B-A3B
+ * and gpt-oss-120b; at block_m 128 18-22 % slower on the short-K layers (ncu, Qwen3-30B-A3B
+ * GEMM1 at M = 4096: issue active 43 -> 35 %, long-scoreboard stalls 1.25 -> 2.90 per issue), so
+ * block_m 128 keeps one tile (bench/results/2026-12-06-h100-row-tiles.md).
  * Scheduler. Persistent: every CTA reads num_blocks on the device and walks work items
- * item = blockIdx.x + i * gridDim.x over (block, n tile, k split); the producer and consumers walk
+ * item = blockIdx.x + i * gridDim.x over (block, n tile group, k split); the producer and consumers walk
  * the same sequence, so the stage counter (stage, phase) stays in lock step across items. The
  * K split count is chosen on the device from the real unit count (blocks x n tiles) and the grid
  * (choose_splits: waves times per-item cost, <= 16 splits of >= 4 k tiles), so decode at
@@ -145,12 +157,12 @@ struct SplitSubtiles {
 // The block_m whose launches choose between one tile and the split form.
 constexpr int kChoiceBM = 64;
 
-template <int BM>
+template <int BM, int RT = 1>
 struct Cfg {
     static constexpr int KS = KSplit<BM>::value;
     static constexpr int THREADS = 128 * (1 + 2 * KS);  // producer warpgroup + 2*KS consumers
     static constexpr int ACT = BM * kTK * 2;            // activation bytes per stage
-    static constexpr int STAGE = ACT + kWChunk;
+    static constexpr int STAGE = ACT + RT * kWChunk;    // activations + RT weight chunks
     static constexpr int NACC = BM / 2;                 // fp32 accumulators per thread
     static constexpr int RED = KS == 2 ? 2 * NACC * 128 * 4 : 0;  // k-group reduction buffer
     static constexpr int S0 = (kSmemBudget - RED) / STAGE;
@@ -162,6 +174,7 @@ struct Cfg {
     static_assert(STAGE % 1024 == 0, "swizzle atoms need 1024-byte alignment");
     static_assert(STAGES >= 3, "pipeline depth");
     static_assert(SMEM <= 227 * 1024, "shared memory per CTA on sm_90");
+    static_assert(RT == 1 || (RT == 2 && KS == 1), "two weight tiles per CTA at KS = 1 only");
 };
 
 struct Params {
@@ -179,6 +192,7 @@ struct Params {
     int a_row_div;
     int P, N, K;
     int n_tiles, k_tiles;
+    int n_groups;          // work units per block along N: ceil(n_tiles / RT)
     int max_splits;        // 1 when there is no workspace
     int halves;            // scale_2: 0 [E]; 1 [E, 2] stacked gate/up halves; 2 [E, 2] interleaved
 };
@@ -362,20 +376,22 @@ struct Item {
 
 // A sorted-id slot holds a real pair (not padding: negative or >= P).
 __device__ __forceinline__ bool real_pair(const Params &p, int pid) { return pid >= 0 && pid < p.P; }
+// nt: the item's first n tile (RT tiles per unit: nt = RT * group).
+template <int RT>
 __device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
     Item it;
     const int s = item % splits;
     const int unit = item / splits;
-    it.nt = unit % p.n_tiles;
-    it.blk = unit / p.n_tiles;
+    it.nt = (unit % p.n_groups) * RT;
+    it.blk = unit / p.n_groups;
     it.kt0 = (int)((long long)s * p.k_tiles / splits);
     it.kt1 = (int)((long long)(s + 1) * p.k_tiles / splits);
     return it;
 }
 
-template <int BM, bool BF16, int NSUB_>
+template <int BM, bool BF16, int NSUB_, int RT>
 struct Kernel {
-    using C = Cfg<BM>;
+    using C = Cfg<BM, RT>;
 
     // ---- producer warpgroup ----
     // Thread tid copies 16-byte chunk cc = tid % 16 of the 256-byte k-tile slice of rows
@@ -400,10 +416,13 @@ struct Kernel {
         int pending = -1;  // stage whose copies were issued but whose full barrier waits on them
 #endif
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const Item w = item_of(item, splits, p);
+            const Item w = item_of<RT>(item, splits, p);
             const int e = p.block_expert[w.blk];
             const uint8_t *wsrc =
                 p.b + ((size_t)(e * p.n_tiles + w.nt) * p.k_tiles) * kWChunk;
+            // RT = 2: the item's second n tile, when N has one (an odd tile count leaves the
+            // last item one tile).
+            const int nw = RT == 1 ? 1 : (w.nt + 1 < p.n_tiles ? 2 : 1);
             uint32_t roff[C::CPT];  // ~0u: row r0 + 8j is a sentinel
 #pragma unroll
             for (int j = 0; j < C::CPT; j++) {
@@ -426,8 +445,11 @@ struct Kernel {
                 mbar_wait(empty, ph ^ 1);  // the first pass finds the previous parity complete
                 uint8_t *stage = smem + st * C::STAGE;
                 if (tid == 0) {
-                    mbar_arrive_expect_tx(full, kWChunk);
+                    mbar_arrive_expect_tx(full, nw * kWChunk);
                     bulk_g2s(smem_u32(stage + C::ACT), wsrc + (size_t)kt * kWChunk, kWChunk, full);
+                    if (RT == 2 && nw == 2)  // the next n tile's chunk: k_tiles chunks further on
+                        bulk_g2s(smem_u32(stage + C::ACT + kWChunk),
+                                 wsrc + (size_t)(p.k_tiles + kt) * kWChunk, kWChunk, full);
                 }
                 // The K tail (k >= K) is zero-filled from a valid address: the weights there are
                 // zero codes, but 0 * (stale NaN) would not be.
@@ -474,6 +496,13 @@ struct Kernel {
     // half into A1 and issue it; before the next tile's A0 decode, wait_group 1 retires this
     // tile's A0 group. So a decode always overlaps the tensor-core work of the other half, and
     // A registers are never rewritten while a wgmma may still read them.
+    // RT = 2 (two weight tiles per item, KS = 1): consumer warpgroup wg owns all 128 rows of the
+    // item's n tile nt + wg as two 64-row halves with one accumulator set each (RH = 2), both
+    // against the same token rows: each stage's activations then feed 256 weight rows instead of
+    // 128, half the activation traffic (shared memory fill, L2) per MMA. A tile is four wgmma
+    // groups (half 0 steps 0-3, half 1 steps 0-3, half 0 steps 4-7, half 1 steps 4-7) over the
+    // same two A register sets.
+    static constexpr int RH = RT;  // 64-row halves per consumer warpgroup
     static constexpr int KS = C::KS;
     static constexpr int STEPS = 8 / KS;  // k16 steps per tile per consumer warpgroup
     static constexpr int HS = STEPS / 2;  // steps per wgmma group
@@ -546,13 +575,38 @@ struct Kernel {
         }
     }
 
+    // RT = 2: the wgmma group of 64-row half H, steps 4J .. 4J+3 of the tile in stage sbase,
+    // into A set a and accumulators acc (see tile).
+    template <int NS, int H, int J>
+    static __device__ __forceinline__ void group2(float (&acc)[C::NACC], uint32_t (&a)[HS][4],
+                                                  uint32_t sbase, uint32_t code_off,
+                                                  uint32_t scale_off, uint32_t dlo, int prev,
+                                                  uint32_t bars) {
+        static_assert(KS == 1 && HS == 4, "RT = 2 runs 8 steps per tile in groups of 4");
+        const uint4 q = lds128(sbase + code_off + H * 4096 + J * 512);
+        const uint2 sc = lds64(sbase + scale_off + H * 512 + J * 8);
+        const uint32_t cwd[4] = {q.x, q.y, q.z, q.w}, swd[2] = {sc.x, sc.y};
+        wgmma_wait<1>();
+        // Every consumer thread arrives: an arrive releases only the arriving thread's own reads
+        // of the stage, and the bulk copy refilling it must follow all of them (see tile).
+        if (H == 1 && J == 0 && prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
+        decode_step<BF16, 0>(cwd[0], swd[0], a[0]);
+        decode_step<BF16, 2>(cwd[1], swd[0], a[1]);
+        decode_step<BF16, 0>(cwd[2], swd[1], a[2]);
+        decode_step<BF16, 2>(cwd[3], swd[1], a[3]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 4; j++) mma_step<NS>(acc, a[j], dlo + step_off16(4 * J + j));
+        wgmma_commit();
+    }
+
     // One k tile on the first NS sub-tiles (see the comment above KS): the first half of its
     // steps is decoded into a0 once the previous tile's first group has retired, the second
     // into a1 once the previous tile's second group has, which also frees that tile's stage.
     // (A third group in flight, with three A sets in rotation, was not faster on the H200 and
     // without ptxas's serialization it read A registers being rewritten.)
     template <int NS>
-    static __device__ __forceinline__ void tile(float (&acc)[C::NACC], uint32_t (&a0)[HS][4],
+    static __device__ __forceinline__ void tile(float (&accs)[RH][C::NACC], uint32_t (&a0)[HS][4],
                                                 uint32_t (&a1)[HS][4], uint32_t it, int &prev,
                                                 uint32_t bars,
                                                 uint32_t smem0, uint32_t code_off,
@@ -565,6 +619,21 @@ struct Kernel {
 #endif
         const uint32_t sbase = smem0 + st * C::STAGE;
         const uint32_t dlo = dlo0 + st * (uint32_t)(C::STAGE / 16);
+        if constexpr (RH == 2) {
+            // Four groups; each loads only its own codes (one LDS.128: 4 steps) and scales (one
+            // LDS.64) before its wait, so no more than one group's words are live at a time
+            // (with the two halves' 128 accumulators, loading the tile's 24 words at once spilled).
+            // Groups retire in order, so each wait_group 1 retires the group issued two before
+            // it: the one that last read the A set about to be rewritten. The second group's wait
+            // retires the previous tile's last group, which frees that tile's stage.
+            group2<NS, 0, 0>(accs[0], a0, sbase, code_off, scale_off, dlo, prev, bars);
+            group2<NS, 1, 0>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
+            group2<NS, 0, 1>(accs[0], a0, sbase, code_off, scale_off, dlo, prev, bars);
+            group2<NS, 1, 1>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
+            prev = (int)st;
+            return;
+        }
+        float (&acc)[C::NACC] = accs[0];
         uint32_t cwd[STEPS], swd[STEPS / 2];
         if constexpr (KS == 1) {
             const uint4 q0 = lds128(sbase + code_off);
@@ -604,7 +673,7 @@ struct Kernel {
     // The k tiles kt0 .. kt1-1 of one item on its first NS sub-tiles; the stage not yet released
     // is left in prev.
     template <int NS>
-    static __device__ __forceinline__ void tiles(float (&acc)[C::NACC], int kt0, int kt1,
+    static __device__ __forceinline__ void tiles(float (&acc)[RH][C::NACC], int kt0, int kt1,
                                                  uint32_t &it, int &prev, uint32_t bars,
                                                  uint32_t smem0, uint32_t code_off,
                                                  uint32_t scale_off, uint32_t dlo0) {
@@ -613,9 +682,20 @@ struct Kernel {
             tile<NS>(acc, a0, a1, it, prev, bars, smem0, code_off, scale_off, dlo0);
     }
 
+    // RT = 2, an item whose second n tile does not exist (odd tile count): the warpgroup that
+    // would own it only waits for each stage and releases it, so the empty barriers count every
+    // consumer thread once per use of a stage, in step with the producer.
+    static __device__ __forceinline__ void skip_tiles(int kt0, int kt1, uint32_t &it, uint32_t bars) {
+        for (int kt = kt0; kt < kt1; kt++, it++) {
+            const uint32_t st = it % C::STAGES;
+            mbar_wait(bars + 8 * st, (it / C::STAGES) & 1);
+            mbar_arrive(bars + 8 * (C::STAGES + st));
+        }
+    }
+
     // tiles<V> .. tiles<NSUB> for the item's sub-tile count ns.
     template <int V = 1>
-    static __device__ __forceinline__ void tiles_for(int ns, float (&acc)[C::NACC], int kt0, int kt1,
+    static __device__ __forceinline__ void tiles_for(int ns, float (&acc)[RH][C::NACC], int kt0, int kt1,
                                                      uint32_t &it, int &prev, uint32_t bars,
                                                      uint32_t smem0, uint32_t code_off,
                                                      uint32_t scale_off, uint32_t dlo0) {
@@ -632,53 +712,67 @@ struct Kernel {
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
                                    int splits, int *s_flag) {
         const int cw = threadIdx.x / 128 - 1;
-        const int wg = cw % 2;   // weight rows 64*wg .. 64*wg+63
+        // RT = 1: weight rows 64*wg .. 64*wg+63 of the item's n tile; RT = 2: n tile nt + wg.
+        const int wg = cw % 2;
         const int kg = cw / 2;   // k group: steps STEPS*kg .. STEPS*kg + STEPS-1 of each tile
         const int warp = (threadIdx.x / 32) % 4;
         const int lane = threadIdx.x % 32;
         const int tid = threadIdx.x % 128;
         const int g = lane / 4, t = lane % 4;
-        const uint32_t code_off =
-            (uint32_t)(C::ACT + wg * 4096 + warp * 1024 + lane * 16 + kg * 512);
-        const uint32_t scale_off =
-            (uint32_t)(C::ACT + kCodeBytes + wg * 512 + warp * 128 + g * 16 + kg * 8);
+        // The warpgroup's first 64-row half: chunk wg's half 0 (RT = 2), else half wg of chunk 0.
+        const int chunk = RT == 2 ? wg : 0, half0 = RT == 2 ? 0 : wg;
+        const uint32_t code_off = (uint32_t)(C::ACT + chunk * kWChunk + half0 * 4096 + warp * 1024 +
+                                             lane * 16 + kg * 512);
+        const uint32_t scale_off = (uint32_t)(C::ACT + chunk * kWChunk + kCodeBytes + half0 * 512 +
+                                              warp * 128 + g * 16 + kg * 8);
         const uint32_t smem0 = smem_u32(smem);
         // The k group's first step is 4*kg (KS = 2): K half kg of the activations.
         const uint32_t dlo0 = desc_lo(smem0) + (uint32_t)(kg * BM * 8);
         uint32_t it = 0;
-        float acc[C::NACC];
+        float acc[RH][C::NACC];
 
         int pid[NR];
-        if (blockIdx.x < items) load_rows(p, item_of(blockIdx.x, splits, p).blk, lane, pid);
+        if (blockIdx.x < items) load_rows(p, item_of<RT>(blockIdx.x, splits, p).blk, lane, pid);
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const Item w = item_of(item, splits, p);
+            const Item w = item_of<RT>(item, splits, p);
+            const int nt = w.nt + chunk;  // this warpgroup's n tile
             Rows r;
 #pragma unroll
             for (int i = 0; i < NR; i++) r.pid[i] = pid[i];
             const int ns = subtiles(p, r.pid);
             if (item + (int)gridDim.x < items)
-                load_rows(p, item_of(item + gridDim.x, splits, p).blk, lane, pid);
+                load_rows(p, item_of<RT>(item + gridDim.x, splits, p).blk, lane, pid);
+            if (RT == 2 && nt >= p.n_tiles) {  // the last item of an odd tile count: no tile here
+                skip_tiles(w.kt0, w.kt1, it, bars);
+                continue;
+            }
             // The epilogue's per-item values, loaded before the k loop hides their latency: the
-            // expert's scales, the row scales of the lane's ids, this thread's two bias values.
+            // expert's scales, the row scales of the lane's ids, this thread's bias values.
             const int e = p.block_expert[w.blk];
             const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
             const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
 #pragma unroll
             for (int i = 0; i < NR; i++)
                 r.rs[i] = p.row_scale && real_pair(p, r.pid[i]) ? p.row_scale[r.pid[i]] : 1.0f;
-            r.n_base = w.nt * kTN + wg * 64 + warp * 16 + g;
+            r.n_base = nt * kTN + half0 * 64 + warp * 16 + g;
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int n = r.n_base + 8 * h;
-                r.bias[h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
+            for (int q = 0; q < RH; q++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int n = r.n_base + 64 * q + 8 * h;
+                    r.bias[q][h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
+                }
+#pragma unroll
+            for (int q = 0; q < RH; q++) {
+#pragma unroll
+                for (int i = 0; i < C::NACC; i++) acc[q][i] = 0.f;
+                fence_operands(acc[q]);
             }
-#pragma unroll
-            for (int i = 0; i < C::NACC; i++) acc[i] = 0.f;
-            fence_operands(acc);
             int prev = -1;
             tiles_for(ns, acc, w.kt0, w.kt1, it, prev, bars, smem0, code_off, scale_off, dlo0);
             wgmma_wait<0>();
-            fence_operands(acc);
+#pragma unroll
+            for (int q = 0; q < RH; q++) fence_operands(acc[q]);
             if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));  // every thread, as in tile()
             if constexpr (KS == 2) {
                 // k group 1 hands its partial sums to k group 0 of the same rows through shared
@@ -687,40 +781,46 @@ struct Kernel {
                              wg * C::NACC * 128 + tid;
                 if (kg == 1) {
 #pragma unroll
-                    for (int i = 0; i < C::NACC; i++) red[i * 128] = acc[i];
+                    for (int i = 0; i < C::NACC; i++) red[i * 128] = acc[0][i];
                 }
                 pair_barrier(wg);
                 if (kg == 0) {
 #pragma unroll
-                    for (int i = 0; i < C::NACC; i++) acc[i] += red[i * 128];
+                    for (int i = 0; i < C::NACC; i++) acc[0][i] += red[i * 128];
                 }
                 pair_barrier(wg);  // read before k group 1 rewrites it for the next item
                 if (kg == 1) continue;
             }
-            epilogue(p, acc, w, r, s2, s2_up, splits, wg, g, t, s_flag);
+            // Split-K bookkeeping per (n tile, 64-row half); the election's flag and barrier per
+            // (warpgroup, half): ids 1 + ci, ci < 4 (RT = 2) or < 2.
+#pragma unroll
+            for (int q = 0; q < RH; q++)
+                epilogue(p, acc[q], w.blk, nt, half0 + q, RH * wg + q, r, r.n_base + 64 * q,
+                         r.bias[q], s2, s2_up, splits, g, t, s_flag);
         }
     }
 
     // Per item, per consumer thread: the block's pair ids as load_rows spreads them over the
     // warp's lanes, their row scales (1 without row_scale), the thread's first output column
-    // n_base (its second is n_base + 8) and its two bias values.
+    // n_base of its first half (its second is n_base + 8; half q adds 64 q) and its bias values.
     struct Rows {
         int pid[NR];
         float rs[NR];
         int n_base;
-        float bias[2];
+        float bias[RH][2];
     };
 
-    // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the warpgroup][token 8i + 2t + b]: token
+    // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the 64-row half][token 8i + 2t + b]: token
     // 8i + 2t + b's id is in lane 8(i%4) + 2t + b's r.pid[i/4]. s2, s2_up: the block's expert's
     // scale_2 times kAccUnscale, one per expert or per (expert, half): row n takes the up half's
-    // when n >= N/2 (stacked) or n is odd (interleaved).
+    // when n >= N/2 (stacked) or n is odd (interleaved). The half's split-K counter is
+    // (blk, nt, half); ci picks its election flag and named barrier.
     // Stores are 4 bytes: lanes g and g^1 (lane ^ 4) swap halves so the even one writes columns
     // n0+g, n0+g+1 and the odd one n0+7+g, n0+8+g (n0 = the 16-column group: N is even).
-    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], const Item &w,
-                                    const Rows &r, float s2, float s2_up, int splits, int wg,
+    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], int blk, int nt,
+                                    int half, int ci, const Rows &r, int n_base,
+                                    const float (&bias)[2], float s2, float s2_up, int splits,
                                     int g, int t, int *s_flag) {
-        const int n_base = r.n_base;
         if (splits > 1) {
             // Partial sums of this split into the workspace, then elect the last split.
 #pragma unroll
@@ -736,15 +836,15 @@ struct Kernel {
                     }
                 }
             __threadfence();
-            wg_barrier(1 + wg);
+            wg_barrier(1 + ci);
             if (threadIdx.x % 128 == 0) {
-                int32_t *cnt = p.counters + ((size_t)w.blk * p.n_tiles + w.nt) * 2 + wg;
+                int32_t *cnt = p.counters + ((size_t)blk * p.n_tiles + nt) * 2 + half;
                 const int old = atomicAdd(cnt, 1);
-                s_flag[wg] = old == splits - 1;
+                s_flag[ci] = old == splits - 1;
             }
-            wg_barrier(1 + wg);
-            const int last = s_flag[wg];
-            wg_barrier(1 + wg);  // s_flag[wg] is rewritten by the next item's election
+            wg_barrier(1 + ci);
+            const int last = s_flag[ci];
+            wg_barrier(1 + ci);  // s_flag[ci] is rewritten by the next item's election
             if (!last) return;
             __threadfence();
 #pragma unroll
@@ -778,8 +878,8 @@ struct Kernel {
                 const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
                 float v0 = acc[4 * i + b] * sc[0], v1 = acc[4 * i + 2 + b] * sc[1];
                 if (p.bias) {
-                    v0 += r.bias[0];
-                    v1 += r.bias[1];
+                    v0 += bias[0];
+                    v1 += bias[1];
                 }
                 v0 *= rs;
                 v1 *= rs;
@@ -794,7 +894,7 @@ struct Kernel {
     static __device__ void run(const Params &p) {
         extern __shared__ uint8_t smem_raw[];
         __shared__ __align__(8) uint64_t bars_mem[2 * C::STAGES];
-        __shared__ int s_flag[2];
+        __shared__ int s_flag[4];
         // Swizzle atoms need 1024-byte-aligned shared addresses; the dynamic base is only
         // guaranteed 16 (SMEM has 1024 bytes of slack for this).
         uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -810,7 +910,7 @@ struct Kernel {
         __syncthreads();
 
         const int nb = *p.num_blocks;
-        const int units = nb * p.n_tiles;
+        const int units = nb * p.n_groups;
         const int splits = choose_splits(units, gridDim.x, p.k_tiles, p.max_splits);
         const int items = units * splits;
 
@@ -825,10 +925,10 @@ struct Kernel {
 };
 #endif  // NVFP4MOE_HOPPER_DEVICE
 
-template <int BM, bool BF16, int NSUB>
+template <int BM, bool BF16, int NSUB, int RT>
 __global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_HOPPER_DEVICE
-    Kernel<BM, BF16, NSUB>::run(p);
+    Kernel<BM, BF16, NSUB, RT>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
@@ -920,7 +1020,7 @@ bool split_allowed(int P, int N, int K, int block_m, int sm_count) {
 size_t counters_count(int N, int max_blocks) { return (size_t)max_blocks * n_tiles_of(N) * 2; }
 
 // The image of the kernel must be sm_90a code and the device compute capability 9.0.
-template <int BM, bool BF16, int NSUB>
+template <int BM, bool BF16, int NSUB, int RT>
 cudaError_t prepare() {
     static int state = 0;  // 0 unknown, 1 ready, 2 no image
     if (state == 1) return cudaSuccess;
@@ -930,7 +1030,7 @@ cudaError_t prepare() {
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (err != cudaSuccess) return err;
-    auto *fn = hopper_moe_gemm_kernel<BM, BF16, NSUB>;
+    auto *fn = hopper_moe_gemm_kernel<BM, BF16, NSUB, RT>;
     cudaFuncAttributes attr;
     if (major != 9) {
         state = 2;
@@ -942,15 +1042,15 @@ cudaError_t prepare() {
         state = 2;
         return cudaErrorNoKernelImageForDevice;
     }
-    err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BM>::SMEM);
+    err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BM, RT>::SMEM);
     if (err != cudaSuccess) return err;
     state = 1;
     return cudaSuccess;
 }
 
-template <int BM, bool BF16, int NSUB>
+template <int BM, bool BF16, int NSUB, int RT>
 cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    cudaError_t err = prepare<BM, BF16, NSUB>();
+    cudaError_t err = prepare<BM, BF16, NSUB, RT>();
     if (err != cudaSuccess) return err;
     Params p;
     p.a = static_cast<const uint16_t *>(args->a);
@@ -969,6 +1069,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.K = args->K;
     p.n_tiles = n_tiles_of(args->N);
     p.k_tiles = k_tiles_of(args->K);
+    p.n_groups = (p.n_tiles + RT - 1) / RT;
     p.ws = nullptr;
     p.counters = nullptr;
     p.max_splits = 1;
@@ -984,10 +1085,11 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     }
     // Persistent grid from upper bounds only (graph capture): one CTA per SM, fewer when even
     // the largest possible item count is smaller.
-    long long most = (long long)args->max_blocks * p.n_tiles * p.max_splits;
+    long long most = (long long)args->max_blocks * p.n_groups * p.max_splits;
     int grid = args->sm_count > 0 ? args->sm_count : 1;
     if (most < grid) grid = (int)most;
-    hopper_moe_gemm_kernel<BM, BF16, NSUB><<<grid, Cfg<BM>::THREADS, Cfg<BM>::SMEM, stream>>>(p);
+    hopper_moe_gemm_kernel<BM, BF16, NSUB, RT>
+        <<<grid, Cfg<BM, RT>::THREADS, Cfg<BM, RT>::SMEM, stream>>>(p);
     return cudaGetLastError();
 }
 
@@ -1016,13 +1118,33 @@ int token_subtiles_of(const nvfp4moe_hopper_args *args) {
     return SplitSubtiles<BM>::value;
 }
 
+// Weight tiles per work item (Kernel's RT): two (256 weight rows against one activation stage)
+// at block_m 64, one at 128, unless args->row_tiles forces either; always one where KS = 2.
+// H100, the GEMMs alone at M = 1024 (block_m 64): two tiles 7-8 % faster on DeepSeek-V3,
+// Qwen3-30B-A3B and gpt-oss-120b; at M = 4096 (block_m 128) 1-2 % faster on Mixtral-8x7B but
+// 18-22 % slower on Qwen3-30B-A3B and gpt-oss-120b.
+template <int BM>
+int row_tiles_of(const nvfp4moe_hopper_args *args) {
+    if (KSplit<BM>::value != 1) return 1;
+    if (args->row_tiles) return args->row_tiles;
+    return BM == 64 ? 2 : 1;
+}
+
+template <int BM, bool BF16, int NSUB>
+cudaError_t launch_rows(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
+    if constexpr (KSplit<BM>::value == 1) {
+        if (row_tiles_of<BM>(args) == 2) return launch<BM, BF16, NSUB, 2>(args, stream);
+    }
+    return launch<BM, BF16, NSUB, 1>(args, stream);
+}
+
 template <int BM, bool BF16>
 cudaError_t launch_subtiles(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     constexpr int split = SplitSubtiles<BM>::value;
     if constexpr (BM == kChoiceBM && split != 1) {
-        if (token_subtiles_of<BM>(args) == 1) return launch<BM, BF16, 1>(args, stream);
+        if (token_subtiles_of<BM>(args) == 1) return launch_rows<BM, BF16, 1>(args, stream);
     }
-    return launch<BM, BF16, split>(args, stream);
+    return launch_rows<BM, BF16, split>(args, stream);
 }
 
 template <int BM>
@@ -1069,7 +1191,8 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
         return cudaErrorInvalidValue;
     if (args->N <= 0 || args->K <= 0 || args->N % 16 || args->K % 16 || args->E <= 0 ||
         args->a_row_div < 1 || args->max_blocks < 0 || args->P < 0 || args->scale_2_halves < 0 ||
-        args->scale_2_halves > 2 || args->token_subtiles < 0 || args->token_subtiles > 2)
+        args->scale_2_halves > 2 || args->token_subtiles < 0 || args->token_subtiles > 2 ||
+        args->row_tiles < 0 || args->row_tiles > 2)
         return cudaErrorInvalidValue;
     // The producer addresses activation rows by 32-bit offsets in 16-byte units (32 GiB of
     // activations at most: far beyond one GPU's batch).
@@ -1095,6 +1218,18 @@ extern "C" int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *ar
     case 32: return token_subtiles_of<32>(args);
     case 64: return token_subtiles_of<64>(args);
     case 128: return token_subtiles_of<128>(args);
+    default: return 0;
+    }
+}
+
+extern "C" int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args) {
+    if (!args || args->row_tiles < 0 || args->row_tiles > 2) return 0;  // refused by the GEMM
+    switch (args->block_m) {
+    case 8: return row_tiles_of<8>(args);
+    case 16: return row_tiles_of<16>(args);
+    case 32: return row_tiles_of<32>(args);
+    case 64: return row_tiles_of<64>(args);
+    case 128: return row_tiles_of<128>(args);
     default: return 0;
     }
 }

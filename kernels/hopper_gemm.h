@@ -57,7 +57,7 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
  * No allocation, no host synchronization: capturable in a CUDA graph (the split-K workspace is
  * cleared with cudaMemsetAsync on the stream). cudaErrorInvalidValue for N or K not a multiple of
  * 16, block_m not one of 8, 16, 32, 64, 128, C not 4-byte aligned (the epilogue stores two
- * adjacent values at once), token_subtiles not 0, 1 or 2, or activations of 32 GiB or more
+ * adjacent values at once), token_subtiles or row_tiles not 0, 1 or 2, or activations of 32 GiB or more
  * (ceil(P / a_row_div) rows of K values: the kernel addresses rows by 32-bit offsets). */
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
@@ -65,6 +65,13 @@ cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t 
  * it does not take, or for a token_subtiles the GEMM refuses): for tests and benchmarks to report
  * which form ran. Reads block_m, P, E and token_subtiles only. */
 int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
+
+/* The 128-row weight tiles per work item that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a
+ * block_m it does not take, or for a row_tiles the GEMM refuses). With 2 (block_m 64 and 128) a
+ * CTA multiplies 256 weight rows with each stage of gathered token rows, half the activation
+ * traffic per MMA of 1. row_tiles 0 chooses, 1 or 2 force it (for tests and benchmarks; block_m
+ * 8..32 always run 1). Reads block_m and row_tiles only. */
+int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
 
 /* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with
  * P/E/block_m < 0.9, then 64 while P/E < 1.9 * 64, else 128 (wgmma's token dimension N = block_m;

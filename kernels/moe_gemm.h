@@ -66,6 +66,8 @@ typedef struct nvfp4moe_marlin_args {
                                  ignore it): 0 chooses from the pairs per expert, 1 forces one
                                  64-token wgmma tile per block, 2 two 32-token tiles of which a
                                  block runs only those its pairs reach (kernels/hopper_gemm.h) */
+    int32_t row_tiles;        /* the Hopper GEMM at block_m 64 and 128 only: 0 chooses, 1 or 2
+                                 force the 128-row weight tiles per work item (kernels/hopper_gemm.h) */
 } nvfp4moe_marlin_args;
 
 /* Workspace the GEMM needs for these sizes (may be 0). */

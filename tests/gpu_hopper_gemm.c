@@ -13,7 +13,8 @@
  *                              separately repacked weight copies, median of 24; --marlin also
  *                              times nvfp4moe_marlin_gemm the same way in the same run
  *                              (env HOPPER_BENCH_BLOCK_M=B forces the Hopper block_m and
- *                              HOPPER_BENCH_SUBTILES=1|2 its token tiles at block_m 64, for tuning)
+ *                              HOPPER_BENCH_SUBTILES=1|2 its token tiles at block_m 64 and
+ *                              HOPPER_BENCH_ROWTILES=1|2 its weight tiles per item, for tuning)
  *
  * Each case: random top-k routing (distinct experts per token, some experts left empty), the
  * moe-align grouping built on the host, random E2M1 codes, realistic random E4M3 block scales
@@ -44,6 +45,7 @@ typedef struct {
     int graph;  // 1: capture the GEMM in a CUDA graph and run the graph instead
     int halves; // scale_2_halves: 0 [E]; 1 [E, 2] stacked gate/up; 2 [E, 2] interleaved
     int subtiles; // token_subtiles: 0 chosen by the GEMM; 1 or 2 forced (block_m 64 only)
+    int rowtiles; // row_tiles: 0 chosen by the GEMM; 1 or 2 forced (block_m 64 and 128 only)
 } test_case;
 
 /* Column n's scale: the expert's, or its half's (up: n >= N/2 stacked, odd n interleaved). */
@@ -141,6 +143,7 @@ static void run_case(const test_case *tc, int sm_count) {
     args.sm_count = sm_count;
     args.scale_2_halves = tc->halves;
     args.token_subtiles = tc->subtiles;
+    args.row_tiles = tc->rowtiles;
     if (tc->graph) {
         // Graph capture: no host synchronization or allocation may happen inside the GEMM call.
         cudaStream_t st;
@@ -214,10 +217,11 @@ static void run_case(const test_case *tc, int sm_count) {
     int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
     t_record(ok);
     printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-3d div=%d rs=%d bias=%d %s ws=%d "
-           "graph=%d halves=%d sub=%d blocks=%d rel=%.2e bad=%d guard=%d\n",
+           "graph=%d halves=%d sub=%d rt=%d blocks=%d rel=%.2e bad=%d guard=%d\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
            tc->bf16 ? "bf16" : "fp16", d_ws != NULL, tc->graph, tc->halves,
-           nvfp4moe_hopper_token_subtiles(&args), g.num_blocks, rel, bad, guard_bad);
+           nvfp4moe_hopper_token_subtiles(&args), nvfp4moe_hopper_row_tiles(&args), g.num_blocks,
+           rel, bad, guard_bad);
 
     free(ids); free(g.sorted_ids); free(g.block_expert); free(w); free(sf); free(s2); free(bias);
     free(rs); free(a); free(ad); free(c); free(wrow); free(ref); free(expert_of);
@@ -302,6 +306,8 @@ static void side_init(bench_side *sd, int marlin, const int32_t *ids, int P, int
     x->is_bf16 = 1; x->workspace = sd->ws1; x->sm_count = sm_count;
     const char *tiles = marlin ? NULL : getenv("HOPPER_BENCH_SUBTILES");  // 1 or 2; else chosen
     if (tiles && (atoi(tiles) == 1 || atoi(tiles) == 2)) x->token_subtiles = atoi(tiles);
+    const char *rows = marlin ? NULL : getenv("HOPPER_BENCH_ROWTILES");  // 1 or 2; else chosen
+    if (rows && (atoi(rows) == 1 || atoi(rows) == 2)) x->row_tiles = atoi(rows);
     sd->g2 = sd->g1;
     sd->g2.a = a2; sd->g2.a_row_div = 1; sd->g2.c = c2; sd->g2.N = N2; sd->g2.K = K2;
     sd->g2.row_scale = rs; sd->g2.workspace = sd->ws2;
@@ -528,43 +534,52 @@ int main(int argc, char **argv) {
     }
 
     // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used, no_ws, graph,
-    // halves, subtiles
+    // halves, subtiles, rowtiles (block_m 64 runs two weight tiles per item unless rowtiles
+    // forces one, block_m 128 one unless it forces two: the cases without it cover those forms)
     static const test_case cases[] = {
-        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0, 0, 0},
-        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0, 0, 0},
-        {"gpt-oss-like 2880 bm16 split", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 0, 0},
-        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0, 0, 0, 0},
-        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0, 0, 0, 0},
-        {"bm64 n=2880 k=144", 4, 2880, 144, 64, 2, 64, 0, 1, 1, 1, 3, 0, 0, 0, 0},
-        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0, 0, 0, 0},
-        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0, 0, 0, 0},
-        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 0, 0},
-        {"deepseek-ish no workspace bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 1, 0, 0, 0},
-        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0, 0, 0, 0},
-        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0, 0, 0, 0},
-        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 0},
-        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0, 0, 0, 0},
-        {"bm128 prefill bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0},
-        {"bm128 fp16 n=2880 k=2880", 3, 2880, 2880, 200, 2, 128, 0, 0, 0, 0, 3, 0, 0, 0, 0},
-        {"graph decode split bm8", 16, 1024, 4096, 1, 8, 8, 1, 0, 0, 1, 16, 0, 1, 0, 0},
-        {"graph bm32 fp16 rs bias", 8, 512, 512, 40, 2, 32, 1, 1, 1, 0, 6, 0, 1, 0, 0},
-        {"gate/up scales stacked K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 1, 0},
-        {"gate/up scales interleaved bm16 bias", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 2, 0},
-        {"gate/up scales stacked bm128 prefill", 4, 384, 1024, 300, 2, 128, 1, 0, 1, 1, 4, 0, 0, 1, 0},
-        {"gate/up scales interleaved no workspace", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 0, 16, 1, 0, 2, 0},
+        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0, 0, 0, 0},
+        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0, 0, 0, 0},
+        {"gpt-oss-like 2880 bm16 split", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 0, 0, 0},
+        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0, 0, 0, 0, 0},
+        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0},
+        {"bm64 n=2880 k=144", 4, 2880, 144, 64, 2, 64, 0, 1, 1, 1, 3, 0, 0, 0, 0, 0},
+        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0, 0, 0, 0, 0},
+        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0, 0, 0, 0, 0},
+        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 0, 0, 0},
+        {"deepseek-ish no workspace bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 1, 0, 0, 0, 0},
+        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0, 0, 0, 0, 0},
+        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0},
+        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 0, 0},
+        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0, 0, 0, 0, 0},
+        {"bm128 prefill bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0},
+        {"bm128 fp16 n=2880 k=2880", 3, 2880, 2880, 200, 2, 128, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0},
+        {"graph decode split bm8", 16, 1024, 4096, 1, 8, 8, 1, 0, 0, 1, 16, 0, 1, 0, 0, 0},
+        {"graph bm32 fp16 rs bias", 8, 512, 512, 40, 2, 32, 1, 1, 1, 0, 6, 0, 1, 0, 0, 0},
+        {"gate/up scales stacked K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 1, 0, 0},
+        {"gate/up scales interleaved bm16 bias", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 2, 0, 0},
+        {"gate/up scales stacked bm128 prefill", 4, 384, 1024, 300, 2, 128, 1, 0, 1, 1, 4, 0, 0, 1, 0, 0},
+        {"gate/up scales interleaved no workspace", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 0, 16, 1, 0, 2, 0, 0},
         // blocks whose second token half holds no pair, with and without a K split
-        {"bm64 K split second token half empty", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0},
-        {"bm128 K split fp16 bias halves", 6, 768, 2048, 100, 4, 128, 1, 1, 1, 0, 6, 0, 0, 1, 0},
-        {"bm128 half-empty blocks no workspace", 5, 640, 1024, 90, 3, 128, 1, 0, 1, 1, 5, 1, 0, 0, 0},
+        {"bm64 K split second token half empty", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0},
+        {"bm128 K split fp16 bias halves", 6, 768, 2048, 100, 4, 128, 1, 1, 1, 0, 6, 0, 0, 1, 0, 0},
+        {"bm128 half-empty blocks no workspace", 5, 640, 1024, 90, 3, 128, 1, 0, 1, 1, 5, 1, 0, 0, 0, 0},
         // block_m 64 in both forms (one m64n64 tile, two m64n32 tiles) on full blocks (top-4 of 4
         // experts at M = 64: every expert exactly one block of 64 pairs) and on blocks whose
         // second token half is empty, each form forced against the one the GEMM would choose
         // (cases 5, 7, 12 and 22 run the two tiles unforced, case 6 one tile)
-        {"bm64 one tile forced half-empty K split", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 1},
-        {"bm64 two tiles forced, full blocks", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 2},
-        {"bm64 one tile forced fp16 empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 1, 0, 2, 1},
-        {"graph bm64 one tile chosen, full blocks", 4, 768, 1024, 64, 4, 64, 1, 1, 1, 1, 4, 0, 1, 1, 0},
-        {"bm64 one tile forced k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 1},
+        {"bm64 one tile forced half-empty K split", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 1, 0},
+        {"bm64 two tiles forced, full blocks", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 2, 0},
+        {"bm64 one tile forced fp16 empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 1, 0, 2, 1, 0},
+        {"graph bm64 one tile chosen, full blocks", 4, 768, 1024, 64, 4, 64, 1, 1, 1, 1, 4, 0, 1, 1, 0, 0},
+        {"bm64 one tile forced k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 1, 0},
+        // one weight tile per item forced at block_m 64, and two at 64 and 128 on an odd tile
+        // count (the last item's second tile absent) with a K split, fp16, halves, graph
+        {"bm128 one row tile bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0, 1},
+        {"bm64 one row tile K split fp16 halves", 6, 768, 2048, 100, 4, 64, 1, 1, 1, 0, 6, 0, 0, 1, 2, 1},
+        {"bm64 one row tile one token tile", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 1, 1},
+        {"bm64 two row tiles K split odd n tiles", 4, 384, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0, 2},
+        {"bm128 two row tiles odd fp16 halves", 5, 1408, 640, 260, 2, 128, 1, 1, 0, 0, 5, 0, 0, 2, 0, 2},
+        {"graph bm128 two row tiles K split odd", 6, 640, 4096, 70, 4, 128, 1, 1, 1, 1, 5, 0, 1, 1, 0, 2},
     };
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);

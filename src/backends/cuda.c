@@ -90,6 +90,7 @@ typedef struct cuda_state {
     int32_t decode_g2_l2_mb;      /* HOPPER_WGMMA decode: MB of GEMM2's weights prefetched early */
     int32_t decode_route;         /* HOPPER_WGMMA decode: GEMM1 routes and groups a few tokens itself */
     int32_t decode_kw[2];         /* HOPPER_WGMMA decode: warps per item of GEMM1, GEMM2 (0: the kernels' choice) */
+    int32_t gemm_row_tiles;       /* HOPPER_WGMMA larger batches: 128-row weight tiles per item (0: the GEMM's choice) */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -379,13 +380,15 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * GEMM1 routes and groups up to NVFP4MOE_DECODE_ROUTE_MAX_TOKENS tokens itself (on by default)
      * instead of a routing/grouping kernel running ahead of it. NVFP4MOE_HOPPER_G1_KW and
      * NVFP4MOE_HOPPER_G2_KW = 1, 2 or 4 force the warps that share an item in GEMM1 / GEMM2 (0:
-     * the kernels choose from the item count). */
+     * the kernels choose from the item count). NVFP4MOE_HOPPER_ROW_TILES = 1 or 2 forces the
+     * larger-batch GEMM's 128-row weight tiles per work item (0: the GEMM's choice). */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
     st->decode_g2_l2_mb = 0;
     st->decode_route = 1;
     st->decode_kw[0] = st->decode_kw[1] = 0;
+    st->gemm_row_tiles = 0;
     if (w4a16 && gemm->has_decode) {
         static const struct {
             const char *var;
@@ -400,6 +403,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route), false},
             {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw), true},
             {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t), true},
+            {"NVFP4MOE_HOPPER_ROW_TILES", 2, offsetof(cuda_state, gemm_row_tiles), false},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
             const char *v = getenv(k_knobs[i].var);
@@ -638,7 +642,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->N1, .K = st->H, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count,
-            .scale_2_halves = st->w13_halves};
+            .scale_2_halves = st->w13_halves, .row_tiles = st->gemm_row_tiles};
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM1");
     } else {
         nvfp4moe_emul_args g = {
@@ -661,7 +665,8 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .a = act, .a_row_div = 1, .b = st->w2, .scale_2 = st->w2_s2, .bias = st->w2_bias,
             .row_scale = rs, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->H, .K = st->I, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
-            .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count};
+            .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count,
+            .row_tiles = st->gemm_row_tiles};
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM2");
     } else {
         nvfp4moe_emul_args g = {
