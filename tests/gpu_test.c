@@ -550,8 +550,16 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
         CU(&l, cudaMemcpy(out2, d_out, sizeof(uint16_t) * (size_t)(M * H), cudaMemcpyDeviceToHost));
         /* EMULATION sums in a fixed order: the replay must equal eager bit for bit. MARLIN's
          * stream-K and HOPPER_WGMMA's split-K add fp32 partial sums with atomics, whose order varies
-         * from run to run: there a value may differ by at most one step of the output's 16-bit type. */
+         * from run to run: a GEMM1 value one 16-bit step apart then moves every GEMM2 sum it feeds,
+         * so an output may differ by one step of its own type plus 2^-10 of the largest output
+         * magnitude (outputs near zero come from cancellation, where one step is tiny). */
         const bool fixed_order = strcmp(bname, "EMULATION") == 0;
+        double outmax = 0;
+        for (int64_t i = 0; i < M * H; i++) {
+            float a;
+            nvfp4moe_to_float(c->dt, &out[i], 1, &a);
+            if (isfinite(a)) outmax = fmax(outmax, fabs(a));
+        }
         int64_t diff = 0, far = 0;
         for (int64_t i = 0; i < M * H; i++) {
             if (out[i] == out2[i]) continue;
@@ -560,10 +568,10 @@ static void run_layer_case(const layer_case *c, uint64_t seed) {
             nvfp4moe_to_float(c->dt, &out[i], 1, &a);
             nvfp4moe_to_float(c->dt, &out2[i], 1, &b);
             const double step = ldexp(fmax(fabs(a), fabs(b)), c->dt == NVFP4MOE_DTYPE_BF16 ? -7 : -10);
-            far += fixed_order || !(fabs((double)a - b) <= step);
+            far += fixed_order || !(fabs((double)a - b) <= step + ldexp(outmax, -10));
         }
         logf_(&l, "\n    graph replay: %lld of %lld values differ from eager, %lld by more than %s", (long long)diff,
-              (long long)(M * H), (long long)far, fixed_order ? "nothing" : "one 16-bit step");
+              (long long)(M * H), (long long)far, fixed_order ? "nothing" : "one 16-bit step + 2^-10 max|out|");
         if (far) l.failed = 1;
     }
     t_gpu = now_s() - t0;
