@@ -18,7 +18,8 @@
 #                                         # ab (bench of this build against .devbin/base/nvfp4moe_base,
 #                                         # a tool built from another commit and copied there after pack),
 #                                         # envab (bench of this build under each ENV_AB environment),
-#                                         # decprof (ncu: the decode layer's kernel durations and SASS stalls)
+#                                         # decprof (ncu: the decode layer's kernel durations and SASS stalls),
+#                                         # gemmab (the GEMMs alone under each GEMM_AB environment)
 # The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
@@ -32,7 +33,7 @@
 # Environment: SAN_MEMCHECK, SAN_RACECHECK (gpu_hopper_decode cases under compute-sanitizer),
 # GPUTEST_MODES (default "auto decode gemm pdl"), VARIANT_M, VARIANT_NCU (a variant whose stalls ncu
 # reads beside the built kernel's), GSAN_MEMCHECK, GSAN_RACECHECK (gpu_hopper_gemm cases of the gsan
-# step), AB_M, ENV_AB, ENVAB_M, DECPROF_PRESETS, DECPROF_M, DECPROF_SRC_PRESET, BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
+# step), AB_M, ENV_AB, ENVAB_M, GEMM_AB, GEMMAB_M, DECPROF_PRESETS, DECPROF_M, DECPROF_SRC_PRESET, BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
 # (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256,1024,4096), TORCH_PRESETS (default
 # deepseek-v3,qwen3-30b-a3b), TORCH_MS (default 1,16,64,256,1024,4096), CPU_M (default 1,16,256),
 # CPU_THREADS (default: all CPUs), CPU_PREFETCH (the layer's prefetch sweep, default
@@ -159,14 +160,29 @@ if has prof; then
     log "gemm bench block_m 64 rc=$?"; grep -E '^\| [0-9]' "$R/gemm_bench64.txt" | cut -d'|' -f1-12 >>"$out/summary.txt"
 fi
 if has gsan; then
-    # the wgmma GEMM under compute-sanitizer: partial token tiles at block_m 128 and 64, split-K
-    for c in ${GSAN_MEMCHECK:-14 6 2 20}; do
+    # the wgmma GEMM under compute-sanitizer: partial token tiles at block_m 128 and 64, split-K,
+    # two weight tiles per item on an odd tile count (33, 35)
+    for c in ${GSAN_MEMCHECK:-14 6 2 20 33 35}; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_gemm --case $c >"$R/gemm_memcheck$c.txt" 2>&1
         log "gemm memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/gemm_memcheck$c.txt")"
     done
-    for c in ${GSAN_RACECHECK:-14 17}; do
+    for c in ${GSAN_RACECHECK:-14 17 33}; do
         timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_gemm --case $c >"$R/gemm_racecheck$c.txt" 2>&1
         log "gemm racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/gemm_racecheck$c.txt" | tr '\n' ' ')"
+    done
+fi
+if has gemmab; then
+    # the GEMMs alone (gpu_hopper_gemm --bench, every model) under two or more environments,
+    # alternately twice: GEMM_AB="name:VAR=V,VAR2=V2 name2:VAR=W" (default: one and two weight
+    # tiles per work item), at GEMMAB_M (default 256,1024,4096)
+    for round in 1 2; do
+        for v in ${GEMM_AB:-rt1:HOPPER_BENCH_ROWTILES=1 rt2:HOPPER_BENCH_ROWTILES=2}; do
+            n=${v%%:*} vars=${v#*:}
+            env ${vars//,/ } timeout 200 $B/gpu_hopper_gemm --bench "${GEMMAB_M:-256,1024,4096}" --model all \
+                >"$R/gemmab-$n$round.txt" 2>&1
+            log "gemm A/B $n ($vars) round $round rc=$?"
+            grep -E '^\| [0-9]' "$R/gemmab-$n$round.txt" | cut -d'|' -f1-8 >>"$out/summary.txt"
+        done
     done
 fi
 if has variants; then
@@ -388,18 +404,6 @@ if has decprof; then
     ncu -i "$R/decprof.ncu-rep" --page source --csv --print-source sass >"$R/decprof-source.csv" 2>&1
     log "decprof source page: $(wc -l <"$R/decprof-source.csv") lines"
     rm -f "$R/decprof.ncu-rep"
-fi
-if has envab; then
-    # one tool under two or more environments, alternately twice, HOPPER_WGMMA on every preset:
-    # ENV_AB="name:VAR=V,VAR2=V2 name2:VAR=W" (default: GEMM1 routing in its prologue on and off)
-    for round in 1 2; do
-        for v in ${ENV_AB:-fused:NVFP4MOE_HOPPER_FUSED_ROUTE=1 kernel:NVFP4MOE_HOPPER_FUSED_ROUTE=0}; do
-            n=${v%%:*} vars=${v#*:}
-            env ${vars//,/ } timeout 300 $B/nvfp4moe bench --m "${ENVAB_M:-1,2,4}" --backend HOPPER_WGMMA --no-baseline \
-                --iters 20 --commit "$commit ($n: $vars)" --out "$R/bench-env-$n$round" >"$R/bench-env-$n$round.log" 2>&1
-            log "bench env $n ($vars) round $round rc=$?"
-        done
-    done
 fi
 if has triton; then
     PYTHONUNBUFFERED=1 timeout 400 python3 .anchors/triton_moe/bench_triton_moe.py --ms "${TRITON_MS:-1,16,64,256,1024,4096}" \
