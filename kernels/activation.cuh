@@ -21,13 +21,18 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
 
+// silu(g) * u with the optional swiglu_limit clamp: act_gated's NVFP4MOE_ACT_SILU case, alone
+// for callers that inline it many times (the Hopper GEMM1 epilogue; kernels/hopper_gemm.cu).
+__device__ __forceinline__ float act_silu_gated(const nvfp4moe_gpu_act_params &p, float g, float u) {
+    if (p.has_limit) { g = fminf(g, p.limit); u = fminf(fmaxf(u, -p.limit), p.limit); }
+    return silu(g) * u;
+}
+
 // One output of a gated activation from its gate g and up u (the clamp rules of the reference:
 // the gate is clamped from above only, the up half symmetrically).
 __device__ __forceinline__ float act_gated(const nvfp4moe_gpu_act_params &p, float g, float u) {
     switch (p.activation) {
-    case NVFP4MOE_ACT_SILU:
-        if (p.has_limit) { g = fminf(g, p.limit); u = fminf(fmaxf(u, -p.limit), p.limit); }
-        return silu(g) * u;
+    case NVFP4MOE_ACT_SILU: return act_silu_gated(p, g, u);
     case NVFP4MOE_ACT_GELU: return gelu(g) * u;
     case NVFP4MOE_ACT_GELU_TANH: return gelu_tanh(g) * u;
     case NVFP4MOE_ACT_RELU2: { float r = fmaxf(g, 0.0f); return r * r * u; }

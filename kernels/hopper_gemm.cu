@@ -81,6 +81,11 @@
  * and gpt-oss-120b; at block_m 128 18-22 % slower on the short-K layers (ncu, Qwen3-30B-A3B
  * GEMM1 at M = 4096: issue active 43 -> 35 %, long-scoreboard stalls 1.25 -> 2.90 per issue), so
  * block_m 128 keeps one tile (bench/results/2026-12-06-h100-row-tiles.md).
+ * GEMM1 with SiLU-and-mul fused (GU, two tiles per item where args->act_out asks for it and the
+ * gate/up halves are stacked): the item's chunks are gate tile nt and up tile nt + n_tiles/2, and
+ * warpgroup wg takes rows 64*wg .. of both, so each thread holds a gate value and its up value
+ * for the same token and the epilogue writes silu(gate) * up [P, N/2] instead of C, rounding both
+ * to the 16-bit type first exactly as the activation kernel would read them back.
  * Scheduler. Persistent: every CTA reads num_blocks on the device and walks work items
  * item = blockIdx.x + i * gridDim.x over (block, n tile group, k split); the producer and consumers walk
  * the same sequence, so the stage counter (stage, phase) stays in lock step across items. The
@@ -103,6 +108,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "activation.cuh"
 #include "hopper_gemm.h"
 #include "hopper_layout.cuh"
 
@@ -195,6 +201,8 @@ struct Params {
     int n_groups;          // work units per block along N: ceil(n_tiles / RT)
     int max_splits;        // 1 when there is no workspace
     int halves;            // scale_2: 0 [E]; 1 [E, 2] stacked gate/up halves; 2 [E, 2] interleaved
+    uint16_t *act;         // GU: the activation's output [P, N/2] in place of C
+    nvfp4moe_gpu_act_params ap;
 };
 
 #if NVFP4MOE_HOPPER_DEVICE
@@ -334,6 +342,13 @@ __device__ __forceinline__ void pair_barrier(int wg) {
     asm volatile("bar.sync %0, 256;\n" ::"r"(4 + wg) : "memory");
 }
 
+// x rounded to the 16-bit activation type and back (what a store and a reload would give).
+template <bool BF16>
+__device__ __forceinline__ float round16(float x) {
+    if constexpr (BF16) return __bfloat162float(__float2bfloat16_rn(x));
+    else return __half2float(__float2half_rn(x));
+}
+
 // wgmma shared-memory descriptor of a K-major, 128-byte-swizzled operand (see the top comment):
 // the low word is (address >> 4) | (leading byte offset 16 >> 4) << 16 (shared addresses are
 // below 2^18, so address >> 4 fits its 14 bits), the high word the stride byte offset 1024 >> 4
@@ -376,22 +391,25 @@ struct Item {
 
 // A sorted-id slot holds a real pair (not padding: negative or >= P).
 __device__ __forceinline__ bool real_pair(const Params &p, int pid) { return pid >= 0 && pid < p.P; }
-// nt: the item's first n tile (RT tiles per unit: nt = RT * group).
-template <int RT>
+// nt: the item's first n tile, STEP * its group along N.
+template <int STEP>
 __device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
     Item it;
     const int s = item % splits;
     const int unit = item / splits;
-    it.nt = (unit % p.n_groups) * RT;
+    it.nt = (unit % p.n_groups) * STEP;
     it.blk = unit / p.n_groups;
     it.kt0 = (int)((long long)s * p.k_tiles / splits);
     it.kt1 = (int)((long long)(s + 1) * p.k_tiles / splits);
     return it;
 }
 
-template <int BM, bool BF16, int NSUB_, int RT>
+template <int BM, bool BF16, int NSUB_, int RT, bool GU>
 struct Kernel {
     using C = Cfg<BM, RT>;
+    static_assert(!GU || RT == 2, "the gate/up pairing runs two weight tiles per item");
+    // n tiles from one item's first tile to the next item's: RT, or 1 for GU (item g: gate tile g)
+    static constexpr int kNtStep = GU ? 1 : RT;
 
     // ---- producer warpgroup ----
     // Thread tid copies 16-byte chunk cc = tid % 16 of the 256-byte k-tile slice of rows
@@ -416,13 +434,14 @@ struct Kernel {
         int pending = -1;  // stage whose copies were issued but whose full barrier waits on them
 #endif
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const Item w = item_of<RT>(item, splits, p);
+            const Item w = item_of<kNtStep>(item, splits, p);
             const int e = p.block_expert[w.blk];
             const uint8_t *wsrc =
                 p.b + ((size_t)(e * p.n_tiles + w.nt) * p.k_tiles) * kWChunk;
             // RT = 2: the item's second n tile, when N has one (an odd tile count leaves the
-            // last item one tile).
-            const int nw = RT == 1 ? 1 : (w.nt + 1 < p.n_tiles ? 2 : 1);
+            // last item one tile); GU: the up tile of gate tile nt, n_tiles / 2 further on.
+            const int nw = RT == 1 ? 1 : GU || w.nt + 1 < p.n_tiles ? 2 : 1;
+            const size_t w2off = (size_t)(GU ? p.n_tiles / 2 : 1) * p.k_tiles * kWChunk;
             uint32_t roff[C::CPT];  // ~0u: row r0 + 8j is a sentinel
 #pragma unroll
             for (int j = 0; j < C::CPT; j++) {
@@ -447,9 +466,9 @@ struct Kernel {
                 if (tid == 0) {
                     mbar_arrive_expect_tx(full, nw * kWChunk);
                     bulk_g2s(smem_u32(stage + C::ACT), wsrc + (size_t)kt * kWChunk, kWChunk, full);
-                    if (RT == 2 && nw == 2)  // the next n tile's chunk: k_tiles chunks further on
+                    if (RT == 2 && nw == 2)  // the second tile's chunk
                         bulk_g2s(smem_u32(stage + C::ACT + kWChunk),
-                                 wsrc + (size_t)(p.k_tiles + kt) * kWChunk, kWChunk, full);
+                                 wsrc + w2off + (size_t)kt * kWChunk, kWChunk, full);
                 }
                 // The K tail (k >= K) is zero-filled from a valid address: the weights there are
                 // zero codes, but 0 * (stale NaN) would not be.
@@ -583,8 +602,11 @@ struct Kernel {
                                                   uint32_t scale_off, uint32_t dlo, int prev,
                                                   uint32_t bars) {
         static_assert(KS == 1 && HS == 4, "RT = 2 runs 8 steps per tile in groups of 4");
-        const uint4 q = lds128(sbase + code_off + H * 4096 + J * 512);
-        const uint2 sc = lds64(sbase + scale_off + H * 512 + J * 8);
+        // Accumulator set H: the next 64 rows of the warpgroup's chunk, or (GU) the same rows of
+        // the stage's second chunk.
+        constexpr uint32_t kCodeStride = GU ? kWChunk : 4096, kScaleStride = GU ? kWChunk : 512;
+        const uint4 q = lds128(sbase + code_off + H * kCodeStride + J * 512);
+        const uint2 sc = lds64(sbase + scale_off + H * kScaleStride + J * 8);
         const uint32_t cwd[4] = {q.x, q.y, q.z, q.w}, swd[2] = {sc.x, sc.y};
         wgmma_wait<1>();
         // Every consumer thread arrives: an arrive releases only the arriving thread's own reads
@@ -712,7 +734,8 @@ struct Kernel {
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
                                    int splits, int *s_flag) {
         const int cw = threadIdx.x / 128 - 1;
-        // RT = 1: weight rows 64*wg .. 64*wg+63 of the item's n tile; RT = 2: n tile nt + wg.
+        // RT = 1: weight rows 64*wg .. 64*wg+63 of the item's n tile; RT = 2: n tile nt + wg;
+        // GU: rows 64*wg .. of gate tile nt (set 0) and of its up tile (set 1).
         const int wg = cw % 2;
         const int kg = cw / 2;   // k group: steps STEPS*kg .. STEPS*kg + STEPS-1 of each tile
         const int warp = (threadIdx.x / 32) % 4;
@@ -720,7 +743,8 @@ struct Kernel {
         const int tid = threadIdx.x % 128;
         const int g = lane / 4, t = lane % 4;
         // The warpgroup's first 64-row half: chunk wg's half 0 (RT = 2), else half wg of chunk 0.
-        const int chunk = RT == 2 ? wg : 0, half0 = RT == 2 ? 0 : wg;
+        constexpr bool kTwoTiles = RT == 2 && !GU;
+        const int chunk = kTwoTiles ? wg : 0, half0 = kTwoTiles ? 0 : wg;
         const uint32_t code_off = (uint32_t)(C::ACT + chunk * kWChunk + half0 * 4096 + warp * 1024 +
                                              lane * 16 + kg * 512);
         const uint32_t scale_off = (uint32_t)(C::ACT + chunk * kWChunk + kCodeBytes + half0 * 512 +
@@ -732,17 +756,17 @@ struct Kernel {
         float acc[RH][C::NACC];
 
         int pid[NR];
-        if (blockIdx.x < items) load_rows(p, item_of<RT>(blockIdx.x, splits, p).blk, lane, pid);
+        if (blockIdx.x < items) load_rows(p, item_of<kNtStep>(blockIdx.x, splits, p).blk, lane, pid);
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
-            const Item w = item_of<RT>(item, splits, p);
+            const Item w = item_of<kNtStep>(item, splits, p);
             const int nt = w.nt + chunk;  // this warpgroup's n tile
             Rows r;
 #pragma unroll
             for (int i = 0; i < NR; i++) r.pid[i] = pid[i];
             const int ns = subtiles(p, r.pid);
             if (item + (int)gridDim.x < items)
-                load_rows(p, item_of<RT>(item + gridDim.x, splits, p).blk, lane, pid);
-            if (RT == 2 && nt >= p.n_tiles) {  // the last item of an odd tile count: no tile here
+                load_rows(p, item_of<kNtStep>(item + gridDim.x, splits, p).blk, lane, pid);
+            if (kTwoTiles && nt >= p.n_tiles) {  // the last item of an odd tile count: no tile here
                 skip_tiles(w.kt0, w.kt1, it, bars);
                 continue;
             }
@@ -755,11 +779,12 @@ struct Kernel {
             for (int i = 0; i < NR; i++)
                 r.rs[i] = p.row_scale && real_pair(p, r.pid[i]) ? p.row_scale[r.pid[i]] : 1.0f;
             r.n_base = nt * kTN + half0 * 64 + warp * 16 + g;
+            const int qrows = GU ? p.N / 2 : 64;  // set q's rows start q * qrows further on
 #pragma unroll
             for (int q = 0; q < RH; q++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int n = r.n_base + 64 * q + 8 * h;
+                    const int n = r.n_base + qrows * q + 8 * h;
                     r.bias[q][h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
                 }
 #pragma unroll
@@ -793,10 +818,14 @@ struct Kernel {
             }
             // Split-K bookkeeping per (n tile, 64-row half); the election's flag and barrier per
             // (warpgroup, half): ids 1 + ci, ci < 4 (RT = 2) or < 2.
+            if constexpr (GU) {
+                epilogue_act(p, acc[0], acc[1], w.blk, nt, wg, r, s2, s2_up, splits, g, t, s_flag);
+            } else {
 #pragma unroll
-            for (int q = 0; q < RH; q++)
-                epilogue(p, acc[q], w.blk, nt, half0 + q, RH * wg + q, r, r.n_base + 64 * q,
-                         r.bias[q], s2, s2_up, splits, g, t, s_flag);
+                for (int q = 0; q < RH; q++)
+                    epilogue(p, acc[q], w.blk, nt, half0 + q, RH * wg + q, r, r.n_base + 64 * q,
+                             r.bias[q], s2, s2_up, splits, g, t, s_flag);
+            }
         }
     }
 
@@ -817,48 +846,63 @@ struct Kernel {
     // (blk, nt, half); ci picks its election flag and named barrier.
     // Stores are 4 bytes: lanes g and g^1 (lane ^ 4) swap halves so the even one writes columns
     // n0+g, n0+g+1 and the odd one n0+7+g, n0+8+g (n0 = the 16-column group: N is even).
+    // Split-K: this split's partial sums of rows n_base and n_base + 8 (those below n_end) into
+    // the fp32 workspace [P, N], and back once the last split is elected.
+    static __device__ __forceinline__ void ws_add(const Params &p, const float (&acc)[C::NACC],
+                                                  const Rows &r, int n_base, int n_end, int t) {
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
+                if (!real_pair(p, pid)) continue;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int n = n_base + 8 * h;
+                    if (n < n_end) red_add_f32(p.ws + (size_t)pid * p.N + n, acc[4 * i + 2 * h + b]);
+                }
+            }
+    }
+    static __device__ __forceinline__ void ws_load(const Params &p, float (&acc)[C::NACC],
+                                                   const Rows &r, int n_base, int n_end, int t) {
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
+                if (!real_pair(p, pid)) continue;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int n = n_base + 8 * h;
+                    if (n < n_end) acc[4 * i + 2 * h + b] = __ldcg(p.ws + (size_t)pid * p.N + n);
+                }
+            }
+    }
+    // After ws_add: whether this split is the last of its (block, n tile, half) to arrive (the
+    // warpgroup's 128 threads agree through s_flag[ci] and named barrier 1 + ci).
+    static __device__ __forceinline__ bool last_split(const Params &p, size_t counter, int ci,
+                                                      int splits, int *s_flag) {
+        __threadfence();
+        wg_barrier(1 + ci);
+        if (threadIdx.x % 128 == 0) {
+            const int old = atomicAdd(p.counters + counter, 1);
+            s_flag[ci] = old == splits - 1;
+        }
+        wg_barrier(1 + ci);
+        const int last = s_flag[ci];
+        wg_barrier(1 + ci);  // s_flag[ci] is rewritten by the next item's election
+        if (last) __threadfence();
+        return last != 0;
+    }
+
     static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], int blk, int nt,
                                     int half, int ci, const Rows &r, int n_base,
                                     const float (&bias)[2], float s2, float s2_up, int splits,
                                     int g, int t, int *s_flag) {
         if (splits > 1) {
-            // Partial sums of this split into the workspace, then elect the last split.
-#pragma unroll
-            for (int i = 0; i < BM / 8; i++)
-#pragma unroll
-                for (int b = 0; b < 2; b++) {
-                    const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
-                    if (!real_pair(p, pid)) continue;
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int n = n_base + 8 * h;
-                        if (n < p.N) red_add_f32(p.ws + (size_t)pid * p.N + n, acc[4 * i + 2 * h + b]);
-                    }
-                }
-            __threadfence();
-            wg_barrier(1 + ci);
-            if (threadIdx.x % 128 == 0) {
-                int32_t *cnt = p.counters + ((size_t)blk * p.n_tiles + nt) * 2 + half;
-                const int old = atomicAdd(cnt, 1);
-                s_flag[ci] = old == splits - 1;
-            }
-            wg_barrier(1 + ci);
-            const int last = s_flag[ci];
-            wg_barrier(1 + ci);  // s_flag[ci] is rewritten by the next item's election
-            if (!last) return;
-            __threadfence();
-#pragma unroll
-            for (int i = 0; i < BM / 8; i++)
-#pragma unroll
-                for (int b = 0; b < 2; b++) {
-                    const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
-                    if (!real_pair(p, pid)) continue;
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int n = n_base + 8 * h;
-                        if (n < p.N) acc[4 * i + 2 * h + b] = __ldcg(p.ws + (size_t)pid * p.N + n);
-                    }
-                }
+            ws_add(p, acc, r, n_base, p.N, t);
+            if (!last_split(p, ((size_t)blk * p.n_tiles + nt) * 2 + half, ci, splits, s_flag)) return;
+            ws_load(p, acc, r, n_base, p.N, t);
         }
         float sc[2];
 #pragma unroll
@@ -888,6 +932,57 @@ struct Kernel {
                 const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
                 const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
                 *reinterpret_cast<uint32_t *>(p.c + (size_t)pid * p.N + col) = lo | (hi << 16);
+            }
+    }
+
+    // GU: GEMM1 with its gated activation. ag holds gate rows n_base, n_base + 8 (of N/2), au the
+    // up rows N/2 further on, for the same tokens. Each value is first what the plain epilogue
+    // would store (scale, bias, row scale, rounded to the 16-bit type), then act(gate, up) as the
+    // activation kernel computes it from those stored values, rounded once more: the fused GEMM1
+    // writes exactly what GEMM1 followed by the activation kernel would (without a K split; with
+    // one, the sums' order varies run to run anyway). One split-K election per warpgroup covers
+    // both sets (counter (blk, nt, wg), nt < n_tiles / 2).
+    static __device__ void epilogue_act(const Params &p, float (&ag)[C::NACC], float (&au)[C::NACC],
+                                        int blk, int nt, int wg, const Rows &r, float s2,
+                                        float s2_up, int splits, int g, int t, int *s_flag) {
+        const int nh = p.N / 2;
+        const int n_base = r.n_base;
+        if (splits > 1) {
+            ws_add(p, ag, r, n_base, nh, t);
+            ws_add(p, au, r, n_base + nh, p.N, t);
+            if (!last_split(p, ((size_t)blk * p.n_tiles + nt) * 2 + wg, wg, splits, s_flag)) return;
+            ws_load(p, ag, r, n_base, nh, t);
+            ws_load(p, au, r, n_base + nh, p.N, t);
+        }
+        const float su = p.halves == 1 ? s2_up : s2;
+        const bool odd = g & 1;
+        const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
+#pragma unroll
+        for (int i = 0; i < BM / 8; i++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int src = 8 * (i % 4) + 2 * t + b;
+                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
+                const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
+                float g0 = ag[4 * i + b] * s2, g1 = ag[4 * i + 2 + b] * s2;
+                float u0 = au[4 * i + b] * su, u1 = au[4 * i + 2 + b] * su;
+                if (p.bias) {
+                    g0 += r.bias[0][0];
+                    g1 += r.bias[0][1];
+                    u0 += r.bias[1][0];
+                    u1 += r.bias[1][1];
+                }
+                g0 *= rs;
+                g1 *= rs;
+                u0 *= rs;
+                u1 *= rs;
+                const float v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
+                const float v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
+                const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                if (!real_pair(p, pid) || col >= nh) continue;
+                const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
+                const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
+                *reinterpret_cast<uint32_t *>(p.act + (size_t)pid * nh + col) = lo | (hi << 16);
             }
     }
 
@@ -925,10 +1020,10 @@ struct Kernel {
 };
 #endif  // NVFP4MOE_HOPPER_DEVICE
 
-template <int BM, bool BF16, int NSUB, int RT>
+template <int BM, bool BF16, int NSUB, int RT, bool GU>
 __global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_HOPPER_DEVICE
-    Kernel<BM, BF16, NSUB, RT>::run(p);
+    Kernel<BM, BF16, NSUB, RT, GU>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
@@ -1020,7 +1115,7 @@ bool split_allowed(int P, int N, int K, int block_m, int sm_count) {
 size_t counters_count(int N, int max_blocks) { return (size_t)max_blocks * n_tiles_of(N) * 2; }
 
 // The image of the kernel must be sm_90a code and the device compute capability 9.0.
-template <int BM, bool BF16, int NSUB, int RT>
+template <int BM, bool BF16, int NSUB, int RT, bool GU>
 cudaError_t prepare() {
     static int state = 0;  // 0 unknown, 1 ready, 2 no image
     if (state == 1) return cudaSuccess;
@@ -1030,7 +1125,7 @@ cudaError_t prepare() {
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (err != cudaSuccess) return err;
-    auto *fn = hopper_moe_gemm_kernel<BM, BF16, NSUB, RT>;
+    auto *fn = hopper_moe_gemm_kernel<BM, BF16, NSUB, RT, GU>;
     cudaFuncAttributes attr;
     if (major != 9) {
         state = 2;
@@ -1048,9 +1143,9 @@ cudaError_t prepare() {
     return cudaSuccess;
 }
 
-template <int BM, bool BF16, int NSUB, int RT>
+template <int BM, bool BF16, int NSUB, int RT, bool GU>
 cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    cudaError_t err = prepare<BM, BF16, NSUB, RT>();
+    cudaError_t err = prepare<BM, BF16, NSUB, RT, GU>();
     if (err != cudaSuccess) return err;
     Params p;
     p.a = static_cast<const uint16_t *>(args->a);
@@ -1069,7 +1164,9 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.K = args->K;
     p.n_tiles = n_tiles_of(args->N);
     p.k_tiles = k_tiles_of(args->K);
-    p.n_groups = (p.n_tiles + RT - 1) / RT;
+    p.n_groups = GU ? p.n_tiles / 2 : (p.n_tiles + RT - 1) / RT;
+    p.act = GU ? static_cast<uint16_t *>(args->act_out) : nullptr;
+    p.ap = GU ? *args->act : nvfp4moe_gpu_act_params{};
     p.ws = nullptr;
     p.counters = nullptr;
     p.max_splits = 1;
@@ -1088,7 +1185,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     long long most = (long long)args->max_blocks * p.n_groups * p.max_splits;
     int grid = args->sm_count > 0 ? args->sm_count : 1;
     if (most < grid) grid = (int)most;
-    hopper_moe_gemm_kernel<BM, BF16, NSUB, RT>
+    hopper_moe_gemm_kernel<BM, BF16, NSUB, RT, GU>
         <<<grid, Cfg<BM, RT>::THREADS, Cfg<BM, RT>::SMEM, stream>>>(p);
     return cudaGetLastError();
 }
@@ -1130,12 +1227,28 @@ int row_tiles_of(const nvfp4moe_hopper_args *args) {
     return BM == 64 ? 2 : 1;
 }
 
+// Whether a launch applies the activation itself (GU: gate tile t and up tile t + n_tiles/2 in one
+// item, each warpgroup holding a gate row and its up row for the same tokens): asked for
+// (act_out and act set), two weight tiles per item, SiLU-and-mul (with or without its limit) on
+// stacked halves (gate rows [0, N/2), up rows [N/2, N)) and N/2 a whole number of 128-row tiles.
+// SiLU alone: the epilogue inlines the activation once per output pair (32 times at block_m 64),
+// and with act_gated's every case inlined there the kernel's code grew from 6.7 K to 14.9 K
+// instructions and GEMM1 ran ~35 % slower (H100, Qwen3-30B-A3B M = 1024); the other gated
+// activations keep the activation kernel.
+bool fuses_act(const nvfp4moe_hopper_args *args, int row_tiles) {
+    if (!args->act_out || !args->act || row_tiles != 2 || args->scale_2_halves == 2) return false;
+    return args->act->activation == NVFP4MOE_ACT_SILU && args->N % (2 * kTN) == 0;
+}
+
 template <int BM, bool BF16, int NSUB>
 cudaError_t launch_rows(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     if constexpr (KSplit<BM>::value == 1) {
-        if (row_tiles_of<BM>(args) == 2) return launch<BM, BF16, NSUB, 2>(args, stream);
+        if (row_tiles_of<BM>(args) == 2) {
+            if (fuses_act(args, 2)) return launch<BM, BF16, NSUB, 2, true>(args, stream);
+            return launch<BM, BF16, NSUB, 2, false>(args, stream);
+        }
     }
-    return launch<BM, BF16, NSUB, 1>(args, stream);
+    return launch<BM, BF16, NSUB, 1, false>(args, stream);
 }
 
 template <int BM, bool BF16>
@@ -1198,7 +1311,8 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
     // activations at most: far beyond one GPU's batch).
     const long long a_rows = ((long long)args->P + args->a_row_div - 1) / args->a_row_div;
     if (a_rows * (args->K / 8) > 0xFFFFFFFFLL) return cudaErrorInvalidValue;
-    if ((uintptr_t)args->c % 4) return cudaErrorInvalidValue;  // the epilogue stores 2 values
+    if ((uintptr_t)args->c % 4 || (uintptr_t)args->act_out % 4)
+        return cudaErrorInvalidValue;  // the epilogue stores 2 values
     if (args->P == 0 || args->max_blocks == 0) return cudaSuccess;  // nothing to compute
     switch (args->block_m) {
     case 8: return launch_dtype<8>(args, stream);
@@ -1220,6 +1334,11 @@ extern "C" int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *ar
     case 128: return token_subtiles_of<128>(args);
     default: return 0;
     }
+}
+
+extern "C" int32_t nvfp4moe_hopper_fuses_activation(const nvfp4moe_hopper_args *args) {
+    const int32_t rt = nvfp4moe_hopper_row_tiles(args);
+    return rt && fuses_act(args, rt) ? 1 : 0;
 }
 
 extern "C" int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args) {

@@ -57,7 +57,7 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
  * No allocation, no host synchronization: capturable in a CUDA graph (the split-K workspace is
  * cleared with cudaMemsetAsync on the stream). cudaErrorInvalidValue for N or K not a multiple of
  * 16, block_m not one of 8, 16, 32, 64, 128, C not 4-byte aligned (the epilogue stores two
- * adjacent values at once), token_subtiles or row_tiles not 0, 1 or 2, or activations of 32 GiB or more
+ * adjacent values at once; act_out likewise), token_subtiles or row_tiles not 0, 1 or 2, or activations of 32 GiB or more
  * (ceil(P / a_row_div) rows of K values: the kernel addresses rows by 32-bit offsets). */
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
@@ -72,6 +72,15 @@ int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
  * traffic per MMA of 1. row_tiles 0 chooses, 1 or 2 force it (for tests and benchmarks; block_m
  * 8..32 always run 1). Reads block_m and row_tiles only. */
 int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
+
+/* 1 when nvfp4moe_hopper_gemm(args) applies GEMM1's gated activation itself: args->act_out and
+ * args->act are set, the launch runs two weight tiles per item (nvfp4moe_hopper_row_tiles), the
+ * activation is silu (SiLU-and-mul, with or without its limit) on stacked halves (gate rows
+ * [0, N/2), up rows [N/2, N); scale_2_halves != 2) and N is a multiple of 256. Then the GEMM writes
+ * act_out[p, j] = act(C[p, j], C[p, j + N/2]) for j < N/2, from C's values rounded to the 16-bit
+ * type exactly as the activation kernel (kernels/pipeline.h) would read them back, and leaves C
+ * untouched; otherwise (0) it writes C and ignores act_out. */
+int32_t nvfp4moe_hopper_fuses_activation(const nvfp4moe_hopper_args *args);
 
 /* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with
  * P/E/block_m < 0.9, then 64 while P/E < 1.9 * 64, else 128 (wgmma's token dimension N = block_m;

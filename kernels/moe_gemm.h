@@ -68,6 +68,10 @@ typedef struct nvfp4moe_marlin_args {
                                  block runs only those its pairs reach (kernels/hopper_gemm.h) */
     int32_t row_tiles;        /* the Hopper GEMM at block_m 64 and 128 only: 0 chooses, 1 or 2
                                  force the 128-row weight tiles per work item (kernels/hopper_gemm.h) */
+    void *act_out;            /* the Hopper GEMM only (MARLIN ignores both): GEMM1 may apply its
+                                 gated activation itself and write act(C) [P, N/2] here instead of
+                                 C, where nvfp4moe_hopper_fuses_activation says so; or NULL */
+    const struct nvfp4moe_gpu_act_params *act;  /* that activation (kernels/pipeline.h), or NULL */
 } nvfp4moe_marlin_args;
 
 /* Workspace the GEMM needs for these sizes (may be 0). */

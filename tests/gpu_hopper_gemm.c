@@ -35,6 +35,7 @@
 
 #include "../kernels/hopper_gemm.h"
 #include "../kernels/moe_gemm.h"
+#include "../kernels/pipeline.h"
 
 #include "gpu_gemm_common.h"
 
@@ -46,7 +47,83 @@ typedef struct {
     int halves; // scale_2_halves: 0 [E]; 1 [E, 2] stacked gate/up; 2 [E, 2] interleaved
     int subtiles; // token_subtiles: 0 chosen by the GEMM; 1 or 2 forced (block_m 64 only)
     int rowtiles; // row_tiles: 0 chosen by the GEMM; 1 or 2 forced (block_m 64 and 128 only)
+    int act;      // 0, or GEMM1's activation asked for (k_acts[act - 1]): where the GEMM fuses it,
+                  // checked against its own C passed through the activation kernel
 } test_case;
+
+// The activations the fused-activation cases ask GEMM1 to apply (act, has_limit, limit, alpha,
+// beta, situ_beta, situ_linear_beta).
+static const nvfp4moe_gpu_act_params k_acts[] = {
+    {NVFP4MOE_ACT_SILU, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f},
+    {NVFP4MOE_ACT_SILU, 1, 0.75f, 0.0f, 0.0f, 0.0f, 0.0f},
+    {NVFP4MOE_ACT_SWIGLUOAI_UNINTERLEAVE, 1, 0.5f, 1.702f, 1.0f, 0.0f, 0.0f},
+    {NVFP4MOE_ACT_GELU_TANH, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f},
+};
+
+// The fused-activation check of one case: act_out from the GEMM with args->act_out set, against
+// the activation kernel applied to C of the plain run (d_c); C must stay untouched (re-poisoned
+// first) where the GEMM fuses, act_out where it does not. Bit-exact without a K split (the same
+// roundings in the same order), else within one 16-bit step plus 2^-10 of the largest value
+// (the split's partial sums arrive in a different order every run). Returns 1 when right.
+static int check_fused_act(const test_case *tc, nvfp4moe_hopper_args *args, void *d_c, int P, int N,
+                           int guard) {
+    const nvfp4moe_gpu_act_params *ap = &k_acts[tc->act - 1];
+    const int nh = N / 2;
+    const size_t nact = (size_t)P * nh, ncc = (size_t)(P + guard) * N;
+    void *d_act, *d_ref;
+    CUDA_OK(cudaMalloc(&d_act, sizeof(uint16_t) * (nact + (size_t)guard * nh)));
+    CUDA_OK(cudaMalloc(&d_ref, sizeof(uint16_t) * nact));
+    CUDA_OK(nvfp4moe_gpu_activation(d_c, d_ref, P, nh, N, ap, tc->bf16, 0));
+    CUDA_OK(cudaMemset(d_act, 0xFF, sizeof(uint16_t) * (nact + (size_t)guard * nh)));
+    CUDA_OK(cudaMemset(d_c, 0xFF, sizeof(uint16_t) * ncc));
+    args->act_out = d_act;
+    args->act = ap;
+    const int fused = nvfp4moe_hopper_fuses_activation(args);
+    CUDA_OK(nvfp4moe_hopper_gemm(args, 0));
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaDeviceSynchronize());
+    args->act_out = NULL;
+    args->act = NULL;
+    uint16_t *act = malloc(sizeof(uint16_t) * (nact + (size_t)guard * nh));
+    uint16_t *ref = malloc(sizeof(uint16_t) * nact), *cc = malloc(sizeof(uint16_t) * ncc);
+    CUDA_OK(cudaMemcpy(act, d_act, sizeof(uint16_t) * (nact + (size_t)guard * nh), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(ref, d_ref, sizeof(uint16_t) * nact, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(cc, d_c, sizeof(uint16_t) * ncc, cudaMemcpyDeviceToHost));
+    size_t touched_c = 0, touched_act = 0, bad = 0, diff = 0;
+    for (size_t i = 0; i < ncc; i++) touched_c += cc[i] != 0xFFFF;
+    for (size_t i = 0; i < nact + (size_t)guard * nh; i++) touched_act += act[i] != 0xFFFF;
+    double maxref = 0;
+    for (size_t i = 0; i < nact; i++) {
+        const double r = tc->bf16 ? bf2f(ref[i]) : h2f(ref[i]);
+        if (isfinite(r)) maxref = fmax(maxref, fabs(r));
+    }
+    if (fused) {
+        for (size_t i = 0; i < nact; i++) {
+            if (act[i] == ref[i]) continue;
+            diff++;
+            const double a = tc->bf16 ? bf2f(act[i]) : h2f(act[i]), r = tc->bf16 ? bf2f(ref[i]) : h2f(ref[i]);
+            const double tol = ldexp(fmax(fabs(a), fabs(r)), tc->bf16 ? -7 : -10) + ldexp(maxref, -10);
+            if (!args->workspace || !(fabs(a - r) <= tol)) {
+                if (bad < 5)
+                    fprintf(stderr, "  [%s] act[%zu, %zu] fused %.6g, GEMM + activation kernel %.6g\n",
+                            tc->name, i / nh, i % nh, a, r);
+                bad++;
+            }
+        }
+        for (size_t i = nact; i < nact + (size_t)guard * nh; i++) bad += act[i] != 0xFFFF;  // guard rows
+    }
+    // fused: C untouched; not fused: act_out untouched (C was checked by the caller)
+    const int ok = fused ? bad == 0 && touched_c == 0 : touched_act == 0;
+    t_record(ok);
+    printf("%-4s %-34s fused activation %d (act %d, limit %d): %s, %zu values differ, %zu bad, C written %zu, act written %zu\n",
+           ok ? "ok" : "FAIL", tc->name, fused, ap->activation, ap->has_limit,
+           fused ? (args->workspace ? "vs GEMM + activation kernel (K split: one step)" : "bit-exact vs GEMM + activation kernel")
+                 : "not fused, act_out untouched",
+           diff, bad, touched_c, touched_act);
+    free(act); free(ref); free(cc);
+    cudaFree(d_act); cudaFree(d_ref);
+    return ok;
+}
 
 /* Column n's scale: the expert's, or its half's (up: n >= N/2 stacked, odd n interleaved). */
 static double col_scale(const float *s2, int halves, int e, int n, int N) {
@@ -213,6 +290,7 @@ static void run_case(const test_case *tc, int sm_count) {
     }
     int guard_bad = 0;
     for (size_t i = (size_t)P * N; i < (size_t)(P + guard) * N; i++) guard_bad += c[i] != 0xFFFF;
+    if (tc->act) check_fused_act(tc, &args, d_c, P, N, guard);
     double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
     int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
     t_record(ok);
@@ -537,49 +615,62 @@ int main(int argc, char **argv) {
     // halves, subtiles, rowtiles (block_m 64 runs two weight tiles per item unless rowtiles
     // forces one, block_m 128 one unless it forces two: the cases without it cover those forms)
     static const test_case cases[] = {
-        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0, 0, 0, 0},
-        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0, 0, 0, 0},
-        {"gpt-oss-like 2880 bm16 split", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 0, 0, 0},
-        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0, 0, 0, 0, 0},
-        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0},
-        {"bm64 n=2880 k=144", 4, 2880, 144, 64, 2, 64, 0, 1, 1, 1, 3, 0, 0, 0, 0, 0},
-        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0, 0, 0, 0, 0},
-        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0, 0, 0, 0, 0},
-        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 0, 0, 0},
-        {"deepseek-ish no workspace bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 1, 0, 0, 0, 0},
-        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0, 0, 0, 0, 0},
-        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0},
-        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 0, 0},
-        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0, 0, 0, 0, 0},
-        {"bm128 prefill bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0},
-        {"bm128 fp16 n=2880 k=2880", 3, 2880, 2880, 200, 2, 128, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0},
-        {"graph decode split bm8", 16, 1024, 4096, 1, 8, 8, 1, 0, 0, 1, 16, 0, 1, 0, 0, 0},
-        {"graph bm32 fp16 rs bias", 8, 512, 512, 40, 2, 32, 1, 1, 1, 0, 6, 0, 1, 0, 0, 0},
-        {"gate/up scales stacked K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 1, 0, 0},
-        {"gate/up scales interleaved bm16 bias", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 2, 0, 0},
-        {"gate/up scales stacked bm128 prefill", 4, 384, 1024, 300, 2, 128, 1, 0, 1, 1, 4, 0, 0, 1, 0, 0},
-        {"gate/up scales interleaved no workspace", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 0, 16, 1, 0, 2, 0, 0},
+        {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0, 0, 0, 0, 0},
+        {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0, 0, 0, 0, 0},
+        {"gpt-oss-like 2880 bm16 split", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 0, 0, 0, 0},
+        {"gemm2 row_scale bm16 fp16", 8, 1024, 256, 16, 2, 16, 0, 1, 0, 0, 5, 0, 0, 0, 0, 0, 0},
+        {"bm32 gather fp16 bias rs", 6, 272, 1040, 40, 2, 32, 1, 1, 1, 0, 4, 0, 0, 0, 0, 0, 0},
+        {"bm64 n=2880 k=144", 4, 2880, 144, 64, 2, 64, 0, 1, 1, 1, 3, 0, 0, 0, 0, 0, 0},
+        {"bm64 large", 4, 1536, 512, 128, 2, 64, 1, 0, 0, 1, 4, 0, 0, 0, 0, 0, 0},
+        {"bm64 fp16 rs bias empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 0, 0, 0, 0, 0, 0},
+        {"deepseek-ish K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 0, 0, 0, 0},
+        {"deepseek-ish no workspace bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 1, 0, 0, 0, 0, 0},
+        {"deepseek-ish gemm2 bm8 fp16", 16, 2048, 1024, 3, 8, 8, 0, 1, 0, 0, 16, 0, 0, 0, 0, 0, 0},
+        {"bm16 top1 all one expert", 4, 256, 512, 33, 1, 16, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"bm64 k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 0, 0, 0},
+        {"bm8 bf16 many experts", 64, 144, 1024, 7, 6, 8, 1, 1, 1, 1, 64, 0, 0, 0, 0, 0, 0},
+        {"bm128 prefill bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0, 0},
+        {"bm128 fp16 n=2880 k=2880", 3, 2880, 2880, 200, 2, 128, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0},
+        {"graph decode split bm8", 16, 1024, 4096, 1, 8, 8, 1, 0, 0, 1, 16, 0, 1, 0, 0, 0, 0},
+        {"graph bm32 fp16 rs bias", 8, 512, 512, 40, 2, 32, 1, 1, 1, 0, 6, 0, 1, 0, 0, 0, 0},
+        {"gate/up scales stacked K split bm8", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 1, 16, 0, 0, 1, 0, 0, 0},
+        {"gate/up scales interleaved bm16 bias", 6, 2880, 2880, 6, 4, 16, 1, 0, 1, 1, 5, 0, 0, 2, 0, 0, 0},
+        {"gate/up scales stacked bm128 prefill", 4, 384, 1024, 300, 2, 128, 1, 0, 1, 1, 4, 0, 0, 1, 0, 0, 0},
+        {"gate/up scales interleaved no workspace", 16, 512, 7168, 2, 8, 8, 1, 0, 0, 0, 16, 1, 0, 2, 0, 0, 0},
         // blocks whose second token half holds no pair, with and without a K split
-        {"bm64 K split second token half empty", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0},
-        {"bm128 K split fp16 bias halves", 6, 768, 2048, 100, 4, 128, 1, 1, 1, 0, 6, 0, 0, 1, 0, 0},
-        {"bm128 half-empty blocks no workspace", 5, 640, 1024, 90, 3, 128, 1, 0, 1, 1, 5, 1, 0, 0, 0, 0},
+        {"bm64 K split second token half empty", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0, 0},
+        {"bm128 K split fp16 bias halves", 6, 768, 2048, 100, 4, 128, 1, 1, 1, 0, 6, 0, 0, 1, 0, 0, 0},
+        {"bm128 half-empty blocks no workspace", 5, 640, 1024, 90, 3, 128, 1, 0, 1, 1, 5, 1, 0, 0, 0, 0, 0},
         // block_m 64 in both forms (one m64n64 tile, two m64n32 tiles) on full blocks (top-4 of 4
         // experts at M = 64: every expert exactly one block of 64 pairs) and on blocks whose
         // second token half is empty, each form forced against the one the GEMM would choose
         // (cases 5, 7, 12 and 22 run the two tiles unforced, case 6 one tile)
-        {"bm64 one tile forced half-empty K split", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 1, 0},
-        {"bm64 two tiles forced, full blocks", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 2, 0},
-        {"bm64 one tile forced fp16 empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 1, 0, 2, 1, 0},
-        {"graph bm64 one tile chosen, full blocks", 4, 768, 1024, 64, 4, 64, 1, 1, 1, 1, 4, 0, 1, 1, 0, 0},
-        {"bm64 one tile forced k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 1, 0},
+        {"bm64 one tile forced half-empty K split", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 0},
+        {"bm64 two tiles forced, full blocks", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 2, 0, 0},
+        {"bm64 one tile forced fp16 empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 1, 0, 2, 1, 0, 0},
+        {"graph bm64 one tile chosen, full blocks", 4, 768, 1024, 64, 4, 64, 1, 1, 1, 1, 4, 0, 1, 1, 0, 0, 0},
+        {"bm64 one tile forced k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 1, 0, 0},
         // one weight tile per item forced at block_m 64, and two at 64 and 128 on an odd tile
         // count (the last item's second tile absent) with a K split, fp16, halves, graph
-        {"bm128 one row tile bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0, 1},
-        {"bm64 one row tile K split fp16 halves", 6, 768, 2048, 100, 4, 64, 1, 1, 1, 0, 6, 0, 0, 1, 2, 1},
-        {"bm64 one row tile one token tile", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 1, 1},
-        {"bm64 two row tiles K split odd n tiles", 4, 384, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0, 2},
-        {"bm128 two row tiles odd fp16 halves", 5, 1408, 640, 260, 2, 128, 1, 1, 0, 0, 5, 0, 0, 2, 0, 2},
-        {"graph bm128 two row tiles K split odd", 6, 640, 4096, 70, 4, 128, 1, 1, 1, 1, 5, 0, 1, 1, 0, 2},
+        {"bm128 one row tile bf16 bias rs", 4, 384, 1024, 300, 2, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0, 1, 0},
+        {"bm64 one row tile K split fp16 halves", 6, 768, 2048, 100, 4, 64, 1, 1, 1, 0, 6, 0, 0, 1, 2, 1, 0},
+        {"bm64 one row tile one token tile", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 1, 1, 0},
+        {"bm64 two row tiles K split odd n tiles", 4, 384, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0, 2, 0},
+        {"bm128 two row tiles odd fp16 halves", 5, 1408, 640, 260, 2, 128, 1, 1, 0, 0, 5, 0, 0, 2, 0, 2, 0},
+        {"graph bm128 two row tiles K split odd", 6, 640, 4096, 70, 4, 128, 1, 1, 1, 1, 5, 0, 1, 1, 0, 2, 0},
+        // GEMM1 with SiLU-and-mul fused (two weight tiles per item, gate tile t with up tile
+        // t + n_tiles/2): plain, with a limit on fp16 with gate/up scales, with a K split, forced
+        // to block_m 128, on one token tile with a row scale, on two token tiles; and requests it
+        // does not take (other activations; N/2 not whole tiles): C written, act_out untouched
+        {"fused silu bm64 bias", 4, 512, 1024, 64, 4, 64, 1, 0, 1, 1, 4, 1, 0, 0, 0, 0, 1},
+        {"fused silu limit fp16 halves bm64", 6, 768, 640, 100, 4, 64, 1, 0, 1, 0, 6, 1, 0, 1, 0, 0, 2},
+        {"fused silu limit K split", 4, 512, 4096, 20, 4, 64, 1, 0, 1, 1, 4, 0, 0, 1, 0, 0, 2},
+        {"fused silu bm128 two row tiles", 5, 1024, 512, 260, 2, 128, 1, 0, 1, 1, 5, 1, 0, 0, 0, 2, 1},
+        {"fused silu one token tile rs", 4, 1536, 512, 64, 4, 64, 1, 1, 0, 1, 4, 1, 0, 0, 1, 0, 1},
+        {"fused silu limit two token tiles", 8, 256, 768, 96, 2, 64, 0, 0, 1, 1, 3, 1, 0, 0, 2, 0, 2},
+        {"swigluoai stacked asked, not fused", 4, 512, 1024, 64, 4, 64, 1, 0, 1, 1, 4, 1, 0, 1, 0, 0, 3},
+        {"gelu_tanh asked, not fused", 4, 512, 1024, 64, 4, 64, 1, 0, 1, 0, 4, 1, 0, 0, 0, 0, 4},
+        {"silu asked, N/2 not whole tiles", 4, 384, 1024, 64, 2, 64, 1, 0, 1, 1, 4, 1, 0, 0, 0, 0, 1},
     };
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);

@@ -53,6 +53,8 @@ typedef struct w4a16_gemm {
     cudaError_t (*gemm)(const nvfp4moe_marlin_args *args, cudaStream_t stream);
     int32_t (*block_m)(int64_t P, int32_t E);
     bool has_decode;              /* a fused small-batch path (kernels/hopper_decode.h) on the same weights */
+    /* whether GEMM1 with these arguments writes act(C) to args->act_out itself, or NULL: never */
+    int32_t (*fuses_activation)(const nvfp4moe_marlin_args *args);
 } w4a16_gemm;
 
 /* MARLIN's layout is the same for both activation dtypes. */
@@ -64,10 +66,11 @@ static cudaError_t marlin_repack(const uint8_t *w, const uint8_t *sf, int32_t E,
 
 static const w4a16_gemm k_marlin_gemm = {
     "MARLIN", nvfp4moe_marlin_packed_bytes, marlin_repack,
-    nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m, false};
+    nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m, false, NULL};
 static const w4a16_gemm k_hopper_gemm = {
     "HOPPER_WGMMA", nvfp4moe_hopper_packed_bytes, nvfp4moe_hopper_repack,
-    nvfp4moe_hopper_workspace_bytes, nvfp4moe_hopper_gemm, nvfp4moe_hopper_block_m, true};
+    nvfp4moe_hopper_workspace_bytes, nvfp4moe_hopper_gemm, nvfp4moe_hopper_block_m, true,
+    nvfp4moe_hopper_fuses_activation};
 
 /* Which of HOPPER_WGMMA's two regimes a forward runs: by the tokens per expert (auto), or forced
  * by NVFP4MOE_HOPPER_REGIME=decode|gemm at plan creation (benchmarks and tests time and check
@@ -91,6 +94,7 @@ typedef struct cuda_state {
     int32_t decode_route;         /* HOPPER_WGMMA decode: GEMM1 routes and groups a few tokens itself */
     int32_t decode_kw[2];         /* HOPPER_WGMMA decode: warps per item of GEMM1, GEMM2 (0: the kernels' choice) */
     int32_t gemm_row_tiles;       /* HOPPER_WGMMA larger batches: 128-row weight tiles per item (0: the GEMM's choice) */
+    int32_t gemm_fused_act;       /* HOPPER_WGMMA larger batches: GEMM1 applies the activation where it can */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -381,7 +385,9 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * instead of a routing/grouping kernel running ahead of it. NVFP4MOE_HOPPER_G1_KW and
      * NVFP4MOE_HOPPER_G2_KW = 1, 2 or 4 force the warps that share an item in GEMM1 / GEMM2 (0:
      * the kernels choose from the item count). NVFP4MOE_HOPPER_ROW_TILES = 1 or 2 forces the
-     * larger-batch GEMM's 128-row weight tiles per work item (0: the GEMM's choice). */
+     * larger-batch GEMM's 128-row weight tiles per work item (0: the GEMM's choice);
+     * NVFP4MOE_HOPPER_FUSED_ACT=0 keeps that GEMM1 from applying the activation itself (on by
+     * default where the GEMM can: nvfp4moe_hopper_fuses_activation). */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
@@ -389,6 +395,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->decode_route = 1;
     st->decode_kw[0] = st->decode_kw[1] = 0;
     st->gemm_row_tiles = 0;
+    st->gemm_fused_act = 1;
     if (w4a16 && gemm->has_decode) {
         static const struct {
             const char *var;
@@ -404,6 +411,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw), true},
             {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t), true},
             {"NVFP4MOE_HOPPER_ROW_TILES", 2, offsetof(cuda_state, gemm_row_tiles), false},
+            {"NVFP4MOE_HOPPER_FUSED_ACT", 1, offsetof(cuda_state, gemm_fused_act), false},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
             const char *v = getenv(k_knobs[i].var);
@@ -636,13 +644,18 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         return NVFP4MOE_OK;
     }
 
+    bool fused_act = false;
     if (st->w4a16) {
         nvfp4moe_marlin_args g = {
             .a = a_in, .a_row_div = st->K, .b = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
             .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->N1, .K = st->H, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count,
-            .scale_2_halves = st->w13_halves, .row_tiles = st->gemm_row_tiles};
+            .scale_2_halves = st->w13_halves, .row_tiles = st->gemm_row_tiles, .act_out = act,
+            .act = &st->act};
+        /* GEMM1 applies the activation itself where it can (then no activation kernel) */
+        fused_act = st->gemm_fused_act && st->gemm->fuses_activation && st->gemm->fuses_activation(&g);
+        if (!fused_act) g.act_out = NULL, g.act = NULL;
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM1");
     } else {
         nvfp4moe_emul_args g = {
@@ -653,9 +666,11 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         CUDA_TRY(st, nvfp4moe_emul_gemm(&g, stream), "GEMM1 (emulation)");
     }
 
-    if (st->w4a16)
-        CUDA_TRY(st, nvfp4moe_gpu_activation(c1, act, L.P, st->I, st->N1, &st->act, st->is_bf16, stream), "activation");
-    else
+    if (st->w4a16) {
+        if (!fused_act)
+            CUDA_TRY(st, nvfp4moe_gpu_activation(c1, act, L.P, st->I, st->N1, &st->act, st->is_bf16, stream),
+                     "activation");
+    } else
         CUDA_TRY(st, nvfp4moe_emul_activation(c1, act, L.P, st->I, st->N1, &st->act, st->a2_gs, st->is_bf16, stream),
                  "activation (emulation)");
 
