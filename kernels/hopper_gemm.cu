@@ -1217,9 +1217,10 @@ int token_subtiles_of(const nvfp4moe_hopper_args *args) {
 
 // Weight tiles per work item (Kernel's RT): two (256 weight rows against one activation stage)
 // at block_m 64, one at 128, unless args->row_tiles forces either; always one where KS = 2.
-// H100, the GEMMs alone at M = 1024 (block_m 64): two tiles 7-8 % faster on DeepSeek-V3,
-// Qwen3-30B-A3B and gpt-oss-120b; at M = 4096 (block_m 128) 1-2 % faster on Mixtral-8x7B but
-// 18-22 % slower on Qwen3-30B-A3B and gpt-oss-120b.
+// H100, the GEMMs alone at M = 1024 (block_m 64): two tiles 7-9 % faster on DeepSeek-V3,
+// Qwen3-30B-A3B and gpt-oss-120b; at M = 4096 (block_m 128) within 1 % on Mixtral-8x7B, 4 %
+// slower on DeepSeek-V3 and 17-22 % slower on Qwen3-30B-A3B and gpt-oss-120b
+// (bench/results/2026-12-06-h100-row-tiles.md).
 template <int BM>
 int row_tiles_of(const nvfp4moe_hopper_args *args) {
     if (KSplit<BM>::value != 1) return 1;
