@@ -69,18 +69,18 @@
  *     of one half overlaps the tensor-core work of the other and A registers are never
  *     rewritten while a wgmma may still read them. Descriptors are the low 32-bit word only
  *     (one add per k16 step), the high word is a constant.
- * Two weight tiles per item (RT = 2, block_m 64 by default; kernels/hopper_gemm.h row_tiles):
- * a stage holds the activations and the chunks of n tiles nt and nt + 1 (two bulk copies, one
- * expect_tx), consumer warpgroup wg takes all 128 rows of tile nt + wg as two 64-row halves with
- * one accumulator set each, so every stage of gathered token rows feeds 256 weight rows: half the
- * activation traffic (L2 reads, shared-memory fills) per MMA. A tile is then four wgmma groups
- * (half 0 steps 0-3, half 1 steps 0-3, half 0 steps 4-7, half 1 steps 4-7) over the same two A
- * sets, each group loading only its own codes and scales (one LDS.128, one LDS.64). An odd tile
- * count leaves the last item one chunk: its second warpgroup only waits for and releases each
- * stage. H100, GEMM1 + GEMM2 at M = 1024 (block_m 64): 7-8 % faster on DeepSeek-V3, Qwen3-30B-A3B
- * and gpt-oss-120b; at block_m 128 18-22 % slower on the short-K layers (ncu, Qwen3-30B-A3B
- * GEMM1 at M = 4096: issue active 43 -> 35 %, long-scoreboard stalls 1.25 -> 2.90 per issue), so
- * block_m 128 keeps one tile (bench/results/2026-12-06-h100-row-tiles.md).
+ * Two weight tiles per item (RT = 2, block_m 64 and 128 by default; kernels/hopper_gemm.h
+ * row_tiles): a stage holds the activations and the chunks of n tiles nt and nt + 1 (two bulk
+ * copies, one expect_tx), consumer warpgroup wg takes all 128 rows of tile nt + wg as two 64-row
+ * halves with one accumulator set each, so every stage of gathered token rows feeds 256 weight
+ * rows: half the activation traffic (L2 reads, shared-memory fills) per MMA. A tile is then four
+ * wgmma groups (half 0 steps 0-3, half 1 steps 0-3, half 0 steps 4-7, half 1 steps 4-7) over the
+ * same two A sets, each group loading only its own codes and scales (one LDS.128, one LDS.64). An
+ * odd tile count leaves the last item one chunk: its second warpgroup only waits for and releases
+ * each stage. At block_m 128 the 128 tokens are then one m64n128k16 tile (two m64n64 tiles per
+ * step with two accumulator sets spill and ran 4-22 % slower than one weight tile; one m64n128
+ * tile ran 6-16 % faster). H100, GEMM1 + GEMM2: 7-9 % faster at M = 1024 (block_m 64) and 6-16 %
+ * at M = 4096 (block_m 128) than one weight tile (bench/results/2026-12-06-h100-row-tiles.md).
  * GEMM1 with SiLU-and-mul fused (GU, two tiles per item where args->act_out asks for it and the
  * gate/up halves are stacked): the item's chunks are gate tile nt and up tile nt + n_tiles/2, and
  * warpgroup wg takes rows 64*wg .. of both, so each thread holds a gate value and its up value
@@ -149,8 +149,9 @@ struct KSplit {
 
 // Token sub-tiles (see Kernel::NSUB): a KS = 1 block is one wgmma tile or, in its split form,
 // NVFP4MOE_HOPPER_NSUB tiles of which an item runs only those up to its last real pair.
-// block_m 128 always takes the split form; block_m 64 takes either, chosen per launch
-// (one_token_tile). KS = 2 blocks (block_m <= 32) are always one tile. Building with
+// block_m 128 takes the split form with one weight tile per item and one tile with two (the
+// default: token_subtiles_of); block_m 64 takes either, chosen per launch (one_token_tile).
+// KS = 2 blocks (block_m <= 32) are always one tile. Building with
 // NVFP4MOE_HOPPER_NSUB=1 makes every block one tile (the "one sub-tile" variant of
 // bench/results/2026-12-06-h100.md, section 2).
 #ifndef NVFP4MOE_HOPPER_NSUB
@@ -1208,25 +1209,29 @@ bool one_token_tile(const nvfp4moe_hopper_args *args) {
     return (int64_t)args->P >= kOneTileMinPairsPerExpert * args->E;
 }
 
-// The sub-tiles per block of a launch at block_m BM (Kernel::NSUB).
-template <int BM>
-int token_subtiles_of(const nvfp4moe_hopper_args *args) {
-    if (BM == kChoiceBM && one_token_tile(args)) return 1;
-    return SplitSubtiles<BM>::value;
-}
-
 // Weight tiles per work item (Kernel's RT): two (256 weight rows against one activation stage)
-// at block_m 64, one at 128, unless args->row_tiles forces either; always one where KS = 2.
+// at block_m 64 and 128 unless args->row_tiles forces one; always one where KS = 2. At block_m
+// 128 two weight tiles go with one m64n128 token tile (token_subtiles_of).
 // H100, the GEMMs alone at M = 1024 (block_m 64): two tiles 7-9 % faster on DeepSeek-V3,
-// Qwen3-30B-A3B and gpt-oss-120b; at M = 4096 (block_m 128) within 1 % on Mixtral-8x7B, 4 %
-// slower on DeepSeek-V3 and 17-22 % slower on Qwen3-30B-A3B and gpt-oss-120b
-// (bench/results/2026-12-06-h100-row-tiles.md).
+// Qwen3-30B-A3B and gpt-oss-120b. At M = 4096 (block_m 128) two tiles with two m64n64 token
+// tiles were 4-22 % slower than one weight tile (the instance spills), with one m64n128 token
+// tile 6-16 % faster (DeepSeek-V3 -9 %, Qwen3-30B-A3B -11 %, Mixtral-8x7B -16 %, gpt-oss-120b
+// -6 %; bench/results/2026-12-06-h100-row-tiles.md).
 template <int BM>
 int row_tiles_of(const nvfp4moe_hopper_args *args) {
     if (KSplit<BM>::value != 1) return 1;
-    if (args->row_tiles) return args->row_tiles;
-    return BM == 64 ? 2 : 1;
+    return args->row_tiles ? args->row_tiles : 2;
 }
+
+// The sub-tiles per block of a launch at block_m BM (Kernel::NSUB): at block_m 128 one tile with
+// two weight tiles per item (row_tiles_of), two with one.
+template <int BM>
+int token_subtiles_of(const nvfp4moe_hopper_args *args) {
+    if (BM == kChoiceBM && one_token_tile(args)) return 1;
+    if (BM == 128 && row_tiles_of<BM>(args) == 2) return 1;
+    return SplitSubtiles<BM>::value;
+}
+
 
 // Whether a launch applies the activation itself (GU: gate tile t and up tile t + n_tiles/2 in one
 // item, each warpgroup holding a gate row and its up row for the same tokens): asked for
@@ -1241,21 +1246,26 @@ bool fuses_act(const nvfp4moe_hopper_args *args, int row_tiles) {
     return args->act->activation == NVFP4MOE_ACT_SILU && args->N % (2 * kTN) == 0;
 }
 
+// Only the pairs that token_subtiles_of and row_tiles_of can choose are instantiated: at block_m
+// 128, NSUB 1 runs two weight tiles and NSUB 2 one.
 template <int BM, bool BF16, int NSUB>
 cudaError_t launch_rows(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    if constexpr (KSplit<BM>::value == 1) {
+    constexpr bool kTwo = KSplit<BM>::value == 1 && !(BM == 128 && NSUB != 1);
+    constexpr bool kOne = !(BM == 128 && NSUB == 1);
+    if constexpr (kTwo) {
         if (row_tiles_of<BM>(args) == 2) {
             if (fuses_act(args, 2)) return launch<BM, BF16, NSUB, 2, true>(args, stream);
             return launch<BM, BF16, NSUB, 2, false>(args, stream);
         }
     }
-    return launch<BM, BF16, NSUB, 1, false>(args, stream);
+    if constexpr (kOne) return launch<BM, BF16, NSUB, 1, false>(args, stream);
+    else return cudaErrorInvalidValue;  // not reached: block_m 128 at one token tile runs two weight tiles
 }
 
 template <int BM, bool BF16>
 cudaError_t launch_subtiles(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     constexpr int split = SplitSubtiles<BM>::value;
-    if constexpr (BM == kChoiceBM && split != 1) {
+    if constexpr (split != 1) {
         if (token_subtiles_of<BM>(args) == 1) return launch_rows<BM, BF16, 1>(args, stream);
     }
     return launch_rows<BM, BF16, split>(args, stream);

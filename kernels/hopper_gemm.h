@@ -43,8 +43,9 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
  * m64n64 wgmma tile or two m64n32 tiles (a block whose pairs fit the first 32 rows skips the
  * second). 0 (the glue's zeroed default) chooses one tile when P / E >= 48 pairs per expert, the
  * two tiles below (the H100 measurements behind it: kernels/hopper_gemm.cu, one_token_tile);
- * 1 or 2 force that form, for tests and benchmarks. block_m 128 is always two 64-token tiles,
- * block_m 8..32 one tile. */
+ * 1 or 2 force that form, for tests and benchmarks. block_m 128 is one 128-token tile with two
+ * weight tiles per item (row_tiles, the default) and two 64-token tiles with one; block_m 8..32
+ * one tile. */
 typedef nvfp4moe_marlin_args nvfp4moe_hopper_args;
 
 /* Workspace the GEMM can use for split-K at these sizes (0: it never splits K). */
@@ -69,8 +70,8 @@ int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
 /* The 128-row weight tiles per work item that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a
  * block_m it does not take, or for a row_tiles the GEMM refuses). With 2 (block_m 64 and 128) a
  * CTA multiplies 256 weight rows with each stage of gathered token rows, half the activation
- * traffic per MMA of 1. row_tiles 0 chooses, 1 or 2 force it (for tests and benchmarks; block_m
- * 8..32 always run 1). Reads block_m and row_tiles only. */
+ * traffic per MMA of 1. row_tiles 0 chooses (2), 1 or 2 force it (for tests and benchmarks;
+ * block_m 8..32 always run 1). Reads block_m and row_tiles only. */
 int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
 
 /* 1 when nvfp4moe_hopper_gemm(args) applies GEMM1's gated activation itself: args->act_out and

@@ -612,8 +612,8 @@ int main(int argc, char **argv) {
     }
 
     // name, E, N, K, M, topk, block_m, gather, row_scale, bias, bf16, e_used, no_ws, graph,
-    // halves, subtiles, rowtiles (block_m 64 runs two weight tiles per item unless rowtiles
-    // forces one, block_m 128 one unless it forces two: the cases without it cover those forms)
+    // halves, subtiles, rowtiles (block_m 64 and 128 run two weight tiles per item unless
+    // rowtiles forces one: the cases without it cover that form)
     static const test_case cases[] = {
         {"P=1 decode bm8", 4, 144, 272, 1, 1, 8, 1, 0, 0, 1, 4, 0, 0, 0, 0, 0, 0},
         {"gather top4 bm8 bias", 8, 272, 144, 5, 4, 8, 1, 0, 1, 1, 6, 0, 0, 0, 0, 0, 0},
