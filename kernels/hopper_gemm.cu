@@ -311,7 +311,8 @@ template <int R>
 __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
 }
-// Barrier among the 128 threads of one consumer warpgroup (ids 1, 2; 0 is __syncthreads).
+// Barrier among the 128 threads of one consumer warpgroup (ids 1 .. 4, one per (warpgroup,
+// 64-row half); 0 is __syncthreads).
 __device__ __forceinline__ void wg_barrier(int id) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
@@ -535,8 +536,8 @@ struct Kernel {
 
     // Token sub-tiles. A block's BM token columns are NSUB wgmma tiles of SUBN = BM/NSUB columns
     // each (the same shape, each on its own slice of the accumulators); an item runs only the
-    // sub-tiles up to its last real pair, so an expert with 137 pairs at block_m 128 costs
-    // 128 + 64 token columns instead of 256. The k-tile loop is compiled once per sub-tile count
+    // sub-tiles up to its last real pair, so an expert with 137 pairs at block_m 128 in the split
+    // form (one weight tile per item) costs 128 + 64 token columns instead of 256. The k-tile loop is compiled once per sub-tile count
     // and chosen per item. (Several wgmma widths in one kernel, or NSUB = 4 at block_m 128, make
     // ptxas spill or serialize the wgmma pipeline for want of registers; a runtime condition
     // around each wgmma makes it fence every one.) NSUB is a template parameter because at
@@ -1247,11 +1248,12 @@ bool fuses_act(const nvfp4moe_hopper_args *args, int row_tiles) {
 }
 
 // Only the pairs that token_subtiles_of and row_tiles_of can choose are instantiated: at block_m
-// 128, NSUB 1 runs two weight tiles and NSUB 2 one.
+// 128, NSUB 1 runs two weight tiles and NSUB 2 one (a build whose split form is one tile,
+// NVFP4MOE_HOPPER_NSUB=1, runs both at NSUB 1).
 template <int BM, bool BF16, int NSUB>
 cudaError_t launch_rows(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     constexpr bool kTwo = KSplit<BM>::value == 1 && !(BM == 128 && NSUB != 1);
-    constexpr bool kOne = !(BM == 128 && NSUB == 1);
+    constexpr bool kOne = !(BM == 128 && NSUB == 1) || SplitSubtiles<BM>::value == 1;
     if constexpr (kTwo) {
         if (row_tiles_of<BM>(args) == 2) {
             if (fuses_act(args, 2)) return launch<BM, BF16, NSUB, 2, true>(args, stream);
@@ -1336,7 +1338,9 @@ extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,
 }
 
 extern "C" int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args) {
-    if (!args || args->token_subtiles < 0 || args->token_subtiles > 2) return 0;  // refused by the GEMM
+    if (!args || args->token_subtiles < 0 || args->token_subtiles > 2 || args->row_tiles < 0 ||
+        args->row_tiles > 2)
+        return 0;  // refused by the GEMM
     switch (args->block_m) {
     case 8: return token_subtiles_of<8>(args);
     case 16: return token_subtiles_of<16>(args);

@@ -63,8 +63,8 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
 /* The wgmma token tiles per block that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a block_m
- * it does not take, or for a token_subtiles the GEMM refuses): for tests and benchmarks to report
- * which form ran. Reads block_m, P, E and token_subtiles only. */
+ * it does not take, or for a token_subtiles or row_tiles the GEMM refuses): for tests and
+ * benchmarks to report which form ran. Reads block_m, P, E, token_subtiles and row_tiles only. */
 int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
 
 /* The 128-row weight tiles per work item that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a
@@ -85,9 +85,8 @@ int32_t nvfp4moe_hopper_fuses_activation(const nvfp4moe_hopper_args *args);
 
 /* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with
  * P/E/block_m < 0.9, then 64 while P/E < 1.9 * 64, else 128 (wgmma's token dimension N = block_m;
- * a 128-block is two sub-tiles and runs only those it fills, and a 64-block is one tile or two
- * by the pairs per expert, so 64 stays the better grain until experts hold about two 64-blocks
- * each). */
+ * measured when a 128-block was two sub-tiles running only those it fills; a 64-block is one
+ * tile or two by the pairs per expert). */
 int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E);
 
 #ifdef __cplusplus

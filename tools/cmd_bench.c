@@ -785,7 +785,9 @@ static int write_outputs(const char *prefix, const result *res, int n, const cha
     fprintf(f, "- ceilings measured in this run: copy %.2f TB/s (2 GB device-to-device copy kernel, 16-byte accesses, read + write), "
                "bf16 matmul %.0f TFLOP/s (cublasGemmEx 8192^3, random data)\n", copy_bw / 1e12, peak / 1e12);
     fprintf(f, "- a one-kernel graph that does nothing times at %.1f us here (events + launch): the stage columns "
-               "below, each stage timed alone, include it; inside the forward's graph the stages run back to back\n",
+               "below, each stage timed alone, include it; inside the forward's graph the stages run back to back "
+               "(HOPPER_WGMMA's GEMM1 applies SiLU itself where it runs 256 weight rows per stage, block_m 64 and "
+               "128: there the forward runs no activation kernel)\n",
             g_launch_us);
     fprintf(f, "- floor = max(touched experts' NVFP4 bytes (0.5625 B/weight) / copy bandwidth, FLOPs / bf16 rate); "
                "%% = floor / time\n");

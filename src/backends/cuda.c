@@ -11,7 +11,8 @@
  *   route (or the caller's top-k) + group pairs by expert   1 launch for M <= 64, else 2
  *   [scale by the router weight and/or QDQ the input]       EMULATION, or weight-on-input only
  *   GEMM1 [gate; up] (bias)                                  1
- *   activation [+ QDQ for EMULATION]                         1
+ *   activation [+ QDQ for EMULATION]                         1 (HOPPER_WGMMA: 0 where GEMM1
+ *                                                              applies SiLU itself)
  *   GEMM2 x top-k weight (bias)                              1
  *   sum over the top-k (EMULATION: vLLM's moe_sum)           1
  *
