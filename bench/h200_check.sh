@@ -31,7 +31,7 @@
 # bench --cpu --profile, the kernel alone (--stream: a prefetch sweep over 1, 2, 4 .. nproc threads),
 # the decode layers per prefetch setting and per thread count.
 # Environment: SAN_MEMCHECK, SAN_RACECHECK (gpu_hopper_decode cases under compute-sanitizer),
-# GPUTEST_MODES (default "auto decode gemm pdl"), VARIANT_M, VARIANT_NCU (a variant whose stalls ncu
+# GPUTEST_MODES (default "auto decode gemm rt1 nofuse pdl"), VARIANT_M, VARIANT_NCU (a variant whose stalls ncu
 # reads beside the built kernel's), GSAN_MEMCHECK, GSAN_RACECHECK (gpu_hopper_gemm cases of the gsan
 # step), AB_M, ENV_AB, ENVAB_M, GEMM_AB, GEMMAB_M, DECPROF_PRESETS, DECPROF_M, DECPROF_SRC_PRESET, BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
 # (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256,1024,4096), TORCH_PRESETS (default
@@ -161,12 +161,13 @@ if has prof; then
 fi
 if has gsan; then
     # the wgmma GEMM under compute-sanitizer: partial token tiles at block_m 128 and 64, split-K,
-    # two weight tiles per item on an odd tile count (33, 35)
-    for c in ${GSAN_MEMCHECK:-14 6 2 20 33 35}; do
+    # two weight tiles per item on an odd tile count (33, 35), fused SiLU with a K split (38),
+    # reruns on 2-3 CTAs (45: case 14, 48: case 33, 50: case 35)
+    for c in ${GSAN_MEMCHECK:-14 6 2 20 33 35 38 45 50}; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_gemm --case $c >"$R/gemm_memcheck$c.txt" 2>&1
         log "gemm memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/gemm_memcheck$c.txt")"
     done
-    for c in ${GSAN_RACECHECK:-14 17 33}; do
+    for c in ${GSAN_RACECHECK:-14 17 33 45 48}; do
         timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_gemm --case $c >"$R/gemm_racecheck$c.txt" 2>&1
         log "gemm racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/gemm_racecheck$c.txt" | tr '\n' ' ')"
     done
@@ -218,7 +219,7 @@ if has sass; then
          END{for (k in n) print k, n[k]}' "$R/hopper_decode.sass" | sort >"$R/sass_hist.txt"
     log "sass: $(grep -c 'Function :' "$R/hopper_decode.sass") functions; HMUL2 with selectors: $(grep -cE 'HMUL2.*\.H[01]_H[01]' "$R/hopper_decode.sass")"
 fi
-gmodes=" ${GPUTEST_MODES:-auto decode gemm pdl} "
+gmodes=" ${GPUTEST_MODES:-auto decode gemm rt1 nofuse pdl} "
 if has gputest; then
     for rg in auto decode gemm; do  # HOPPER_WGMMA's regime: chosen by the plan (auto), or forced
         [[ $gmodes == *" $rg "* ]] || continue
@@ -228,6 +229,15 @@ if has gputest; then
     done
     # the decode regime with every launch setting of its kernels on (PDL, L2 prefetch, GEMM1
     # leaving one CTA slot per SM free, GEMM2's early expert prefetch): the plan's whole chain, graph replay included
+    # the larger-batch GEMM's non-default forms through the whole layer: one weight tile per item
+    # (rt1), and two without GEMM1's fused SiLU (nofuse)
+    for v in rt1:NVFP4MOE_HOPPER_ROW_TILES=1 nofuse:NVFP4MOE_HOPPER_FUSED_ACT=0; do
+        n=${v%%:*}
+        [[ $gmodes == *" $n "* ]] || continue
+        env NVFP4MOE_HOPPER_REGIME=gemm ${v#*:} timeout 120 $B/gpu_test >"$R/gpu_test_$n.txt" 2>&1
+        log "gpu_test (gemm regime, ${v#*:}) rc=$?: $(grep -E 'passed' "$R/gpu_test_$n.txt" | tail -1)"
+        grep -E "FAIL" "$R/gpu_test_$n.txt" | head -10 | tee -a "$out/summary.txt"
+    done
     if [[ $gmodes == *" pdl "* ]]; then
         NVFP4MOE_HOPPER_REGIME=decode NVFP4MOE_HOPPER_PDL=1 NVFP4MOE_HOPPER_PREFETCH=4 NVFP4MOE_HOPPER_G1_ROOM=1 \
             NVFP4MOE_HOPPER_G2_L2_MB=24 timeout 120 $B/gpu_test >"$R/gpu_test_decode_pdl.txt" 2>&1
