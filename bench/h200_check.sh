@@ -161,9 +161,10 @@ if has prof; then
 fi
 if has gsan; then
     # the wgmma GEMM under compute-sanitizer: partial token tiles at block_m 128 and 64, split-K,
-    # two weight tiles per item on an odd tile count (33, 35), fused SiLU with a K split (38),
+    # two weight tiles per item on an odd tile count (33, 35), fused SiLU with a K split (38) and
+    # at block_m 128 (39),
     # reruns on 2-3 CTAs (45: case 14, 48: case 33, 50: case 35)
-    for c in ${GSAN_MEMCHECK:-14 6 2 20 33 35 38 45 50}; do
+    for c in ${GSAN_MEMCHECK:-14 6 2 20 33 35 38 39 45 50}; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_gemm --case $c >"$R/gemm_memcheck$c.txt" 2>&1
         log "gemm memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/gemm_memcheck$c.txt")"
     done
