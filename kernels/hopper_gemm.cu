@@ -654,43 +654,42 @@ struct Kernel {
             group2<NS, 1, 0>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
             group2<NS, 0, 1>(accs[0], a0, sbase, code_off, scale_off, dlo, prev, bars);
             group2<NS, 1, 1>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
-            prev = (int)st;
-            return;
-        }
-        float (&acc)[C::NACC] = accs[0];
-        uint32_t cwd[STEPS], swd[STEPS / 2];
-        if constexpr (KS == 1) {
-            const uint4 q0 = lds128(sbase + code_off);
-            const uint4 q1 = lds128(sbase + code_off + 512);
-            const uint4 sc = lds128(sbase + scale_off);
-            cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
-            cwd[4] = q1.x; cwd[5] = q1.y; cwd[6] = q1.z; cwd[7] = q1.w;
-            swd[0] = sc.x; swd[1] = sc.y; swd[2] = sc.z; swd[3] = sc.w;
         } else {
-            const uint4 q0 = lds128(sbase + code_off);
-            const uint2 sc = lds64(sbase + scale_off);
-            cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
-            swd[0] = sc.x; swd[1] = sc.y;
+            float (&acc)[C::NACC] = accs[0];
+            uint32_t cwd[STEPS], swd[STEPS / 2];
+            if constexpr (KS == 1) {
+                const uint4 q0 = lds128(sbase + code_off);
+                const uint4 q1 = lds128(sbase + code_off + 512);
+                const uint4 sc = lds128(sbase + scale_off);
+                cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+                cwd[4] = q1.x; cwd[5] = q1.y; cwd[6] = q1.z; cwd[7] = q1.w;
+                swd[0] = sc.x; swd[1] = sc.y; swd[2] = sc.z; swd[3] = sc.w;
+            } else {
+                const uint4 q0 = lds128(sbase + code_off);
+                const uint2 sc = lds64(sbase + scale_off);
+                cwd[0] = q0.x; cwd[1] = q0.y; cwd[2] = q0.z; cwd[3] = q0.w;
+                swd[0] = sc.x; swd[1] = sc.y;
+            }
+
+            wgmma_wait<1>();  // the previous tile's first group is done: a0 may be rewritten
+            decode_half<0>(cwd, swd, a0);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a0[j], dlo + step_off16(j));
+            wgmma_commit();
+
+            wgmma_wait<1>();  // the previous tile's second group is done: free its stage, rewrite a1
+            // Every consumer thread arrives: an arrive releases only the arriving thread's own reads
+            // of the stage (its LDS of codes and scales), and the bulk copy refilling it must follow
+            // all of them (one arrive per warp after __syncwarp still raced under racecheck once an
+            // item's k tiles wrap around the stages).
+            if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
+            decode_half<1>(cwd, swd, a1);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a1[j], dlo + step_off16(HS + j));
+            wgmma_commit();
         }
-
-        wgmma_wait<1>();  // the previous tile's first group is done: a0 may be rewritten
-        decode_half<0>(cwd, swd, a0);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < HS; j++) mma_step<NS>(acc, a0[j], dlo + step_off16(j));
-        wgmma_commit();
-
-        wgmma_wait<1>();  // the previous tile's second group is done: free its stage, rewrite a1
-        // Every consumer thread arrives: an arrive releases only the arriving thread's own reads
-        // of the stage (its LDS of codes and scales), and the bulk copy refilling it must follow
-        // all of them (one arrive per warp after __syncwarp still raced under racecheck once an
-        // item's k tiles wrap around the stages).
-        if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));
-        decode_half<1>(cwd, swd, a1);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < HS; j++) mma_step<NS>(acc, a1[j], dlo + step_off16(HS + j));
-        wgmma_commit();
         prev = (int)st;
     }
 
