@@ -40,9 +40,9 @@
  * 1024 B (8-row group pitch) in bits 32..45, layout type 1 (128B swizzle) in bits 62..63, base
  * offset 0 (every atom is 1024-byte aligned).
  *
- * Pipeline. One CTA per SM: warpgroup 0 is the producer (setmaxnreg.dec to 56), 2*KS consumer
+ * Pipeline. One CTA per SM: warpgroup 0 is the producer (setmaxnreg.dec to 40), 2*KS consumer
  * warpgroups follow. KS = 1 (block_m > NVFP4MOE_HOPPER_KS2_MAX_BM): 384 threads, 2 consumer
- * warpgroups (setmaxnreg.inc to 224), each 64 weight rows x all 8 k16 steps of a k tile. KS = 2
+ * warpgroups (setmaxnreg.inc to 232), each 64 weight rows x all 8 k16 steps of a k tile. KS = 2
  * (small block_m): 640 threads, 4 consumer warpgroups (104 registers each): warpgroups wg and
  * wg + 2 share rows 64*wg.. and split each k tile's steps 0..3 / 4..7 (k group kg), each with its
  * own accumulators; once per work item k group 1 hands its sums to k group 0 through shared
@@ -81,6 +81,13 @@
  * step with two accumulator sets spill and ran 4-22 % slower than one weight tile; one m64n128
  * tile ran 6-16 % faster). H100, GEMM1 + GEMM2: 7-9 % faster at M = 1024 (block_m 64) and 6-16 %
  * at M = 4096 (block_m 128) than one weight tile (bench/results/2026-12-06-h100-row-tiles.md).
+ * Token tile width per item (Kernel::NW): the narrowest of 64/32/16 (block_m 64) or 128/32
+ * (block_m 128) token columns that holds the block's pairs, so an expert's last, mostly empty
+ * block costs a narrow wgmma instead of a full one. H100, the GEMMs alone against one width:
+ * DeepSeek-V3 -9 to -11 %, Qwen3-235B-A22B -3 to -5 %, Mixtral-8x7B -2 to -6 %, Qwen3-30B-A3B
+ * +1 % at M = 4096 (bench/results/2026-12-06-h100-token-widths.md). The epilogue's per-item
+ * values (expert scales, row scales, bias) wait in shared memory during the k loop
+ * (Kernel::stash_put): in registers they made ptxas spill at block_m 128.
  * GEMM1 with SiLU-and-mul fused (GU, two tiles per item where args->act_out asks for it and the
  * gate/up halves are stacked): the item's chunks are gate tile nt and up tile nt + n_tiles/2, and
  * warpgroup wg takes rows 64*wg .. of both, so each thread holds a gate value and its up value
@@ -147,22 +154,32 @@ struct KSplit {
     static constexpr int value = BM <= NVFP4MOE_HOPPER_KS2_MAX_BM ? 2 : 1;
 };
 
-// Token sub-tiles (see Kernel::NSUB): a KS = 1 block is one wgmma tile or, in its split form,
-// NVFP4MOE_HOPPER_NSUB tiles of which an item runs only those up to its last real pair.
-// block_m 128 takes the split form with one weight tile per item and one tile with two (the
-// default: token_subtiles_of); block_m 64 takes either, chosen per launch (one_token_tile).
-// KS = 2 blocks (block_m <= 32) are always one tile. Building with
-// NVFP4MOE_HOPPER_NSUB=1 makes every block one tile (the "one sub-tile" variant of
-// bench/results/2026-12-06-h100.md, section 2).
-#ifndef NVFP4MOE_HOPPER_NSUB
-#define NVFP4MOE_HOPPER_NSUB 2
+// Token tile widths (see Kernel::NW): a KS = 1 block runs each item on the narrowest of the
+// widths BM >> (SH * j), j < NW, that holds the block's pairs, or (token_subtiles 1) always on
+// BM; KS = 2 blocks (block_m <= 32) are one width. NW and SH per block_m: block_m 64 64/32/16,
+// block_m 128 128/32 (H100: 128/64/32 made ptxas serialize the wgmmas of the two-tile kernel
+// and ran 4-18 % slower; 128/64 spilled in its k loop).
+#ifndef NVFP4MOE_HOPPER_NW64
+#define NVFP4MOE_HOPPER_NW64 3
+#endif
+#ifndef NVFP4MOE_HOPPER_SH64
+#define NVFP4MOE_HOPPER_SH64 1
+#endif
+#ifndef NVFP4MOE_HOPPER_NW128
+#define NVFP4MOE_HOPPER_NW128 2
+#endif
+#ifndef NVFP4MOE_HOPPER_SH128
+#define NVFP4MOE_HOPPER_SH128 2
 #endif
 template <int BM>
-struct SplitSubtiles {
-    static constexpr int value = KSplit<BM>::value == 1 ? NVFP4MOE_HOPPER_NSUB : 1;
+struct TokenWidths {
+    static constexpr int value = KSplit<BM>::value != 1 ? 1
+                                 : BM == 64             ? NVFP4MOE_HOPPER_NW64
+                                 : BM == 128            ? NVFP4MOE_HOPPER_NW128
+                                                        : 1;
+    static constexpr int shift = BM == 64 ? NVFP4MOE_HOPPER_SH64 : BM == 128 ? NVFP4MOE_HOPPER_SH128 : 1;
+    static_assert(shift >= 1 && value >= 1, "widths");
 };
-// The block_m whose launches choose between one tile and the split form.
-constexpr int kChoiceBM = 64;
 
 template <int BM, int RT = 1>
 struct Cfg {
@@ -172,9 +189,14 @@ struct Cfg {
     static constexpr int STAGE = ACT + RT * kWChunk;    // activations + RT weight chunks
     static constexpr int NACC = BM / 2;                 // fp32 accumulators per thread
     static constexpr int RED = KS == 2 ? 2 * NACC * 128 * 4 : 0;  // k-group reduction buffer
-    static constexpr int S0 = (kSmemBudget - RED) / STAGE;
+    // Per consumer thread, the epilogue's per-item values (Kernel::stash_put): expert scales,
+    // row scales, bias values, [field][thread]
+    static constexpr int NR = BM < 32 ? 1 : BM / 32;
+    static constexpr int STASH_F = 2 + NR + 2 * RT;
+    static constexpr int STASH = STASH_F * 256 * KS * 4;
+    static constexpr int S0 = (kSmemBudget - RED - STASH) / STAGE;
     static constexpr int STAGES = S0 > 16 ? 16 : S0;
-    static constexpr int SMEM = STAGES * STAGE + RED + 1024;  // + slack to align the base to 1024
+    static constexpr int SMEM = STAGES * STAGE + RED + STASH + 1024;  // + slack to align the base to 1024
     static constexpr int CPT = BM * (kTK / 8) / 128;    // 16-byte activation chunks per producer thread
     static_assert(BM % 8 == 0 && BM >= 8 && BM <= 128, "wgmma N = BM");
     static_assert(NACC * 2 == BM && CPT * 128 == BM * (kTK / 8), "whole chunks per thread");
@@ -207,17 +229,21 @@ struct Params {
 };
 
 #if NVFP4MOE_HOPPER_DEVICE
-constexpr int kProducerRegs = 56;
+#ifndef NVFP4MOE_HOPPER_PRODUCER_REGS
+#define NVFP4MOE_HOPPER_PRODUCER_REGS 40
+#endif
+constexpr int kProducerRegs = NVFP4MOE_HOPPER_PRODUCER_REGS;
 // setmaxnreg only moves registers inside the CTA's launch allocation: the producer's .dec
 // releases what the consumers' .inc takes, and an .inc that asks for more than was released
-// blocks forever. KS = 1: launch 384 x 168, 128*56 + 256*224 = 384*168. KS = 2: launch
-// 640 x 96 (the __launch_bounds__(640, 1) cap), 128*56 + 512*104 = 60416 <= 640*96 = 61440
+// blocks forever. KS = 1: launch 384 x 168, 128*40 + 256*232 = 384*168 (the producer at 56 and
+// the consumers at 224 spilled in the block_m 128 two-tile kernels: H100, 4-14 % slower). KS = 2:
+// launch 640 x 96 (the __launch_bounds__(640, 1) cap), 128*40 + 512*104 <= 640*96 = 61440
 // (112 per consumer, the first version, needed 64512 and hung in setmaxnreg.inc).
 template <int KS>
 struct ConsumerRegs {
-    static constexpr int value = KS == 2 ? 104 : 224;
+    static constexpr int value = KS == 2 ? 104 : (384 * 168 - 128 * kProducerRegs) / 256 / 8 * 8;
 };
-static_assert(128 * kProducerRegs + 256 * 224 <= 384 * 168, "KS = 1 register budget");
+static_assert(128 * kProducerRegs + 256 * ConsumerRegs<1>::value <= 384 * 168, "KS = 1 register budget");
 static_assert(128 * kProducerRegs + 512 * 104 <= 640 * 96, "KS = 2 register budget");
 
 // ---- wgmma wrappers (generated) -----------------------------------------------------------
@@ -406,7 +432,7 @@ __device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
     return it;
 }
 
-template <int BM, bool BF16, int NSUB_, int RT, bool GU>
+template <int BM, bool BF16, int NW_, int RT, bool GU>
 struct Kernel {
     using C = Cfg<BM, RT>;
     static_assert(!GU || RT == 2, "the gate/up pairing runs two weight tiles per item");
@@ -534,23 +560,19 @@ struct Kernel {
         return (uint32_t)((j / 4) * BM * 8 + (j % 4) * 2);
     }
 
-    // Token sub-tiles. A block's BM token columns are NSUB wgmma tiles of SUBN = BM/NSUB columns
-    // each (the same shape, each on its own slice of the accumulators); an item runs only the
-    // sub-tiles up to its last real pair, so an expert with 137 pairs at block_m 128 in the split
-    // form (one weight tile per item) costs 128 + 64 token columns instead of 256. The k-tile loop is compiled once per sub-tile count
-    // and chosen per item. (Several wgmma widths in one kernel, or NSUB = 4 at block_m 128, make
-    // ptxas spill or serialize the wgmma pipeline for want of registers; a runtime condition
-    // around each wgmma makes it fence every one.) NSUB is a template parameter because at
-    // block_m 64 neither form wins everywhere: the launcher picks one per launch
-    // (one_token_tile). KS = 2 blocks (block_m <= 32) are one tile.
-    static constexpr int NSUB = NSUB_;
-    static constexpr int SUBN = BM / NSUB;
-    static_assert(SUBN % 8 == 0 && NSUB * SUBN == BM, "whole sub-tiles");
-    static_assert(KS == 1 || NSUB == 1, "a KS = 2 block is one tile");
+    // Token tile widths. An item's wgmma tile spans the narrowest of NW widths BM, BM/2, ..
+    // that holds its block's pairs, so the tail block of an expert with 137 pairs at block_m 128
+    // runs 32 token columns, not 128 (at M = 4096 on DeepSeek-V3's 256 experts, a third of the
+    // blocks are such tails: ncu counted 48 % more wgmmas than pairs need with one width). Each
+    // width is its own copy of the item (k loop and epilogue) with its own accumulators, so no
+    // copy keeps another width's registers live: a prefix of one array of BM / 2 accumulators
+    // per width made ptxas spill (two widths) or serialize the wgmmas (four or more) at block_m
+    // 128 with two weight tiles. The block's pair ids are loaded one item ahead (load_rows
+    // before the k loop of the item before), so the width costs no memory latency.
+    static constexpr int NW = NW_;
+    static_assert(NW >= 1 && (BM >> (TokenWidths<BM>::shift * (NW - 1))) >= 8, "widths");
+    static_assert(KS == 1 || NW == 1, "a KS = 2 block is one width");
 
-    // Sub-tiles (1..NSUB) that block blk needs: up to its last real pair. The block's pair ids
-    // are loaded one item ahead (load_rows before the k loop of the item before) so that the
-    // count costs no memory latency between items.
     // The epilogue takes its rows' ids (and row scales) from these registers by warp shuffles,
     // not from memory: its loads of ids, row scales and bias between the stores were one memory
     // latency each, in series (ncu: ~10 % of GEMM1's samples at K = 7168, more at short K).
@@ -560,27 +582,24 @@ struct Kernel {
         for (int i = 0; i < NR; i++)
             pid[i] = 32 * i + lane < BM ? p.sorted_ids[blk * BM + 32 * i + lane] : -1;
     }
-    static __device__ __forceinline__ int subtiles(const Params &p, const int (&pid)[NR]) {
-        if constexpr (NSUB == 1) return 1;
+    // Rows up to the block's last real pair (pairs fill a block from its first row).
+    static __device__ __forceinline__ int real_rows(const Params &p, const int (&pid)[NR]) {
+        if constexpr (NW == 1) return BM;
         int last = -1;  // highest row holding a real pair
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             const unsigned m = __ballot_sync(0xffffffffu, real_pair(p, pid[i]));
             if (m) last = 32 * i + 31 - __clz(m);
         }
-        const int n = (last + SUBN) / SUBN;  // last + 1 rows, rounded up; none -> 0
-        return n < 1 ? 1 : n;
+        return last + 1;
     }
 
-    // One k16 step (A fragment a, descriptor low word dlo of the step) on sub-tiles CI .. NS-1:
-    // 8-row groups are 1024 B apart, so sub-tile c starts c*SUBN*128 bytes into the K half.
-    template <int NS, int CI = 0>
-    static __device__ __forceinline__ void mma_step(float (&acc)[C::NACC], const uint32_t (&a)[4],
+    // One k16 step (A fragment a, descriptor low word dlo of the step) on the block's first
+    // 2 * NA token columns: one m64n(2 NA)k16 wgmma on NA accumulators.
+    template <int NA>
+    static __device__ __forceinline__ void mma_step(float (&acc)[NA], const uint32_t (&a)[4],
                                                     uint32_t dlo) {
-        if constexpr (CI < NS) {
-            Wgmma<SUBN, BF16>::template rs<CI * SUBN / 2>(acc, a, desc_of(dlo + (uint32_t)(CI * SUBN * 8)));
-            mma_step<NS, CI + 1>(acc, a, dlo);
-        }
+        Wgmma<2 * NA, BF16>::template rs<0>(acc, a, desc_of(dlo));
     }
 
     // Decodes half `half` of a tile's steps into A register set a (see consume).
@@ -598,8 +617,8 @@ struct Kernel {
 
     // RT = 2: the wgmma group of 64-row half H, steps 4J .. 4J+3 of the tile in stage sbase,
     // into A set a and accumulators acc (see tile).
-    template <int NS, int H, int J>
-    static __device__ __forceinline__ void group2(float (&acc)[C::NACC], uint32_t (&a)[HS][4],
+    template <int H, int J, int NA>
+    static __device__ __forceinline__ void group2(float (&acc)[NA], uint32_t (&a)[HS][4],
                                                   uint32_t sbase, uint32_t code_off,
                                                   uint32_t scale_off, uint32_t dlo, int prev,
                                                   uint32_t bars) {
@@ -620,17 +639,17 @@ struct Kernel {
         decode_step<BF16, 2>(cwd[3], swd[1], a[3]);
         wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 4; j++) mma_step<NS>(acc, a[j], dlo + step_off16(4 * J + j));
+        for (int j = 0; j < 4; j++) mma_step(acc, a[j], dlo + step_off16(4 * J + j));
         wgmma_commit();
     }
 
-    // One k tile on the first NS sub-tiles (see the comment above KS): the first half of its
+    // One k tile on a token tile of 2 * NA columns (see the comment above KS): the first half of its
     // steps is decoded into a0 once the previous tile's first group has retired, the second
     // into a1 once the previous tile's second group has, which also frees that tile's stage.
     // (A third group in flight, with three A sets in rotation, was not faster on the H200 and
     // without ptxas's serialization it read A registers being rewritten.)
-    template <int NS>
-    static __device__ __forceinline__ void tile(float (&accs)[RH][C::NACC], uint32_t (&a0)[HS][4],
+    template <int NA>
+    static __device__ __forceinline__ void tile(float (&accs)[RH][NA], uint32_t (&a0)[HS][4],
                                                 uint32_t (&a1)[HS][4], uint32_t it, int &prev,
                                                 uint32_t bars,
                                                 uint32_t smem0, uint32_t code_off,
@@ -650,12 +669,12 @@ struct Kernel {
             // Groups retire in order, so each wait_group 1 retires the group issued two before
             // it: the one that last read the A set about to be rewritten. The second group's wait
             // retires the previous tile's last group, which frees that tile's stage.
-            group2<NS, 0, 0>(accs[0], a0, sbase, code_off, scale_off, dlo, prev, bars);
-            group2<NS, 1, 0>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
-            group2<NS, 0, 1>(accs[0], a0, sbase, code_off, scale_off, dlo, prev, bars);
-            group2<NS, 1, 1>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
+            group2<0, 0>(accs[0], a0, sbase, code_off, scale_off, dlo, prev, bars);
+            group2<1, 0>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
+            group2<0, 1>(accs[0], a0, sbase, code_off, scale_off, dlo, prev, bars);
+            group2<1, 1>(accs[1], a1, sbase, code_off, scale_off, dlo, prev, bars);
         } else {
-            float (&acc)[C::NACC] = accs[0];
+            float (&acc)[NA] = accs[0];
             uint32_t cwd[STEPS], swd[STEPS / 2];
             if constexpr (KS == 1) {
                 const uint4 q0 = lds128(sbase + code_off);
@@ -675,7 +694,7 @@ struct Kernel {
             decode_half<0>(cwd, swd, a0);
             wgmma_fence();
 #pragma unroll
-            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a0[j], dlo + step_off16(j));
+            for (int j = 0; j < HS; j++) mma_step(acc, a0[j], dlo + step_off16(j));
             wgmma_commit();
 
             wgmma_wait<1>();  // the previous tile's second group is done: free its stage, rewrite a1
@@ -687,22 +706,22 @@ struct Kernel {
             decode_half<1>(cwd, swd, a1);
             wgmma_fence();
 #pragma unroll
-            for (int j = 0; j < HS; j++) mma_step<NS>(acc, a1[j], dlo + step_off16(HS + j));
+            for (int j = 0; j < HS; j++) mma_step(acc, a1[j], dlo + step_off16(HS + j));
             wgmma_commit();
         }
         prev = (int)st;
     }
 
-    // The k tiles kt0 .. kt1-1 of one item on its first NS sub-tiles; the stage not yet released
+    // The k tiles kt0 .. kt1-1 of one item on 2 * NA token columns; the stage not yet released
     // is left in prev.
-    template <int NS>
-    static __device__ __forceinline__ void tiles(float (&acc)[RH][C::NACC], int kt0, int kt1,
+    template <int NA>
+    static __device__ __forceinline__ void tiles(float (&acc)[RH][NA], int kt0, int kt1,
                                                  uint32_t &it, int &prev, uint32_t bars,
                                                  uint32_t smem0, uint32_t code_off,
                                                  uint32_t scale_off, uint32_t dlo0) {
         uint32_t a0[HS][4], a1[HS][4];
         for (int kt = kt0; kt < kt1; kt++, it++)
-            tile<NS>(acc, a0, a1, it, prev, bars, smem0, code_off, scale_off, dlo0);
+            tile(acc, a0, a1, it, prev, bars, smem0, code_off, scale_off, dlo0);
     }
 
     // RT = 2, an item whose second n tile does not exist (odd tile count): the warpgroup that
@@ -716,20 +735,46 @@ struct Kernel {
         }
     }
 
-    // tiles<V> .. tiles<NSUB> for the item's sub-tile count ns.
-    template <int V = 1>
-    static __device__ __forceinline__ void tiles_for(int ns, float (&acc)[RH][C::NACC], int kt0, int kt1,
-                                                     uint32_t &it, int &prev, uint32_t bars,
-                                                     uint32_t smem0, uint32_t code_off,
-                                                     uint32_t scale_off, uint32_t dlo0) {
-        if constexpr (V < NSUB) {
-            if (ns > V) {
-                tiles_for<V + 1>(ns, acc, kt0, kt1, it, prev, bars, smem0, code_off, scale_off,
-                                 dlo0);
-                return;
-            }
-        }
-        tiles<V>(acc, kt0, kt1, it, prev, bars, smem0, code_off, scale_off, dlo0);
+    // Per item, per consumer thread: the block's pair ids as load_rows spreads them over the
+    // warp's lanes, their row scales (1 without row_scale), the thread's first output column
+    // n_base of its first half (its second is n_base + 8; half q adds 64 q) and its bias values.
+    struct Rows {
+        int pid[NR];
+        float rs[NR];
+        int n_base;
+        float bias[RH][2];
+    };
+
+    // The epilogue's per-item values of this consumer thread to shared memory and back (each
+    // thread its own slots, [field][thread]: no barrier, no bank conflict).
+    static __device__ __forceinline__ float *stash_of(uint8_t *smem) {
+        return reinterpret_cast<float *>(smem + C::STAGES * C::STAGE + C::RED) + (threadIdx.x - 128);
+    }
+    static __device__ __forceinline__ void stash_put(uint8_t *smem, const Rows &r, float s2,
+                                                     float s2_up) {
+        float *st = stash_of(smem);
+        constexpr int T = 256 * KS;
+        st[0] = s2;
+        st[T] = s2_up;
+#pragma unroll
+        for (int i = 0; i < NR; i++) st[(2 + i) * T] = r.rs[i];
+#pragma unroll
+        for (int q = 0; q < RH; q++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) st[(2 + NR + 2 * q + h) * T] = r.bias[q][h];
+    }
+    static __device__ __forceinline__ void stash_get(uint8_t *smem, Rows &r, float &s2,
+                                                     float &s2_up) {
+        const float *st = stash_of(smem);
+        constexpr int T = 256 * KS;
+        s2 = st[0];
+        s2_up = st[T];
+#pragma unroll
+        for (int i = 0; i < NR; i++) r.rs[i] = st[(2 + i) * T];
+#pragma unroll
+        for (int q = 0; q < RH; q++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) r.bias[q][h] = st[(2 + NR + 2 * q + h) * T];
     }
 
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
@@ -754,7 +799,6 @@ struct Kernel {
         // The k group's first step is 4*kg (KS = 2): K half kg of the activations.
         const uint32_t dlo0 = desc_lo(smem0) + (uint32_t)(kg * BM * 8);
         uint32_t it = 0;
-        float acc[RH][C::NACC];
 
         int pid[NR];
         if (blockIdx.x < items) load_rows(p, item_of<kNtStep>(blockIdx.x, splits, p).blk, lane, pid);
@@ -764,7 +808,6 @@ struct Kernel {
             Rows r;
 #pragma unroll
             for (int i = 0; i < NR; i++) r.pid[i] = pid[i];
-            const int ns = subtiles(p, r.pid);
             if (item + (int)gridDim.x < items)
                 load_rows(p, item_of<kNtStep>(item + gridDim.x, splits, p).blk, lane, pid);
             if (kTwoTiles && nt >= p.n_tiles) {  // the last item of an odd tile count: no tile here
@@ -788,71 +831,101 @@ struct Kernel {
                     const int n = r.n_base + qrows * q + 8 * h;
                     r.bias[q][h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
                 }
-#pragma unroll
-            for (int q = 0; q < RH; q++) {
-#pragma unroll
-                for (int i = 0; i < C::NACC; i++) acc[q][i] = 0.f;
-                fence_operands(acc[q]);
-            }
-            int prev = -1;
-            tiles_for(ns, acc, w.kt0, w.kt1, it, prev, bars, smem0, code_off, scale_off, dlo0);
-            wgmma_wait<0>();
-#pragma unroll
-            for (int q = 0; q < RH; q++) fence_operands(acc[q]);
-            if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));  // every thread, as in tile()
-            if constexpr (KS == 2) {
-                // k group 1 hands its partial sums to k group 0 of the same rows through shared
-                // memory ([wg][i][128 threads]: conflict-free); barrier 4 + wg = those 256 threads.
-                float *red = reinterpret_cast<float *>(smem + C::STAGES * C::STAGE) +
-                             wg * C::NACC * 128 + tid;
-                if (kg == 1) {
-#pragma unroll
-                    for (int i = 0; i < C::NACC; i++) red[i * 128] = acc[0][i];
-                }
-                pair_barrier(wg);
-                if (kg == 0) {
-#pragma unroll
-                    for (int i = 0; i < C::NACC; i++) acc[0][i] += red[i * 128];
-                }
-                pair_barrier(wg);  // read before k group 1 rewrites it for the next item
-                if (kg == 1) continue;
-            }
-            // Split-K bookkeeping per (n tile, 64-row half); the election's flag and barrier per
-            // (warpgroup, half): ids 1 + ci, ci < 4 (RT = 2) or < 2.
-            if constexpr (GU) {
-                epilogue_act(p, acc[0], acc[1], w.blk, nt, wg, r, s2, s2_up, splits, g, t, s_flag);
-            } else {
-#pragma unroll
-                for (int q = 0; q < RH; q++)
-                    epilogue(p, acc[q], w.blk, nt, half0 + q, RH * wg + q, r, r.n_base + 64 * q,
-                             r.bias[q], s2, s2_up, splits, g, t, s_flag);
-            }
+            stash_put(smem, r, s2, s2_up);
+            item_widths(splits > 1 ? BM : real_rows(p, r.pid), p, w, nt, wg, kg, half0, tid, g, t, r,
+                        it, bars, smem, code_off, scale_off, dlo0, splits, s_flag);
         }
     }
 
-    // Per item, per consumer thread: the block's pair ids as load_rows spreads them over the
-    // warp's lanes, their row scales (1 without row_scale), the thread's first output column
-    // n_base of its first half (its second is n_base + 8; half q adds 64 q) and its bias values.
-    struct Rows {
-        int pid[NR];
-        float rs[NR];
-        int n_base;
-        float bias[RH][2];
-    };
+    // The item's token tile width: the narrowest of BM, BM/2, .. (NW of them) holding its rows.
+    template <int J = 0>
+    static __device__ __forceinline__ void item_widths(int rows, const Params &p, const Item &w,
+                                                       int nt, int wg, int kg, int half0, int tid,
+                                                       int g, int t, const Rows &r,
+                                                       uint32_t &it, uint32_t bars,
+                                                       uint8_t *smem, uint32_t code_off,
+                                                       uint32_t scale_off, uint32_t dlo0,
+                                                       int splits, int *s_flag) {
+        if constexpr (J + 1 < NW) {
+            if (rows <= (BM >> (TokenWidths<BM>::shift * (J + 1)))) {
+                item_widths<J + 1>(rows, p, w, nt, wg, kg, half0, tid, g, t, r, it, bars,
+                                   smem, code_off, scale_off, dlo0, splits, s_flag);
+                return;
+            }
+        }
+        item<(C::NACC >> (TokenWidths<BM>::shift * J))>(p, w, nt, wg, kg, half0, tid, g, t, r, it, bars, smem,
+                             code_off, scale_off, dlo0, splits, s_flag);
+    }
+
+    // One item's k tiles and epilogue on a token tile of 2 * NA columns, with its own NA
+    // accumulators per 64-row set: an item of one width keeps no other width's registers live.
+    template <int NA>
+    static __device__ __forceinline__ void item(const Params &p, const Item &w, int nt, int wg,
+                                                int kg, int half0, int tid, int g, int t,
+                                                const Rows &r_in, uint32_t &it,
+                                                uint32_t bars, uint8_t *smem, uint32_t code_off,
+                                                uint32_t scale_off, uint32_t dlo0, int splits,
+                                                int *s_flag) {
+        const uint32_t smem0 = smem_u32(smem);
+        float acc[RH][NA];
+#pragma unroll
+        for (int q = 0; q < RH; q++) {
+#pragma unroll
+            for (int i = 0; i < NA; i++) acc[q][i] = 0.f;
+            fence_operands(acc[q]);
+        }
+        int prev = -1;
+        tiles(acc, w.kt0, w.kt1, it, prev, bars, smem0, code_off, scale_off, dlo0);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int q = 0; q < RH; q++) fence_operands(acc[q]);
+        if (prev >= 0) mbar_arrive(bars + 8 * (C::STAGES + prev));  // every thread, as in tile()
+        if constexpr (KS == 2) {
+            // k group 1 hands its partial sums to k group 0 of the same rows through shared
+            // memory ([wg][i][128 threads]: conflict-free); barrier 4 + wg = those 256 threads.
+            float *red = reinterpret_cast<float *>(smem + C::STAGES * C::STAGE) +
+                         wg * NA * 128 + tid;
+            if (kg == 1) {
+#pragma unroll
+                for (int i = 0; i < NA; i++) red[i * 128] = acc[0][i];
+            }
+            pair_barrier(wg);
+            if (kg == 0) {
+#pragma unroll
+                for (int i = 0; i < NA; i++) acc[0][i] += red[i * 128];
+            }
+            pair_barrier(wg);  // read before k group 1 rewrites it for the next item
+            if (kg == 1) return;
+        }
+        // The per-item values back from shared memory: held in registers across the k loop they
+        // made ptxas serialize the wgmmas at block_m 128 with two weight tiles.
+        Rows r = r_in;
+        float s2, s2_up;
+        stash_get(smem, r, s2, s2_up);
+        // Split-K bookkeeping per (n tile, 64-row half); the election's flag and barrier per
+        // (warpgroup, half): ids 1 + ci, ci < 4 (RT = 2) or < 2.
+        if constexpr (GU) {
+            epilogue_act(p, acc[0], acc[1], w.blk, nt, wg, r, s2, s2_up, splits, g, t, s_flag);
+        } else {
+#pragma unroll
+            for (int q = 0; q < RH; q++)
+                epilogue(p, acc[q], w.blk, nt, half0 + q, RH * wg + q, r, r.n_base + 64 * q,
+                         r.bias[q], s2, s2_up, splits, g, t, s_flag);
+        }
+    }
 
     // acc[4i + 2h + b] = D[row 16*warp + g + 8h of the 64-row half][token 8i + 2t + b]: token
     // 8i + 2t + b's id is in lane 8(i%4) + 2t + b's r.pid[i/4]. s2, s2_up: the block's expert's
     // scale_2 times kAccUnscale, one per expert or per (expert, half): row n takes the up half's
     // when n >= N/2 (stacked) or n is odd (interleaved). The half's split-K counter is
     // (blk, nt, half); ci picks its election flag and named barrier.
-    // Stores are 4 bytes: lanes g and g^1 (lane ^ 4) swap halves so the even one writes columns
-    // n0+g, n0+g+1 and the odd one n0+7+g, n0+8+g (n0 = the 16-column group: N is even).
     // Split-K: this split's partial sums of rows n_base and n_base + 8 (those below n_end) into
     // the fp32 workspace [P, N], and back once the last split is elected.
-    static __device__ __forceinline__ void ws_add(const Params &p, const float (&acc)[C::NACC],
+    template <int NA>
+    static __device__ __forceinline__ void ws_add(const Params &p, const float (&acc)[NA],
                                                   const Rows &r, int n_base, int n_end, int t) {
 #pragma unroll
-        for (int i = 0; i < BM / 8; i++)
+        for (int i = 0; i < NA / 4; i++)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
                 const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
@@ -864,10 +937,11 @@ struct Kernel {
                 }
             }
     }
-    static __device__ __forceinline__ void ws_load(const Params &p, float (&acc)[C::NACC],
+    template <int NA>
+    static __device__ __forceinline__ void ws_load(const Params &p, float (&acc)[NA],
                                                    const Rows &r, int n_base, int n_end, int t) {
 #pragma unroll
-        for (int i = 0; i < BM / 8; i++)
+        for (int i = 0; i < NA / 4; i++)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
                 const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], 8 * (i % 4) + 2 * t + b);
@@ -896,11 +970,33 @@ struct Kernel {
         return last != 0;
     }
 
-    static __device__ void epilogue(const Params &p, float (&acc)[C::NACC], int blk, int nt,
+    // One output value before its rounding: both epilogues compute every value through this, so
+    // the fused path's gate and up are the plain epilogue's bit for bit.
+    static __device__ __forceinline__ float c_value(float acc, float sc, bool has_bias, float bias,
+                                                    float rs) {
+        float v = acc * sc;
+        if (has_bias) v += bias;
+        return v * rs;
+    }
+    // Stores are 4 bytes: lanes g and g^1 (lane ^ 4) swap halves so the even one writes columns
+    // n0+g, n0+g+1 and the odd one n0+7+g, n0+8+g (n0 = the 16-column group: N is even). Every
+    // lane takes part in the shuffle; ok (real row, column in range) gates only its store.
+    static __device__ __forceinline__ void store_pair(const Params &p, uint16_t *dst, int ld,
+                                                      int pid, int col, bool odd, float v0,
+                                                      float v1) {
+        const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+        if (!real_pair(p, pid) || col >= ld) return;
+        const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
+        const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
+        *reinterpret_cast<uint32_t *>(dst + (size_t)pid * ld + col) = lo | (hi << 16);
+    }
+
+    template <int NA>
+    static __device__ void epilogue(const Params &p, float (&acc)[NA], int blk, int nt,
                                     int half, int ci, const Rows &r, int n_base,
                                     const float (&bias)[2], float s2, float s2_up, int splits,
                                     int g, int t, int *s_flag) {
-        if (splits > 1) {
+        if (NA == C::NACC && splits > 1) {  // only full-width items run split (item_widths)
             ws_add(p, acc, r, n_base, p.N, t);
             if (!last_split(p, ((size_t)blk * p.n_tiles + nt) * 2 + half, ci, splits, s_flag)) return;
             ws_load(p, acc, r, n_base, p.N, t);
@@ -915,40 +1011,32 @@ struct Kernel {
         const bool odd = g & 1;
         const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
 #pragma unroll
-        for (int i = 0; i < BM / 8; i++)
+        for (int i = 0; i < NA / 4; i++)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
                 const int src = 8 * (i % 4) + 2 * t + b;
                 const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
                 const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
-                float v0 = acc[4 * i + b] * sc[0], v1 = acc[4 * i + 2 + b] * sc[1];
-                if (p.bias) {
-                    v0 += bias[0];
-                    v1 += bias[1];
-                }
-                v0 *= rs;
-                v1 *= rs;
-                const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                if (!real_pair(p, pid) || col >= p.N) continue;
-                const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
-                const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
-                *reinterpret_cast<uint32_t *>(p.c + (size_t)pid * p.N + col) = lo | (hi << 16);
+                const float v0 = c_value(acc[4 * i + b], sc[0], p.bias, bias[0], rs);
+                const float v1 = c_value(acc[4 * i + 2 + b], sc[1], p.bias, bias[1], rs);
+                store_pair(p, p.c, p.N, pid, col, odd, v0, v1);
             }
     }
 
     // GU: GEMM1 with its gated activation. ag holds gate rows n_base, n_base + 8 (of N/2), au the
     // up rows N/2 further on, for the same tokens. Each value is first what the plain epilogue
-    // would store (scale, bias, row scale, rounded to the 16-bit type), then act(gate, up) as the
-    // activation kernel computes it from those stored values, rounded once more: the fused GEMM1
-    // writes exactly what GEMM1 followed by the activation kernel would (without a K split; with
-    // one, the sums' order varies run to run anyway). One split-K election per warpgroup covers
-    // both sets (counter (blk, nt, wg), nt < n_tiles / 2).
-    static __device__ void epilogue_act(const Params &p, float (&ag)[C::NACC], float (&au)[C::NACC],
+    // would store (c_value, rounded to the 16-bit type), then act(gate, up) as the activation
+    // kernel computes it from those stored values, rounded once more: the fused GEMM1 writes
+    // exactly what GEMM1 followed by the activation kernel would (without a K split; with one, the
+    // sums' order varies run to run anyway). One split-K election per warpgroup covers both sets
+    // (counter (blk, nt, wg), nt < n_tiles / 2).
+    template <int NA>
+    static __device__ void epilogue_act(const Params &p, float (&ag)[NA], float (&au)[NA],
                                         int blk, int nt, int wg, const Rows &r, float s2,
                                         float s2_up, int splits, int g, int t, int *s_flag) {
         const int nh = p.N / 2;
         const int n_base = r.n_base;
-        if (splits > 1) {
+        if (NA == C::NACC && splits > 1) {
             ws_add(p, ag, r, n_base, nh, t);
             ws_add(p, au, r, n_base + nh, p.N, t);
             if (!last_split(p, ((size_t)blk * p.n_tiles + nt) * 2 + wg, wg, splits, s_flag)) return;
@@ -959,31 +1047,19 @@ struct Kernel {
         const bool odd = g & 1;
         const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
 #pragma unroll
-        for (int i = 0; i < BM / 8; i++)
+        for (int i = 0; i < NA / 4; i++)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
                 const int src = 8 * (i % 4) + 2 * t + b;
                 const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
                 const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
-                float g0 = ag[4 * i + b] * s2, g1 = ag[4 * i + 2 + b] * s2;
-                float u0 = au[4 * i + b] * su, u1 = au[4 * i + 2 + b] * su;
-                if (p.bias) {
-                    g0 += r.bias[0][0];
-                    g1 += r.bias[0][1];
-                    u0 += r.bias[1][0];
-                    u1 += r.bias[1][1];
-                }
-                g0 *= rs;
-                g1 *= rs;
-                u0 *= rs;
-                u1 *= rs;
+                const float g0 = c_value(ag[4 * i + b], s2, p.bias, r.bias[0][0], rs);
+                const float g1 = c_value(ag[4 * i + 2 + b], s2, p.bias, r.bias[0][1], rs);
+                const float u0 = c_value(au[4 * i + b], su, p.bias, r.bias[1][0], rs);
+                const float u1 = c_value(au[4 * i + 2 + b], su, p.bias, r.bias[1][1], rs);
                 const float v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
                 const float v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
-                const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                if (!real_pair(p, pid) || col >= nh) continue;
-                const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
-                const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
-                *reinterpret_cast<uint32_t *>(p.act + (size_t)pid * nh + col) = lo | (hi << 16);
+                store_pair(p, p.act, nh, pid, col, odd, v0, v1);
             }
     }
 
@@ -1021,10 +1097,10 @@ struct Kernel {
 };
 #endif  // NVFP4MOE_HOPPER_DEVICE
 
-template <int BM, bool BF16, int NSUB, int RT, bool GU>
+template <int BM, bool BF16, int NW, int RT, bool GU>
 __global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_HOPPER_DEVICE
-    Kernel<BM, BF16, NSUB, RT, GU>::run(p);
+    Kernel<BM, BF16, NW, RT, GU>::run(p);
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif
@@ -1116,7 +1192,7 @@ bool split_allowed(int P, int N, int K, int block_m, int sm_count) {
 size_t counters_count(int N, int max_blocks) { return (size_t)max_blocks * n_tiles_of(N) * 2; }
 
 // The image of the kernel must be sm_90a code and the device compute capability 9.0.
-template <int BM, bool BF16, int NSUB, int RT, bool GU>
+template <int BM, bool BF16, int NW, int RT, bool GU>
 cudaError_t prepare() {
     static int state = 0;  // 0 unknown, 1 ready, 2 no image
     if (state == 1) return cudaSuccess;
@@ -1126,7 +1202,7 @@ cudaError_t prepare() {
     if (err != cudaSuccess) return err;
     err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (err != cudaSuccess) return err;
-    auto *fn = hopper_moe_gemm_kernel<BM, BF16, NSUB, RT, GU>;
+    auto *fn = hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>;
     cudaFuncAttributes attr;
     if (major != 9) {
         state = 2;
@@ -1144,9 +1220,9 @@ cudaError_t prepare() {
     return cudaSuccess;
 }
 
-template <int BM, bool BF16, int NSUB, int RT, bool GU>
+template <int BM, bool BF16, int NW, int RT, bool GU>
 cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    cudaError_t err = prepare<BM, BF16, NSUB, RT, GU>();
+    cudaError_t err = prepare<BM, BF16, NW, RT, GU>();
     if (err != cudaSuccess) return err;
     Params p;
     p.a = static_cast<const uint16_t *>(args->a);
@@ -1186,32 +1262,14 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     long long most = (long long)args->max_blocks * p.n_groups * p.max_splits;
     int grid = args->sm_count > 0 ? args->sm_count : 1;
     if (most < grid) grid = (int)most;
-    hopper_moe_gemm_kernel<BM, BF16, NSUB, RT, GU>
+    hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>
         <<<grid, Cfg<BM, RT>::THREADS, Cfg<BM, RT>::SMEM, stream>>>(p);
     return cudaGetLastError();
 }
 
-// Block_m 64 as one m64n64k16 wgmma per k16 step, or split into two m64n32k16 tiles of which an
-// item runs only those up to its last real pair. On an H100 (bench/results/2026-12-06-h100.md,
-// section 2) one tile ran the GEMMs 3.5-5 % faster where the blocks are full (about 64 pairs per
-// expert: Qwen3-30B-A3B and Qwen3-235B-A22B at M = 1024, Mixtral-8x7B at M = 256) and 2-7 %
-// slower where they are half empty (32 per expert: DeepSeek-V3 at M = 1024), where an item with
-// at most 32 pairs skips its second tile. The host knows the pairs per expert only on average:
-// P / E (the grouping is on the device; the experts that hold pairs are at most min(E, P), and
-// P / min(E, P) crosses the threshold exactly where P / E does). One tile from this average on,
-// halfway between the two measured points.
-constexpr int64_t kOneTileMinPairsPerExpert = 48;
-
-// Whether a block_m kChoiceBM launch runs one token tile: forced by args->token_subtiles (1 one
-// tile, 2 the split form), else from the average pairs per expert.
-bool one_token_tile(const nvfp4moe_hopper_args *args) {
-    if (args->token_subtiles) return args->token_subtiles == 1;
-    return (int64_t)args->P >= kOneTileMinPairsPerExpert * args->E;
-}
-
 // Weight tiles per work item (Kernel's RT): two (256 weight rows against one activation stage)
 // at block_m 64 and 128 unless args->row_tiles forces one; always one where KS = 2. At block_m
-// 128 two weight tiles go with one m64n128 token tile (token_subtiles_of).
+// 128 two weight tiles went with one m64n128 token tile when each item ran one width.
 // H100, the GEMMs alone at M = 1024 (block_m 64): two tiles 7-9 % faster on DeepSeek-V3,
 // Qwen3-30B-A3B and gpt-oss-120b. At M = 4096 (block_m 128) two tiles with two m64n64 token
 // tiles were 4-22 % slower than one weight tile (the instance spills), with one m64n128 token
@@ -1223,15 +1281,13 @@ int row_tiles_of(const nvfp4moe_hopper_args *args) {
     return args->row_tiles ? args->row_tiles : 2;
 }
 
-// The sub-tiles per block of a launch at block_m BM (Kernel::NSUB): at block_m 128 one tile with
-// two weight tiles per item (row_tiles_of), two with one.
+// The token tile widths of a launch at block_m BM (Kernel::NW): one, block_m, when
+// args->token_subtiles is 1; else (0, 2) TokenWidths, each item on the narrowest that holds its
+// block's pairs.
 template <int BM>
-int token_subtiles_of(const nvfp4moe_hopper_args *args) {
-    if (BM == kChoiceBM && one_token_tile(args)) return 1;
-    if (BM == 128 && row_tiles_of<BM>(args) == 2) return 1;
-    return SplitSubtiles<BM>::value;
+int token_widths_of(const nvfp4moe_hopper_args *args) {
+    return args->token_subtiles == 1 ? 1 : TokenWidths<BM>::value;
 }
-
 
 // Whether a launch applies the activation itself (GU: gate tile t and up tile t + n_tiles/2 in one
 // item, each warpgroup holding a gate row and its up row for the same tokens): asked for
@@ -1246,36 +1302,30 @@ bool fuses_act(const nvfp4moe_hopper_args *args, int row_tiles) {
     return args->act->activation == NVFP4MOE_ACT_SILU && args->N % (2 * kTN) == 0;
 }
 
-// Only the pairs that token_subtiles_of and row_tiles_of can choose are instantiated: at block_m
-// 128, NSUB 1 runs two weight tiles and NSUB 2 one (a build whose split form is one tile,
-// NVFP4MOE_HOPPER_NSUB=1, runs both at NSUB 1).
-template <int BM, bool BF16, int NSUB>
+template <int BM, bool BF16, int NW>
 cudaError_t launch_rows(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    constexpr bool kTwo = KSplit<BM>::value == 1 && !(BM == 128 && NSUB != 1);
-    constexpr bool kOne = !(BM == 128 && NSUB == 1) || SplitSubtiles<BM>::value == 1;
-    if constexpr (kTwo) {
+    if constexpr (KSplit<BM>::value == 1) {
         if (row_tiles_of<BM>(args) == 2) {
-            if (fuses_act(args, 2)) return launch<BM, BF16, NSUB, 2, true>(args, stream);
-            return launch<BM, BF16, NSUB, 2, false>(args, stream);
+            if (fuses_act(args, 2)) return launch<BM, BF16, NW, 2, true>(args, stream);
+            return launch<BM, BF16, NW, 2, false>(args, stream);
         }
     }
-    if constexpr (kOne) return launch<BM, BF16, NSUB, 1, false>(args, stream);
-    else return cudaErrorInvalidValue;  // not reached: block_m 128 at one token tile runs two weight tiles
+    return launch<BM, BF16, NW, 1, false>(args, stream);
 }
 
 template <int BM, bool BF16>
-cudaError_t launch_subtiles(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    constexpr int split = SplitSubtiles<BM>::value;
-    if constexpr (split != 1) {
-        if (token_subtiles_of<BM>(args) == 1) return launch_rows<BM, BF16, 1>(args, stream);
+cudaError_t launch_widths(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
+    constexpr int nw = TokenWidths<BM>::value;
+    if constexpr (nw != 1) {
+        if (token_widths_of<BM>(args) == 1) return launch_rows<BM, BF16, 1>(args, stream);
     }
-    return launch_rows<BM, BF16, split>(args, stream);
+    return launch_rows<BM, BF16, nw>(args, stream);
 }
 
 template <int BM>
 cudaError_t launch_dtype(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
-    return args->is_bf16 ? launch_subtiles<BM, true>(args, stream)
-                         : launch_subtiles<BM, false>(args, stream);
+    return args->is_bf16 ? launch_widths<BM, true>(args, stream)
+                         : launch_widths<BM, false>(args, stream);
 }
 
 }  // namespace
@@ -1341,11 +1391,11 @@ extern "C" int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *ar
         args->row_tiles > 2)
         return 0;  // refused by the GEMM
     switch (args->block_m) {
-    case 8: return token_subtiles_of<8>(args);
-    case 16: return token_subtiles_of<16>(args);
-    case 32: return token_subtiles_of<32>(args);
-    case 64: return token_subtiles_of<64>(args);
-    case 128: return token_subtiles_of<128>(args);
+    case 8: return token_widths_of<8>(args);
+    case 16: return token_widths_of<16>(args);
+    case 32: return token_widths_of<32>(args);
+    case 64: return token_widths_of<64>(args);
+    case 128: return token_widths_of<128>(args);
     default: return 0;
     }
 }

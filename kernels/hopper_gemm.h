@@ -39,13 +39,11 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
 
 /* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
  * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128 and a NULL workspace
- * means "never split K". token_subtiles is this GEMM's alone: at block_m 64 a block is one
- * m64n64 wgmma tile or two m64n32 tiles (a block whose pairs fit the first 32 rows skips the
- * second). 0 (the glue's zeroed default) chooses one tile when P / E >= 48 pairs per expert, the
- * two tiles below (the H100 measurements behind it: kernels/hopper_gemm.cu, one_token_tile);
- * 1 or 2 force that form, for tests and benchmarks. block_m 128 is one 128-token tile with two
- * weight tiles per item (row_tiles, the default) and two 64-token tiles with one; block_m 8..32
- * one tile. */
+ * means "never split K". token_subtiles is this GEMM's alone: at block_m 64 and 128 each work
+ * item runs on the narrowest token tile that holds its block's pairs (block_m 64: 64, 32 or 16
+ * token columns; block_m 128: 128 or 32), so an expert's last, mostly empty block costs a narrow
+ * tile. 0 (the glue's zeroed default) and 2 choose so; 1 forces one tile of block_m columns, for
+ * tests and benchmarks. block_m 8..32 are always one tile. */
 typedef nvfp4moe_marlin_args nvfp4moe_hopper_args;
 
 /* Workspace the GEMM can use for split-K at these sizes (0: it never splits K). */
@@ -62,9 +60,10 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
  * (ceil(P / a_row_div) rows of K values: the kernel addresses rows by 32-bit offsets). */
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
-/* The wgmma token tiles per block that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a block_m
- * it does not take, or for a token_subtiles or row_tiles the GEMM refuses): for tests and
- * benchmarks to report which form ran. Reads block_m, P, E, token_subtiles and row_tiles only. */
+/* The token tile widths nvfp4moe_hopper_gemm(args) chooses from per work item: 1 (always
+ * block_m), 3 (block_m 64: 64, 32, 16) or 2 (block_m 128: 128, 32); 0 for a block_m it does not
+ * take, or for a token_subtiles or row_tiles the GEMM refuses. For tests and benchmarks to report
+ * which form ran. Reads block_m, token_subtiles and row_tiles only. */
 int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
 
 /* The 128-row weight tiles per work item that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a
@@ -84,9 +83,8 @@ int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
 int32_t nvfp4moe_hopper_fuses_activation(const nvfp4moe_hopper_args *args);
 
 /* The block_m the GEMM prefers for P pairs over E experts: the first of 8, 16, 32 with
- * P/E/block_m < 0.9, then 64 while P/E < 1.9 * 64, else 128 (wgmma's token dimension N = block_m;
- * measured when a 128-block was two sub-tiles running only those it fills; a 64-block is one
- * tile or two by the pairs per expert). */
+ * P/E/block_m < 0.9, then 64 while P/E < 1.9 * 64, else 128 (measured when a 128-block was two
+ * 64-token tiles running only those it fills). */
 int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E);
 
 #ifdef __cplusplus

@@ -13,7 +13,7 @@
  *                              separately repacked weight copies, median of 24; --marlin also
  *                              times nvfp4moe_marlin_gemm the same way in the same run
  *                              (env HOPPER_BENCH_BLOCK_M=B forces the Hopper block_m and
- *                              HOPPER_BENCH_SUBTILES=1|2 its token tiles at block_m 64 and
+ *                              HOPPER_BENCH_SUBTILES=1|2 one token tile width or the fitted ones,
  *                              HOPPER_BENCH_ROWTILES=1|2 its weight tiles per item, for tuning)
  *
  * Each case: random top-k routing (distinct experts per token, some experts left empty), the
@@ -45,7 +45,7 @@ typedef struct {
     int no_ws;  // 1: pass no workspace (the GEMM must not split K)
     int graph;  // 1: capture the GEMM in a CUDA graph and run the graph instead
     int halves; // scale_2_halves: 0 [E]; 1 [E, 2] stacked gate/up; 2 [E, 2] interleaved
-    int subtiles; // token_subtiles: 0 chosen by the GEMM; 1 or 2 forced (block_m 64 only)
+    int subtiles; // token_subtiles: 0 or 2 widths fitted per block; 1 one width (block_m 64, 128)
     int rowtiles; // row_tiles: 0 chosen by the GEMM; 1 or 2 forced (block_m 64 and 128 only)
     int act;      // 0, or GEMM1's activation asked for (k_acts[act - 1]): where the GEMM fuses it,
                   // checked against its own C passed through the activation kernel
@@ -655,14 +655,13 @@ int main(int argc, char **argv) {
         {"bm64 K split second token half empty", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0, 0},
         {"bm128 K split fp16 bias halves", 6, 768, 2048, 100, 4, 128, 1, 1, 1, 0, 6, 0, 0, 1, 0, 0, 0},
         {"bm128 half-empty blocks no workspace", 5, 640, 1024, 90, 3, 128, 1, 0, 1, 1, 5, 1, 0, 0, 0, 0, 0},
-        // block_m 64 in both forms (one m64n64 tile, two m64n32 tiles) on full blocks (top-4 of 4
-        // experts at M = 64: every expert exactly one block of 64 pairs) and on blocks whose
-        // second token half is empty, each form forced against the one the GEMM would choose
-        // (cases 5, 7, 12 and 22 run the two tiles unforced, case 6 one tile)
+        // block_m 64 with one token tile width forced (1) and the fitted widths forced (2) on full
+        // blocks (top-4 of 4 experts at M = 64: every expert exactly one block of 64 pairs) and on
+        // blocks whose second token half is empty
         {"bm64 one tile forced half-empty K split", 4, 512, 4096, 20, 4, 64, 1, 1, 1, 1, 4, 0, 0, 0, 1, 0, 0},
-        {"bm64 two tiles forced, full blocks", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 2, 0, 0},
+        {"bm64 fitted widths forced, full blocks", 4, 1536, 512, 64, 4, 64, 1, 0, 0, 1, 4, 0, 0, 0, 2, 0, 0},
         {"bm64 one tile forced fp16 empty experts", 8, 400, 720, 96, 2, 64, 0, 1, 1, 0, 3, 1, 0, 2, 1, 0, 0},
-        {"graph bm64 one tile chosen, full blocks", 4, 768, 1024, 64, 4, 64, 1, 1, 1, 1, 4, 0, 1, 1, 0, 0, 0},
+        {"graph bm64 full blocks", 4, 768, 1024, 64, 4, 64, 1, 1, 1, 1, 4, 0, 1, 1, 0, 0, 0},
         {"bm64 one tile forced k=16 n=16 tiny", 2, 16, 16, 70, 1, 64, 1, 1, 1, 0, 2, 0, 0, 0, 1, 0, 0},
         // one weight tile per item forced at block_m 64, and two at 64 and 128 on an odd tile
         // count (the last item's second tile absent) with a K split, fp16, halves, graph
@@ -681,7 +680,7 @@ int main(int argc, char **argv) {
         {"fused silu limit K split", 4, 512, 4096, 20, 4, 64, 1, 0, 1, 1, 4, 0, 0, 1, 0, 0, 2},
         {"fused silu bm128 two row tiles", 5, 1024, 512, 260, 2, 128, 1, 0, 1, 1, 5, 1, 0, 0, 0, 2, 1},
         {"fused silu one token tile rs", 4, 1536, 512, 64, 4, 64, 1, 1, 0, 1, 4, 1, 0, 0, 1, 0, 1},
-        {"fused silu limit two token tiles", 8, 256, 768, 96, 2, 64, 0, 0, 1, 1, 3, 1, 0, 0, 2, 0, 2},
+        {"fused silu limit fitted widths forced", 8, 256, 768, 96, 2, 64, 0, 0, 1, 1, 3, 1, 0, 0, 2, 0, 2},
         {"swigluoai stacked asked, not fused", 4, 512, 1024, 64, 4, 64, 1, 0, 1, 1, 4, 1, 0, 1, 0, 0, 3},
         {"gelu_tanh asked, not fused", 4, 512, 1024, 64, 4, 64, 1, 0, 1, 0, 4, 1, 0, 0, 0, 0, 4},
         {"silu asked, N/2 not whole tiles", 4, 384, 1024, 64, 2, 64, 1, 0, 1, 1, 4, 1, 0, 0, 0, 0, 1},

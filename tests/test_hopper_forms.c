@@ -21,10 +21,12 @@ static int want_row_tiles(int bm, int row_tiles) {
     return 0;
 }
 static int want_token_subtiles(int bm, int P, int E, int token_subtiles, int row_tiles) {
+    (void)P;
+    (void)E;
     if (token_subtiles < 0 || token_subtiles > 2 || row_tiles < 0 || row_tiles > 2) return 0;
     if (bm == 8 || bm == 16 || bm == 32) return 1;
-    if (bm == 64) return token_subtiles ? token_subtiles : ((int64_t)P >= 48LL * E ? 1 : 2);
-    if (bm == 128) return want_row_tiles(bm, row_tiles) == 2 ? 1 : 2;
+    if (bm == 64) return token_subtiles == 1 ? 1 : 3;   /* 64, 32, 16 token columns */
+    if (bm == 128) return token_subtiles == 1 ? 1 : 2;  /* 128, 32 */
     return 0;
 }
 static int want_fused(int bm, int row_tiles, int act_out, int act, int activation, int halves, int N) {

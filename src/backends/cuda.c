@@ -95,6 +95,7 @@ typedef struct cuda_state {
     int32_t decode_route;         /* HOPPER_WGMMA decode: GEMM1 routes and groups a few tokens itself */
     int32_t decode_kw[2];         /* HOPPER_WGMMA decode: warps per item of GEMM1, GEMM2 (0: the kernels' choice) */
     int32_t gemm_row_tiles;       /* HOPPER_WGMMA larger batches: 128-row weight tiles per item (0: the GEMM's choice) */
+    int32_t gemm_token_tiles;     /* and its token tile form: 1 one width, 0 the GEMM's choice */
     int32_t gemm_fused_act;       /* HOPPER_WGMMA larger batches: GEMM1 applies the activation where it can */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
@@ -388,7 +389,9 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * the kernels choose from the item count). NVFP4MOE_HOPPER_ROW_TILES = 1 or 2 forces the
      * larger-batch GEMM's 128-row weight tiles per work item (0: the GEMM's choice);
      * NVFP4MOE_HOPPER_FUSED_ACT=0 keeps that GEMM1 from applying the activation itself (on by
-     * default where the GEMM can: nvfp4moe_hopper_fuses_activation). */
+     * default where the GEMM can: nvfp4moe_hopper_fuses_activation). NVFP4MOE_HOPPER_TOKEN_TILES=1
+     * runs every block of that GEMM on one token tile of block_m columns (0: the narrowest that
+     * holds its pairs, nvfp4moe_hopper_token_subtiles). */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
@@ -396,6 +399,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->decode_route = 1;
     st->decode_kw[0] = st->decode_kw[1] = 0;
     st->gemm_row_tiles = 0;
+    st->gemm_token_tiles = 0;
     st->gemm_fused_act = 1;
     if (w4a16 && gemm->has_decode) {
         static const struct {
@@ -412,6 +416,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw), true},
             {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t), true},
             {"NVFP4MOE_HOPPER_ROW_TILES", 2, offsetof(cuda_state, gemm_row_tiles), false},
+            {"NVFP4MOE_HOPPER_TOKEN_TILES", 2, offsetof(cuda_state, gemm_token_tiles), false},
             {"NVFP4MOE_HOPPER_FUSED_ACT", 1, offsetof(cuda_state, gemm_fused_act), false},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
@@ -652,7 +657,8 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .row_scale = NULL, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->N1, .K = st->H, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count,
-            .scale_2_halves = st->w13_halves, .row_tiles = st->gemm_row_tiles, .act_out = act,
+            .scale_2_halves = st->w13_halves, .row_tiles = st->gemm_row_tiles,
+            .token_subtiles = st->gemm_token_tiles, .act_out = act,
             .act = &st->act};
         /* GEMM1 applies the activation itself where it can (then no activation kernel) */
         fused_act = st->gemm_fused_act && st->gemm->fuses_activation && st->gemm->fuses_activation(&g);
@@ -682,7 +688,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .row_scale = rs, .c = c1, .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk,
             .P = P, .N = st->H, .K = st->I, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count,
-            .row_tiles = st->gemm_row_tiles};
+            .row_tiles = st->gemm_row_tiles, .token_subtiles = st->gemm_token_tiles};
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM2");
     } else {
         nvfp4moe_emul_args g = {
