@@ -93,19 +93,27 @@
  * warpgroup wg takes rows 64*wg .. of both, so each thread holds a gate value and its up value
  * for the same token and the epilogue writes silu(gate) * up [P, N/2] instead of C, rounding both
  * to the 16-bit type first exactly as the activation kernel would read them back.
- * Scheduler. Persistent: every CTA reads num_blocks on the device and walks work items
- * item = blockIdx.x + i * gridDim.x over (block, n tile group, k split); the producer and consumers walk
- * the same sequence, so the stage counter (stage, phase) stays in lock step across items. The
+ * Scheduler. Persistent: every CTA reads num_blocks on the device; work items are (block, n tile
+ * group, k split). At block_m 64 and 128 the producer warpgroup's thread 0 claims items from a
+ * counter in the workspace (atomicAdd, one item ahead so the round trip overlaps the copies), and
+ * hands each to the consumers with its block's pair ids through a 4-slot queue in shared memory
+ * (ItemQueue, its own full/empty mbarriers): a CTA that drew narrow or short items takes more,
+ * so the kernel ends with its average CTA, not its slowest (H100, GEMMs alone: 3-11 % faster
+ * than round robin at M = 1024 and 4096, bench/results/2026-12-06-h100-item-claims.md). Without
+ * a workspace, and always at block_m 8..32, both sides walk item = blockIdx.x + i * gridDim.x.
+ * Both sides see the same item sequence, so the stage counter (stage, phase) stays in lock step
+ * across items. The
  * K split count is chosen on the device from the real unit count (blocks x n tiles) and the grid
  * (choose_splits: waves times per-item cost, <= 16 splits of >= 4 k tiles), so decode at
  * M = 1 (8 blocks) still spreads over all SMs; from 4 waves of units on (known on the host from
- * ceil(P / block_m) blocks at least) K is never split and the workspace not cleared. Split
+ * ceil(P / block_m) blocks at least) K is never split. Split
  * partial sums go to an fp32 workspace [P, N] with red.add; per (block, n tile, warpgroup) a
  * counter elects the last arriving split, which applies the epilogue. The launcher clears the
- * workspace with cudaMemsetAsync (graph-capturable).
+ * item counter and the split-K area with one cudaMemsetAsync (graph-capturable).
  * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
  * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
- * skipped. The ids, row scales and bias it needs are in registers before the item's k loop.
+ * skipped. The ids and row scales it needs are in registers, the expert scales and bias in
+ * shared memory (stash_put) before the item's k loop.
  *
  * sm_80 builds (the Makefile's second gencode pass) compile the kernel to a trap; the launcher
  * refuses any device that is not compute capability 9.0 and any binary without sm_90a code.
@@ -135,6 +143,11 @@ constexpr int kMaxSplits = 16;
 constexpr int kMinTilesPerSplit = 4;
 constexpr int kSmemBudget = 220 * 1024;    // dynamic shared memory for the stages
 constexpr size_t kMaxSplitWsBytes = size_t(64) << 20;
+// 0 builds a kernel that deals items round robin even with a workspace (for A/B runs)
+#ifndef NVFP4MOE_HOPPER_DYNAMIC
+#define NVFP4MOE_HOPPER_DYNAMIC 1
+#endif
+constexpr size_t kSchedBytes = 16;  // the workspace's item counter (Params::sched), 16-byte aligned
 
 // Consumer k groups per block_m: KS = 2 splits every k tile's 8 k16 steps between two pairs of
 // consumer warpgroups (4 consumer warpgroups, 16 consumer warps: 4 per scheduler instead of 2, to
@@ -216,6 +229,7 @@ struct Params {
     const int32_t *sorted_ids;
     const int32_t *block_expert;
     const int32_t *num_blocks;
+    int32_t *sched;        // the next unclaimed work item, zeroed by the launcher, or NULL
     float *ws;             // split-K partial sums [P, N], zeroed by the launcher, or NULL
     int32_t *counters;     // split-K arrivals per (block, n tile, warpgroup), zeroed, or NULL
     int a_row_div;
@@ -342,6 +356,8 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 __device__ __forceinline__ void wg_barrier(int id) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
+// Barrier among the producer warpgroup's 128 threads (id 8).
+__device__ __forceinline__ void producer_barrier() { asm volatile("bar.sync 8, 128;\n" ::: "memory"); }
 // Pins the accumulators in place: no read or write of them may move across this point (used
 // after zeroing and after the final wgmma.wait_group, where only asm ordering protects them).
 template <int N>
@@ -432,12 +448,29 @@ __device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
     return it;
 }
 
+// The producer's hand-over of work items to the consumers (Kernel::produce, consume): per slot
+// the item (-1: no more) and its block's pair ids, with a "full" and an "empty" mbarrier.
+constexpr int kQueue = 4;
+template <int BM>
+struct ItemQueue {
+    int item[kQueue];
+    int pid[kQueue][BM];
+    uint64_t full[kQueue], empty[kQueue];
+    int claim[2];  // the producer warpgroup's claimed item, by item parity
+};
+
 template <int BM, bool BF16, int NW_, int RT, bool GU>
 struct Kernel {
     using C = Cfg<BM, RT>;
     static_assert(!GU || RT == 2, "the gate/up pairing runs two weight tiles per item");
     // n tiles from one item's first tile to the next item's: RT, or 1 for GU (item g: gate tile g)
     static constexpr int kNtStep = GU ? 1 : RT;
+
+    // Items handed from the producer to the consumers through ItemQueue (claimed from the
+    // workspace counter where there is one): KS = 1. KS = 2 kernels (block_m 8..32) keep the
+    // round-robin walk of both sides with the ids loaded one item ahead: with the hand-over,
+    // claimed or round robin, the whole layer ran 4-8 % slower at M = 64..256 (H100).
+    static constexpr bool kHandOff = KSplit<BM>::value == 1;
 
     // ---- producer warpgroup ----
     // Thread tid copies 16-byte chunk cc = tid % 16 of the 256-byte k-tile slice of rows
@@ -449,7 +482,7 @@ struct Kernel {
     // Sentinel rows are not copied at all: wgmma's output column m depends on token row m only,
     // so whatever a sentinel's slot holds lands in accumulators the epilogue skips.
     static __device__ void produce(const Params &p, uint8_t *smem, uint32_t bars, int items,
-                                   int splits) {
+                                   int splits, ItemQueue<BM> &q) {
         const int tid = threadIdx.x;  // 0..127
         const int cc = tid % 16;      // 16-byte chunk of the 256-byte row slice (constant)
         const int r0 = tid / 16;      // first row; rows r0 + 8j
@@ -461,7 +494,33 @@ struct Kernel {
 #if NVFP4MOE_HOPPER_PFENCE
         int pending = -1;  // stage whose copies were issued but whose full barrier waits on them
 #endif
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        // Items come from the launch's counter (in claim order, so a CTA that drew short items
+        // takes more of them), else every gridDim.x-th. Thread 0 claims one item ahead: the
+        // atomic's round trip then overlaps an item's copies instead of stalling them (claimed
+        // when needed, it made the short split-K items of block_m 8..32 ~5 % slower).
+        // KS = 2 (block_m 8..32) deals its items round robin without the hand-over (kHandOff).
+        int next = 0;
+        if (kHandOff && tid == 0) next = p.sched ? atomicAdd(p.sched, 1) : (int)blockIdx.x;
+        for (uint32_t qi = 0;; qi++) {
+            int item = (int)(blockIdx.x + qi * gridDim.x);
+            const uint32_t slot = qi % kQueue;
+            if constexpr (kHandOff) {
+                if (tid == 0) {
+                    q.claim[qi & 1] = next;
+                    if (next < items)
+                        next = p.sched ? atomicAdd(p.sched, 1) : (int)(blockIdx.x + (qi + 1) * gridDim.x);
+                }
+                producer_barrier();
+                item = *reinterpret_cast<volatile int *>(&q.claim[qi & 1]);
+                mbar_wait(smem_u32(&q.empty[slot]), ((qi / kQueue) & 1) ^ 1);
+                if (item >= items) {
+                    if (tid == 0) q.item[slot] = -1;
+                    mbar_arrive(smem_u32(&q.full[slot]));
+                    break;
+                }
+            } else if (item >= items) {
+                break;
+            }
             const Item w = item_of<kNtStep>(item, splits, p);
             const int e = p.block_expert[w.blk];
             const uint8_t *wsrc =
@@ -475,6 +534,11 @@ struct Kernel {
             for (int j = 0; j < C::CPT; j++) {
                 const int pid = p.sorted_ids[w.blk * BM + r0 + 8 * j];
                 roff[j] = real_pair(p, pid) ? (uint32_t)(pid / p.a_row_div) * row16 : ~0u;
+                if (kHandOff && cc == 0) q.pid[slot][r0 + 8 * j] = pid;
+            }
+            if constexpr (kHandOff) {
+                if (tid == 0) q.item[slot] = item;
+                mbar_arrive(smem_u32(&q.full[slot]));  // release: the item and its ids
             }
             for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
                 const uint32_t st = it % C::STAGES;
@@ -567,13 +631,13 @@ struct Kernel {
     // width is its own copy of the item (k loop and epilogue) with its own accumulators, so no
     // copy keeps another width's registers live: a prefix of one array of BM / 2 accumulators
     // per width made ptxas spill (two widths) or serialize the wgmmas (four or more) at block_m
-    // 128 with two weight tiles. The block's pair ids are loaded one item ahead (load_rows
-    // before the k loop of the item before), so the width costs no memory latency.
+    // 128 with two weight tiles. The block's pair ids come with the item from the producer's
+    // queue in shared memory, so the width costs no memory latency.
     static constexpr int NW = NW_;
     static_assert(NW >= 1 && (BM >> (TokenWidths<BM>::shift * (NW - 1))) >= 8, "widths");
     static_assert(KS == 1 || NW == 1, "a KS = 2 block is one width");
 
-    // The epilogue takes its rows' ids (and row scales) from these registers by warp shuffles,
+    // The epilogue takes its rows' ids (and row scales) from registers by warp shuffles,
     // not from memory: its loads of ids, row scales and bias between the stores were one memory
     // latency each, in series (ncu: ~10 % of GEMM1's samples at K = 7168, more at short K).
     static constexpr int NR = BM < 32 ? 1 : BM / 32;  // ids per lane: lane l holds row 32i + l
@@ -735,7 +799,7 @@ struct Kernel {
         }
     }
 
-    // Per item, per consumer thread: the block's pair ids as load_rows spreads them over the
+    // Per item, per consumer thread: the block's pair ids spread over the
     // warp's lanes, their row scales (1 without row_scale), the thread's first output column
     // n_base of its first half (its second is n_base + 8; half q adds 64 q) and its bias values.
     struct Rows {
@@ -778,7 +842,7 @@ struct Kernel {
     }
 
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
-                                   int splits, int *s_flag) {
+                                   int splits, int *s_flag, ItemQueue<BM> &q) {
         const int cw = threadIdx.x / 128 - 1;
         // RT = 1: weight rows 64*wg .. 64*wg+63 of the item's n tile; RT = 2: n tile nt + wg;
         // GU: rows 64*wg .. of gate tile nt (set 0) and of its up tile (set 1).
@@ -800,16 +864,31 @@ struct Kernel {
         const uint32_t dlo0 = desc_lo(smem0) + (uint32_t)(kg * BM * 8);
         uint32_t it = 0;
 
-        int pid[NR];
-        if (blockIdx.x < items) load_rows(p, item_of<kNtStep>(blockIdx.x, splits, p).blk, lane, pid);
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        int pid[NR];  // KS = 2: the next item's ids, loaded one item ahead
+        if (!kHandOff && (int)blockIdx.x < items)
+            load_rows(p, item_of<kNtStep>(blockIdx.x, splits, p).blk, lane, pid);
+        for (uint32_t qi = 0;; qi++) {
+            // The next item and its block's pair ids (lane l: rows 32i + l): from the producer,
+            // or (KS = 2) every gridDim.x-th with the ids loaded one item ahead.
+            int item = (int)(blockIdx.x + qi * gridDim.x);
+            Rows r;
+            if constexpr (kHandOff) {
+                const uint32_t slot = qi % kQueue;
+                mbar_wait(smem_u32(&q.full[slot]), (qi / kQueue) & 1);
+                item = q.item[slot];
+                if (item < 0) break;
+#pragma unroll
+                for (int i = 0; i < NR; i++) r.pid[i] = 32 * i + lane < BM ? q.pid[slot][32 * i + lane] : -1;
+                mbar_arrive(smem_u32(&q.empty[slot]));
+            } else {
+                if (item >= items) break;
+#pragma unroll
+                for (int i = 0; i < NR; i++) r.pid[i] = pid[i];
+                if (item + (int)gridDim.x < items)
+                    load_rows(p, item_of<kNtStep>(item + gridDim.x, splits, p).blk, lane, pid);
+            }
             const Item w = item_of<kNtStep>(item, splits, p);
             const int nt = w.nt + chunk;  // this warpgroup's n tile
-            Rows r;
-#pragma unroll
-            for (int i = 0; i < NR; i++) r.pid[i] = pid[i];
-            if (item + (int)gridDim.x < items)
-                load_rows(p, item_of<kNtStep>(item + gridDim.x, splits, p).blk, lane, pid);
             if (kTwoTiles && nt >= p.n_tiles) {  // the last item of an odd tile count: no tile here
                 skip_tiles(w.kt0, w.kt1, it, bars);
                 continue;
@@ -1067,6 +1146,7 @@ struct Kernel {
         extern __shared__ uint8_t smem_raw[];
         __shared__ __align__(8) uint64_t bars_mem[2 * C::STAGES];
         __shared__ int s_flag[4];
+        __shared__ __align__(8) ItemQueue<BM> q;
         // Swizzle atoms need 1024-byte-aligned shared addresses; the dynamic base is only
         // guaranteed 16 (SMEM has 1024 bytes of slack for this).
         uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -1075,6 +1155,10 @@ struct Kernel {
             for (int s = 0; s < C::STAGES; s++) {
                 mbar_init(bars + 8 * s, 128 + 1);           // 128 cp.async arrivals + expect_tx
                 mbar_init(bars + 8 * (C::STAGES + s), 256 * C::KS);  // every consumer thread
+            }
+            for (int s = 0; s < kQueue; s++) {
+                mbar_init(smem_u32(&q.full[s]), 128);           // every producer thread
+                mbar_init(smem_u32(&q.empty[s]), 256 * C::KS);  // every consumer thread
             }
             // Make the initialized barriers visible to the async proxy (the bulk copies).
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -1088,10 +1172,10 @@ struct Kernel {
 
         if (threadIdx.x < 128) {
             setmaxnreg_dec<kProducerRegs>();
-            produce(p, smem, bars, items, splits);
+            produce(p, smem, bars, items, splits, q);
         } else {
             setmaxnreg_inc<ConsumerRegs<C::KS>::value>();
-            consume(p, smem, bars, items, splits, s_flag);
+            consume(p, smem, bars, items, splits, s_flag, q);
         }
     }
 };
@@ -1244,18 +1328,31 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.n_groups = GU ? p.n_tiles / 2 : (p.n_tiles + RT - 1) / RT;
     p.act = GU ? static_cast<uint16_t *>(args->act_out) : nullptr;
     p.ap = GU ? *args->act : nvfp4moe_gpu_act_params{};
+    // Workspace: [the item counter, kSchedBytes][split-K partial sums P x N fp32][split-K
+    // arrival counters], cleared together; none: items dealt round robin, K never split.
+    p.sched = nullptr;
     p.ws = nullptr;
     p.counters = nullptr;
     p.max_splits = 1;
-    if (args->workspace && split_allowed(args->P, args->N, args->K, BM, args->sm_count)) {
-        p.ws = static_cast<float *>(args->workspace);
-        p.counters = reinterpret_cast<int32_t *>(p.ws + (size_t)args->P * args->N);
-        p.max_splits = kMaxSplits;
-        err = cudaMemsetAsync(args->workspace, 0,
-                              (size_t)args->P * args->N * 4 +
-                                  counters_count(args->N, args->max_blocks) * sizeof(int32_t),
-                              stream);
-        if (err != cudaSuccess) return err;
+    if (args->workspace) {
+        size_t clear = 0;
+        // Claimed items at block_m 64 and 128 (H100, GEMMs alone: 3-11 % faster at M = 1024 and
+        // 4096); block_m 8..32 keep round robin (Kernel::kHandOff).
+        if (NVFP4MOE_HOPPER_DYNAMIC && Cfg<BM, RT>::KS == 1) {
+            p.sched = static_cast<int32_t *>(args->workspace);
+            clear = kSchedBytes;
+        }
+        if (split_allowed(args->P, args->N, args->K, BM, args->sm_count)) {
+            p.ws = reinterpret_cast<float *>(static_cast<uint8_t *>(args->workspace) + kSchedBytes);
+            p.counters = reinterpret_cast<int32_t *>(p.ws + (size_t)args->P * args->N);
+            p.max_splits = kMaxSplits;
+            clear = kSchedBytes + (size_t)args->P * args->N * 4 +
+                    counters_count(args->N, args->max_blocks) * sizeof(int32_t);
+        }
+        if (clear) {
+            err = cudaMemsetAsync(args->workspace, 0, clear, stream);
+            if (err != cudaSuccess) return err;
+        }
     }
     // Persistent grid from upper bounds only (graph capture): one CTA per SM, fewer when even
     // the largest possible item count is smaller.
@@ -1353,10 +1450,9 @@ extern "C" cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *s
 extern "C" size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K,
                                                   int32_t max_blocks, int32_t block_m,
                                                   int32_t sm_count) {
-    if (P <= 0 || N <= 0 || K <= 0 || max_blocks <= 0 || block_m <= 0 ||
-        !split_allowed(P, N, K, block_m, sm_count))
-        return 0;
-    return (size_t)P * N * 4 + counters_count(N, max_blocks) * sizeof(int32_t);
+    if (P <= 0 || N <= 0 || K <= 0 || max_blocks <= 0 || block_m <= 0) return 0;
+    if (!split_allowed(P, N, K, block_m, sm_count)) return kSchedBytes;
+    return kSchedBytes + (size_t)P * N * 4 + counters_count(N, max_blocks) * sizeof(int32_t);
 }
 
 extern "C" cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args,

@@ -38,22 +38,25 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
                                    int32_t K, int32_t is_bf16, void *out, cudaStream_t stream);
 
 /* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
- * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128 and a NULL workspace
- * means "never split K". token_subtiles is this GEMM's alone: at block_m 64 and 128 each work
+ * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128. With a workspace the
+ * CTAs claim work items from a counter in it as they free up (a CTA that drew short items takes
+ * more) and K may be split; a NULL workspace deals the items round robin and never splits K.
+ * token_subtiles is this GEMM's alone: at block_m 64 and 128 each work
  * item runs on the narrowest token tile that holds its block's pairs (block_m 64: 64, 32 or 16
  * token columns; block_m 128: 128 or 32), so an expert's last, mostly empty block costs a narrow
  * tile. 0 (the glue's zeroed default) and 2 choose so; 1 forces one tile of block_m columns, for
  * tests and benchmarks. block_m 8..32 are always one tile. */
 typedef nvfp4moe_marlin_args nvfp4moe_hopper_args;
 
-/* Workspace the GEMM can use for split-K at these sizes (0: it never splits K). */
+/* Workspace bytes the GEMM uses at these sizes (a 16-byte item counter, plus the split-K partial
+ * sums where it may split K; 0 for sizes it refuses), 16-byte aligned. */
 size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t max_blocks,
                                        int32_t block_m, int32_t sm_count);
 
 /* C[p, :] = row_scale[p] * (scale_2[e] * (A[p / a_row_div, :] . dequant(W_e)^T) + bias[e, :])
  * (with scale_2_halves, column n's scale is its half's: scale_2[2 e + half(n)])
  * for every valid pair p in a block of expert e. Rows of padding (sentinel) are not written.
- * No allocation, no host synchronization: capturable in a CUDA graph (the split-K workspace is
+ * No allocation, no host synchronization: capturable in a CUDA graph (the workspace is
  * cleared with cudaMemsetAsync on the stream). cudaErrorInvalidValue for N or K not a multiple of
  * 16, block_m not one of 8, 16, 32, 64, 128, C not 4-byte aligned (the epilogue stores two
  * adjacent values at once; act_out likewise), token_subtiles or row_tiles not 0, 1 or 2, or activations of 32 GiB or more

@@ -684,6 +684,10 @@ int main(int argc, char **argv) {
         {"swigluoai stacked asked, not fused", 4, 512, 1024, 64, 4, 64, 1, 0, 1, 1, 4, 1, 0, 1, 0, 0, 3},
         {"gelu_tanh asked, not fused", 4, 512, 1024, 64, 4, 64, 1, 0, 1, 0, 4, 1, 0, 0, 0, 0, 4},
         {"silu asked, N/2 not whole tiles", 4, 384, 1024, 64, 2, 64, 1, 0, 1, 1, 4, 1, 0, 0, 0, 0, 1},
+        // the narrowest widths: block_m 64 blocks of at most 16 pairs (round-robin items, no
+        // workspace), fused SiLU at block_m 128 on experts of 150 pairs (a 22-pair tail block)
+        {"bm64 width 16 blocks no workspace", 4, 512, 1024, 12, 4, 64, 1, 1, 1, 1, 4, 1, 0, 0, 0, 0, 0},
+        {"fused silu bm128 width 32 tails rs", 4, 512, 1024, 150, 4, 128, 1, 1, 1, 1, 4, 0, 0, 0, 0, 0, 1},
     };
     // Cases again on a grid of 2 or 3 CTAs (the GEMM sizes its persistent grid from sm_count): each
     // CTA then walks many items, so the stage ring wraps across items, an item whose second weight
