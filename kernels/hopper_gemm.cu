@@ -4,14 +4,12 @@
  * gathered through the moe-align grouping, on sm_90a tensor cores with wgmma and fp32
  * accumulation. Interface: kernels/hopper_gemm.h (same shape as kernels/moe_gemm.h).
  *
- * STATUS (2026-12-02, H200, v2): correct and faster than v1, not at the issue's targets.
- * tests/gpu_hopper_gemm 18/18 (block_m 8..128, odd N/K, gather, bias, row scale, bf16/fp16,
- * split-K, graph replay), compute-sanitizer memcheck and racecheck clean (case 1), gpu_test 159/159
- * through the HOPPER_WGMMA backend. DeepSeek-V3 GEMM1+GEMM2, same-run MARLIN: 122 us at M = 1
- * (38 % of the memory floor; MARLIN 124), 1.24x MARLIN at M = 16..64, 1.05x at 1024, 1.19x at 4096.
- * Whole-layer figures for every preset, and where MARLIN still wins (small experts, few experts,
- * M = 4): bench/results/2026-12-02-h200-backends.md; v1 -> v2 and the next steps:
- * bench/results/2026-12-02-h200-hopper-gemm-v2.md.
+ * STATUS (2026-12-06, H100): correct (tests/gpu_hopper_gemm, gpu_test through the HOPPER_WGMMA
+ * backend, compute-sanitizer memcheck and racecheck), not at the issue's targets: DeepSeek-V3
+ * GEMM1 + GEMM2 at M = 4096 at 65 % of the tool's floor, the whole layer 1.26-1.34x triton_kernels
+ * at M = 1024 and 4096 (bench/results/2026-12-06-h100-item-claims.md). History: v1 -> v2
+ * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
+ * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md).
  *
  * Design
  * ------
@@ -48,7 +46,8 @@
  * own accumulators; once per work item k group 1 hands its sums to k group 0 through shared
  * memory (named barrier 4 + wg, 256 threads), which runs the epilogue. KS = 2 doubles the
  * consumer warps per scheduler (4 instead of 2) so the FP4 decode's latency is hidden. A ring of
- * STAGES shared-memory stages (16 at BM=8 down to 5 at BM=128, ~210 KB), each [activations
+ * STAGES shared-memory stages (16 at BM=8 down to 4 at BM=128 with two weight tiles, ~210 KB
+ * with the k-group reduction buffer and the epilogue's stash), each [activations
  * BM*256 B | weights 9216 B], with a "full" and an "empty" mbarrier per stage.
  *   producer: wait empty (parity trick: the first pass over the ring does not block), thread 0
  *     posts expect_tx(9216) and issues ONE cp.async.bulk of the weight chunk completing on the full
@@ -112,8 +111,8 @@
  * item counter and the split-K area with one cudaMemsetAsync (graph-capturable).
  * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
  * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
- * skipped. The ids and row scales it needs are in registers, the expert scales and bias in
- * shared memory (stash_put) before the item's k loop.
+ * skipped. The ids it needs are in registers, the expert scales, row scales and bias in shared
+ * memory (stash_put) from before the item's k loop.
  *
  * sm_80 builds (the Makefile's second gencode pass) compile the kernel to a trap; the launcher
  * refuses any device that is not compute capability 9.0 and any binary without sm_90a code.
@@ -495,9 +494,9 @@ struct Kernel {
         int pending = -1;  // stage whose copies were issued but whose full barrier waits on them
 #endif
         // Items come from the launch's counter (in claim order, so a CTA that drew short items
-        // takes more of them), else every gridDim.x-th. Thread 0 claims one item ahead: the
-        // atomic's round trip then overlaps an item's copies instead of stalling them (claimed
-        // when needed, it made the short split-K items of block_m 8..32 ~5 % slower).
+        // takes more of them), else every gridDim.x-th, and reach the consumers through the
+        // queue. Thread 0 claims one item ahead, so the atomic's round trip overlaps an item's
+        // copies.
         // KS = 2 (block_m 8..32) deals its items round robin without the hand-over (kHandOff).
         int next = 0;
         if (kHandOff && tid == 0) next = p.sched ? atomicAdd(p.sched, 1) : (int)blockIdx.x;
@@ -893,7 +892,7 @@ struct Kernel {
                 skip_tiles(w.kt0, w.kt1, it, bars);
                 continue;
             }
-            // The epilogue's per-item values, loaded before the k loop hides their latency: the
+            // The epilogue's per-item values, loaded before the k loop and stashed: the
             // expert's scales, the row scales of the lane's ids, this thread's bias values.
             const int e = p.block_expert[w.blk];
             const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;

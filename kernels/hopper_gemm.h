@@ -38,9 +38,11 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
                                    int32_t K, int32_t is_bf16, void *out, cudaStream_t stream);
 
 /* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
- * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128. With a workspace the
- * CTAs claim work items from a counter in it as they free up (a CTA that drew short items takes
- * more) and K may be split; a NULL workspace deals the items round robin and never splits K.
+ * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128. The workspace must
+ * hold nvfp4moe_hopper_workspace_bytes and serve one launch at a time (the GEMM clears and
+ * rewrites it). With it, at block_m 64 and 128 the CTAs claim work items from a counter in it as
+ * they free up (a CTA that drew short items takes more), and K may be split; block_m 8..32 deal
+ * the items round robin. A NULL workspace deals them round robin and never splits K.
  * token_subtiles is this GEMM's alone: at block_m 64 and 128 each work
  * item runs on the narrowest token tile that holds its block's pairs (block_m 64: 64, 32 or 16
  * token columns; block_m 128: 128 or 32), so an expert's last, mostly empty block costs a narrow
@@ -48,8 +50,9 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
  * tests and benchmarks. block_m 8..32 are always one tile. */
 typedef nvfp4moe_marlin_args nvfp4moe_hopper_args;
 
-/* Workspace bytes the GEMM uses at these sizes (a 16-byte item counter, plus the split-K partial
- * sums where it may split K; 0 for sizes it refuses), 16-byte aligned. */
+/* Workspace bytes the GEMM uses at these sizes: a 16-byte item counter, plus the split-K partial
+ * sums and arrival counters where it may split K; 0 for sizes it refuses. The workspace itself
+ * must be 16-byte aligned. */
 size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t max_blocks,
                                        int32_t block_m, int32_t sm_count);
 

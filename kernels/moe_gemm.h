@@ -57,15 +57,17 @@ typedef struct nvfp4moe_marlin_args {
     int32_t block_m;          /* rows per block of sorted_ids (8, 16, 32, 48 or 64) */
     int32_t max_blocks;       /* cap / block_m: the grid is sized from this, never from num_blocks */
     int32_t is_bf16;          /* 1: bf16, 0: fp16 */
-    void *workspace;          /* nvfp4moe_marlin_workspace_bytes(...) bytes, or NULL if 0 */
+    void *workspace;          /* nvfp4moe_marlin_workspace_bytes(...) bytes (the Hopper GEMM:
+                                 nvfp4moe_hopper_workspace_bytes), or NULL if 0; one launch at a
+                                 time: the GEMM clears and rewrites it */
     int32_t sm_count;         /* multiprocessors of the device */
     int32_t scale_2_halves;   /* 0: scale_2 is [E], one scale per expert. GEMM1 of a gated
                                  activation, scale_2 [E, 2] (gate, up): 1, rows [0, N/2) gate and
                                  [N/2, N) up; 2, rows interleaved g0, u0, g1, u1 (swigluoai) */
-    int32_t token_subtiles;   /* the Hopper GEMM at block_m 64 only (MARLIN and other block_m
-                                 ignore it): 0 chooses from the pairs per expert, 1 forces one
-                                 64-token wgmma tile per block, 2 two 32-token tiles of which a
-                                 block runs only those its pairs reach (kernels/hopper_gemm.h) */
+    int32_t token_subtiles;   /* the Hopper GEMM at block_m 64 and 128 only (MARLIN and other
+                                 block_m ignore it): 0 or 2 run each item on the narrowest token
+                                 tile that holds its block's pairs, 1 forces one tile of block_m
+                                 tokens (kernels/hopper_gemm.h) */
     int32_t row_tiles;        /* the Hopper GEMM at block_m 64 and 128 only: 0 chooses, 1 or 2
                                  force the 128-row weight tiles per work item (kernels/hopper_gemm.h) */
     void *act_out;            /* the Hopper GEMM only (MARLIN ignores both): GEMM1 may apply its

@@ -1,7 +1,7 @@
 /*
  * test_hopper_forms.c - which form the HOPPER_WGMMA larger-batch GEMM launches, as its host-side
  * reporters say (kernels/hopper_gemm.h): weight tiles per work item (nvfp4moe_hopper_row_tiles),
- * token tiles per block (nvfp4moe_hopper_token_subtiles) and whether GEMM1 applies SiLU itself
+ * token tile widths per item (nvfp4moe_hopper_token_subtiles) and whether GEMM1 applies SiLU itself
  * (nvfp4moe_hopper_fuses_activation), over every block_m, forced setting, activation, gate/up
  * layout and N the rules distinguish, against the rules as the header states them. The backend
  * skips its activation kernel on the last answer, so a wrong one is a wrong layer. Pure host
