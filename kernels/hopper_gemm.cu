@@ -1069,6 +1069,22 @@ struct Kernel {
         *reinterpret_cast<uint32_t *>(dst + (size_t)pid * ld + col) = lo | (hi << 16);
     }
 
+    // Calls f(j0, j1, pid, rs) once per token column 8i + 2t + b of this thread's accumulators
+    // (j0 = 4i + b: row n_base, j1 = j0 + 2: row n_base + 8), with the token's pair id and row
+    // scale from the lane that holds them (every lane shuffles, so f may skip afterwards).
+    template <int NA, typename F>
+    static __device__ __forceinline__ void for_each_token(const Rows &r, int t, F &&f) {
+#pragma unroll
+        for (int i = 0; i < NA / 4; i++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int src = 8 * (i % 4) + 2 * t + b;
+                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
+                const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
+                f(4 * i + b, 4 * i + 2 + b, pid, rs);
+            }
+    }
+
     template <int NA>
     static __device__ void epilogue(const Params &p, float (&acc)[NA], int blk, int nt,
                                     int half, int ci, const Rows &r, int n_base,
@@ -1088,17 +1104,11 @@ struct Kernel {
         }
         const bool odd = g & 1;
         const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
-#pragma unroll
-        for (int i = 0; i < NA / 4; i++)
-#pragma unroll
-            for (int b = 0; b < 2; b++) {
-                const int src = 8 * (i % 4) + 2 * t + b;
-                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
-                const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
-                const float v0 = c_value(acc[4 * i + b], sc[0], p.bias, bias[0], rs);
-                const float v1 = c_value(acc[4 * i + 2 + b], sc[1], p.bias, bias[1], rs);
-                store_pair(p, p.c, p.N, pid, col, odd, v0, v1);
-            }
+        for_each_token<NA>(r, t, [&](int j0, int j1, int pid, float rs) {
+            const float v0 = c_value(acc[j0], sc[0], p.bias, bias[0], rs);
+            const float v1 = c_value(acc[j1], sc[1], p.bias, bias[1], rs);
+            store_pair(p, p.c, p.N, pid, col, odd, v0, v1);
+        });
     }
 
     // GU: GEMM1 with its gated activation. ag holds gate rows n_base, n_base + 8 (of N/2), au the
@@ -1124,21 +1134,15 @@ struct Kernel {
         const float su = p.halves == 1 ? s2_up : s2;
         const bool odd = g & 1;
         const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
-#pragma unroll
-        for (int i = 0; i < NA / 4; i++)
-#pragma unroll
-            for (int b = 0; b < 2; b++) {
-                const int src = 8 * (i % 4) + 2 * t + b;
-                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
-                const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
-                const float g0 = c_value(ag[4 * i + b], s2, p.bias, r.bias[0][0], rs);
-                const float g1 = c_value(ag[4 * i + 2 + b], s2, p.bias, r.bias[0][1], rs);
-                const float u0 = c_value(au[4 * i + b], su, p.bias, r.bias[1][0], rs);
-                const float u1 = c_value(au[4 * i + 2 + b], su, p.bias, r.bias[1][1], rs);
-                const float v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
-                const float v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
-                store_pair(p, p.act, nh, pid, col, odd, v0, v1);
-            }
+        for_each_token<NA>(r, t, [&](int j0, int j1, int pid, float rs) {
+            const float g0 = c_value(ag[j0], s2, p.bias, r.bias[0][0], rs);
+            const float g1 = c_value(ag[j1], s2, p.bias, r.bias[0][1], rs);
+            const float u0 = c_value(au[j0], su, p.bias, r.bias[1][0], rs);
+            const float u1 = c_value(au[j1], su, p.bias, r.bias[1][1], rs);
+            const float v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
+            const float v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
+            store_pair(p, p.act, nh, pid, col, odd, v0, v1);
+        });
     }
 
     static __device__ void run(const Params &p) {
