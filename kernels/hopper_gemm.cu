@@ -205,7 +205,7 @@ struct Cfg {
     // row scales, bias values, [field][thread]
     static constexpr int NR = BM < 32 ? 1 : BM / 32;
     static constexpr int STASH_F = 2 + NR + 2 * RT;
-    static constexpr int STASH = STASH_F * 256 * KS * 4;
+    static constexpr int STASH = KS == 1 ? STASH_F * 256 * 4 : 0;  // KS = 2 keeps them in registers
     static constexpr int S0 = (kSmemBudget - RED - STASH) / STAGE;
     static constexpr int STAGES = S0 > 16 ? 16 : S0;
     static constexpr int SMEM = STAGES * STAGE + RED + STASH + 1024;  // + slack to align the base to 1024
@@ -806,19 +806,21 @@ struct Kernel {
         float rs[NR];
         int n_base;
         float bias[RH][2];
+        float s2, s2_up;  // the expert's scale_2 (gate, up) times kAccUnscale
     };
 
-    // The epilogue's per-item values of this consumer thread to shared memory and back (each
-    // thread its own slots, [field][thread]: no barrier, no bank conflict).
+    // KS = 1: the epilogue's per-item values of this consumer thread to shared memory and back
+    // (each thread its own slots, [field][thread]: no barrier, no bank conflict). KS = 2 kernels
+    // (104 registers, at most 16 accumulators) keep them in registers, and the stage the stash
+    // would take.
     static __device__ __forceinline__ float *stash_of(uint8_t *smem) {
         return reinterpret_cast<float *>(smem + C::STAGES * C::STAGE + C::RED) + (threadIdx.x - 128);
     }
-    static __device__ __forceinline__ void stash_put(uint8_t *smem, const Rows &r, float s2,
-                                                     float s2_up) {
+    static __device__ __forceinline__ void stash_put(uint8_t *smem, const Rows &r) {
         float *st = stash_of(smem);
-        constexpr int T = 256 * KS;
-        st[0] = s2;
-        st[T] = s2_up;
+        constexpr int T = 256;
+        st[0] = r.s2;
+        st[T] = r.s2_up;
 #pragma unroll
         for (int i = 0; i < NR; i++) st[(2 + i) * T] = r.rs[i];
 #pragma unroll
@@ -826,12 +828,11 @@ struct Kernel {
 #pragma unroll
             for (int h = 0; h < 2; h++) st[(2 + NR + 2 * q + h) * T] = r.bias[q][h];
     }
-    static __device__ __forceinline__ void stash_get(uint8_t *smem, Rows &r, float &s2,
-                                                     float &s2_up) {
+    static __device__ __forceinline__ void stash_get(uint8_t *smem, Rows &r) {
         const float *st = stash_of(smem);
-        constexpr int T = 256 * KS;
-        s2 = st[0];
-        s2_up = st[T];
+        constexpr int T = 256;
+        r.s2 = st[0];
+        r.s2_up = st[T];
 #pragma unroll
         for (int i = 0; i < NR; i++) r.rs[i] = st[(2 + i) * T];
 #pragma unroll
@@ -909,7 +910,9 @@ struct Kernel {
                     const int n = r.n_base + qrows * q + 8 * h;
                     r.bias[q][h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
                 }
-            stash_put(smem, r, s2, s2_up);
+            r.s2 = s2;
+            r.s2_up = s2_up;
+            if constexpr (KS == 1) stash_put(smem, r);
             item_widths(splits > 1 ? BM : real_rows(p, r.pid), p, w, nt, wg, kg, half0, tid, g, t, r,
                         it, bars, smem, code_off, scale_off, dlo0, splits, s_flag);
         }
@@ -978,8 +981,8 @@ struct Kernel {
         // The per-item values back from shared memory: held in registers across the k loop they
         // made ptxas serialize the wgmmas at block_m 128 with two weight tiles.
         Rows r = r_in;
-        float s2, s2_up;
-        stash_get(smem, r, s2, s2_up);
+        if constexpr (KS == 1) stash_get(smem, r);
+        const float s2 = r.s2, s2_up = r.s2_up;
         // Split-K bookkeeping per (n tile, 64-row half); the election's flag and barrier per
         // (warpgroup, half): ids 1 + ci, ci < 4 (RT = 2) or < 2.
         if constexpr (GU) {
