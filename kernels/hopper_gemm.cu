@@ -47,7 +47,7 @@
  * memory (named barrier 4 + wg, 256 threads), which runs the epilogue. KS = 2 doubles the
  * consumer warps per scheduler (4 instead of 2) so the FP4 decode's latency is hidden. A ring of
  * STAGES shared-memory stages (16 at BM=8 down to 4 at BM=128 with two weight tiles, ~210 KB
- * with the k-group reduction buffer and the epilogue's stash), each [activations
+ * with the k-group reduction buffer and, at KS = 1, the epilogue's stash), each [activations
  * BM*256 B | weights 9216 B], with a "full" and an "empty" mbarrier per stage.
  *   producer: wait empty (parity trick: the first pass over the ring does not block), thread 0
  *     posts expect_tx(9216) and issues ONE cp.async.bulk of the weight chunk completing on the full
@@ -86,7 +86,8 @@
  * DeepSeek-V3 -9 to -11 %, Qwen3-235B-A22B -3 to -5 %, Mixtral-8x7B -2 to -6 %, Qwen3-30B-A3B
  * +1 % at M = 4096 (bench/results/2026-12-06-h100-token-widths.md). The epilogue's per-item
  * values (expert scales, row scales, bias) wait in shared memory during the k loop
- * (Kernel::stash_put): in registers they made ptxas spill at block_m 128.
+ * (Kernel::stash_put): in registers they made ptxas spill at block_m 128. The KS = 2 kernels
+ * (block_m 8..32) keep them in registers and have the stage it would take.
  * GEMM1 with SiLU-and-mul fused (GU, two tiles per item where args->act_out asks for it and the
  * gate/up halves are stacked): the item's chunks are gate tile nt and up tile nt + n_tiles/2, and
  * warpgroup wg takes rows 64*wg .. of both, so each thread holds a gate value and its up value
@@ -111,8 +112,8 @@
  * item counter and the split-K area with one cudaMemsetAsync (graph-capturable).
  * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
  * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
- * skipped. The ids it needs are in registers, the expert scales, row scales and bias in shared
- * memory (stash_put) from before the item's k loop.
+ * skipped. The ids it needs are in registers, the expert scales, row scales and bias loaded
+ * before the item's k loop (KS = 1: in shared memory, stash_put; KS = 2: in registers).
  *
  * sm_80 builds (the Makefile's second gencode pass) compile the kernel to a trap; the launcher
  * refuses any device that is not compute capability 9.0 and any binary without sm_90a code.
@@ -811,7 +812,7 @@ struct Kernel {
 
     // KS = 1: the epilogue's per-item values of this consumer thread to shared memory and back
     // (each thread its own slots, [field][thread]: no barrier, no bank conflict). KS = 2 kernels
-    // (104 registers, at most 16 accumulators) keep them in registers, and the stage the stash
+    // (96 registers, at most 16 accumulators) keep them in registers, and the stage the stash
     // would take.
     static __device__ __forceinline__ float *stash_of(uint8_t *smem) {
         return reinterpret_cast<float *>(smem + C::STAGES * C::STAGE + C::RED) + (threadIdx.x - 128);
