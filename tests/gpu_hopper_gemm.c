@@ -451,23 +451,30 @@ static void side_time(bench_side *sd, int marlin, void **b1, void **b2, int sets
 // GEMM1 ([2I, H]) + GEMM2 ([H, I]) of one model's routed experts, bf16, both kernels (the MARLIN
 // one only with `marlin`) timed the same way in the same process: cold L2 by rotating `sets`
 // separately repacked weight copies per kernel and GEMM.
-// only_m: 0 = every M, else a comma-separated list of the M values to run ("1,64,1024").
-static int m_selected(const char *only_m, int M) {
-    if (!only_m) return 1;
-    for (const char *q = only_m; *q;) {
+// only_m: NULL = the default M values, else a comma-separated list of the M values to run
+// ("1,64,1024", at most 16). Returns how many are in Ms.
+static int bench_ms(const char *only_m, int *Ms) {
+    static const int kDefault[] = {1, 16, 64, 256, 1024, 4096};
+    int n = 0;
+    if (!only_m) {
+        for (size_t i = 0; i < sizeof kDefault / sizeof kDefault[0]; i++) Ms[n++] = kDefault[i];
+        return n;
+    }
+    for (const char *q = only_m; *q && n < 16;) {
         char *end;
         long v = strtol(q, &end, 10);
         if (end == q) break;
-        if (v == M) return 1;
+        if (v >= 1 && v <= (1 << 20)) Ms[n++] = (int)v;
         q = *end == ',' ? end + 1 : end;
     }
-    return 0;
+    return n;
 }
 
 static int bench(int sm_count, const char *only_m, int sets, const bench_model *md, int marlin) {
     const int E = md->E, H = md->H, I = md->I, topk = md->topk;
-    const int Ms[] = {1, 16, 64, 256, 1024, 4096};
-    const double bw_floor = 4.27e12, tf_floor = 788e12;  // measured on this H200 (perf_anchors)
+    int Ms[16];
+    const int nms = bench_ms(only_m, Ms);
+    const double bw_floor = 4.27e12, tf_floor = 788e12;  // the H200's, measured (perf_anchors)
     const int N1 = 2 * I, K1 = H, N2 = H, K2 = I;
 
     // One random canonical tensor per GEMM shape, repacked `sets` times into separate buffers.
@@ -507,13 +514,13 @@ static int bench(int sm_count, const char *only_m, int sets, const bench_model *
     printf("\n%s routed experts (E=%d, H=%d, I=%d, top-%d), bf16, cold L2 (%d weight copies "
            "rotated per kernel), median of %d, CUDA events per GEMM call\n",
            md->name, E, H, I, topk, sets, BENCH_REPS);
-    printf("floors: weight bytes touched / 4.27 TB/s and FLOPs / 788 TFLOP/s (measured on this H200)\n\n");
+    printf("floors: weight bytes touched / 4.27 TB/s and FLOPs / 788 TFLOP/s (an H200's, measured; on another "
+           "card compare the times, not the %% of floor)\n\n");
     printf("| M | P | block_m | experts | GEMM1 us | GEMM2 us | total us | weight GB/s | TFLOP/s "
            "| floor us | %% of floor | MARLIN bm | MARLIN G1 us | MARLIN G2 us | MARLIN us | vs MARLIN |\n");
     printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+    for (int mi = 0; mi < nms; mi++) {
         const int M = Ms[mi], P = M * topk;
-        if (!m_selected(only_m, M)) continue;
         int32_t *ids = malloc(sizeof(int32_t) * P);
         route(M, topk, E, ids);
         int *hit = calloc((size_t)E, sizeof(int));
