@@ -862,13 +862,15 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
 
 extern "C" int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E) {
     if (P <= 0 || E <= 0) return 8;
-    // Measured on the H200 with both regimes forced on every preset at M = 4..256
-    // (bench/results/2026-12-04-h200-decode.md): the decode kernels win up to 4 pairs per expert
-    // everywhere (Qwen3-30B-A3B M = 64: 202 against 232 us; DeepSeek-V3 M = 64: 1603 against 1953),
-    // and lose on the hidden-7168 layers from 5 (Kimi-K2 M = 256, DeepSeek-V3 M = 256: 2941 against
-    // 2501). One 8-token column holds up to 3 pairs per expert on average, two columns beyond.
+    // Measured on an H100 with the wgmma GEMM forced against this rule on every preset at 0.25..12
+    // pairs per expert (bench/results/2026-12-06-h100-block-m.md, section 5): up to 3 pairs per
+    // expert the decode kernels win or tie (Qwen3-30B-A3B at 3: 167 against 184 us); at 4, where
+    // they ran two 8-token columns, the GEMM (block_m 64 since its items run narrow token tiles)
+    // was 6-14 % faster on all six (DeepSeek-V3 M = 128: 2193-2206 against 2558-2562 us). So one
+    // column up to 3 pairs per expert on average, and the GEMM beyond; the two-column kernels
+    // (block_m 16) run when a caller forces the decode regime.
     const double per_expert = (double)P / E;
-    return per_expert <= 3.0 ? 8 : per_expert <= 4.0 ? 16 : 0;
+    return per_expert <= 3.0 ? 8 : 0;
 }
 
 extern "C" size_t nvfp4moe_hopper_decode_counters(int64_t M, int32_t H) {

@@ -74,8 +74,8 @@ typedef struct nvfp4moe_decode_combine {
 } nvfp4moe_decode_combine;
 
 /* block_m of the decode regime for P pairs over E experts: 8 (one 8-token MMA column) up to 3
- * pairs per expert, 16 (two columns) up to 4, else 0: the wgmma GEMM should run. A caller may
- * force either block_m at any size. */
+ * pairs per expert, else 0: the wgmma GEMM should run. A caller may force either block_m (8, or
+ * 16: two columns) at any size. */
 int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E);
 
 /* Ints of the combine's arrival counters for M tokens of hidden size H. */

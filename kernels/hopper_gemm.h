@@ -89,8 +89,8 @@ int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
 int32_t nvfp4moe_hopper_fuses_activation(const nvfp4moe_hopper_args *args);
 
 /* The block_m the GEMM prefers for P pairs over E experts: 128 from P/E >= 1.9 * 64; 64 from
- * more than 4 pairs per expert (with fewer than 32 experts, from 16); below that the first of 8,
- * 16, 32 with P/E/block_m < 0.9 (up to 4 pairs per expert the decode regime runs unless the GEMM
+ * more than 3 pairs per expert (with fewer than 32 experts, from 16); below that the first of 8,
+ * 16, 32 with P/E/block_m < 0.9 (up to 3 pairs per expert the decode regime runs unless the GEMM
  * is forced). */
 int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E);
 
