@@ -245,6 +245,9 @@ static void run_case(const test_case *tc, int sm_count) {
         cudaGraph_t graph;
         cudaGraphExec_t exec;
         CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        // the poison fills and the repack above ran on the legacy stream, which this one does not
+        // wait for
+        CUDA_OK(cudaDeviceSynchronize());
         CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         CUDA_OK(nvfp4moe_hopper_gemm(&args, st));
         CUDA_OK(cudaStreamEndCapture(st, &graph));
