@@ -863,7 +863,7 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
 extern "C" int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E) {
     if (P <= 0 || E <= 0) return 8;
     // Measured on an H100 with the wgmma GEMM forced against this rule on every preset at 0.25..12
-    // pairs per expert (bench/results/2026-12-06-h100-block-m.md, section 5): up to 3 pairs per
+    // pairs per expert (bench/results/2026-12-06-h100-block-m.md, section 4): up to 3 pairs per
     // expert the decode kernels win or tie (Qwen3-30B-A3B at 3: 167 against 184 us); at 4, where
     // they ran two 8-token columns, the GEMM (block_m 64 since its items run narrow token tiles)
     // was 6-14 % faster on all six (DeepSeek-V3 M = 128: 2193-2206 against 2558-2562 us). So one
