@@ -870,7 +870,7 @@ extern "C" int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E) {
     // column up to 3 pairs per expert on average, and the GEMM beyond; the two-column kernels
     // (block_m 16) run when a caller forces the decode regime.
     const double per_expert = (double)P / E;
-    return per_expert <= 3.0 ? 8 : 0;
+    return per_expert <= NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT ? 8 : 0;
 }
 
 extern "C" size_t nvfp4moe_hopper_decode_counters(int64_t M, int32_t H) {

@@ -73,9 +73,13 @@ typedef struct nvfp4moe_decode_combine {
     int32_t out_dtype;
 } nvfp4moe_decode_combine;
 
-/* block_m of the decode regime for P pairs over E experts: 8 (one 8-token MMA column) up to 3
- * pairs per expert, else 0: the wgmma GEMM should run. A caller may force either block_m (8, or
- * 16: two columns) at any size. */
+/* The most token-expert pairs per expert, on average, that the decode regime takes; beyond it
+ * the wgmma GEMM runs, at block_m 64 (nvfp4moe_hopper_block_m starts there). */
+#define NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT 3
+
+/* block_m of the decode regime for P pairs over E experts: 8 (one 8-token MMA column) up to
+ * NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT pairs per expert, else 0: the wgmma GEMM should run. A
+ * caller may force either block_m (8, or 16: two columns) at any size. */
 int32_t nvfp4moe_hopper_decode_block_m(int64_t P, int32_t E);
 
 /* Ints of the combine's arrival counters for M tokens of hidden size H. */

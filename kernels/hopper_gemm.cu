@@ -5,11 +5,12 @@
  * accumulation. Interface: kernels/hopper_gemm.h (same shape as kernels/moe_gemm.h).
  *
  * STATUS (2026-12-06, H100): correct (tests/gpu_hopper_gemm, gpu_test through the HOPPER_WGMMA
- * backend, compute-sanitizer memcheck and racecheck), not at the issue's targets: DeepSeek-V3
- * GEMM1 + GEMM2 at M = 4096 at 65 % of the tool's floor, the whole layer 1.26-1.34x triton_kernels
- * at M = 1024 and 4096 (bench/results/2026-12-06-h100-item-claims.md). History: v1 -> v2
+ * backend, compute-sanitizer memcheck and racecheck), not at the issue's targets: the whole layer
+ * 1.27 / 1.30x triton_kernels on DeepSeek-V3 and 1.22 / 1.26x on Qwen3-30B-A3B at M = 1024 / 4096,
+ * 0.97x on DeepSeek-V3 at M = 256 (bench/results/2026-12-06-h100-block-m.md). History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
- * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md).
+ * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
+ * items (2026-12-06-h100-item-claims.md), the block_m rule (2026-12-06-h100-block-m.md).
  *
  * Design
  * ------
@@ -124,6 +125,7 @@
 #include <stdint.h>
 
 #include "activation.cuh"
+#include "hopper_decode.h"  // NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT
 #include "hopper_gemm.h"
 #include "hopper_layout.cuh"
 
@@ -1533,7 +1535,7 @@ extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E) {
     if (E <= 0) return 128;
     const double per_expert = (double)P / E;
     if (per_expert >= 1.9 * 64) return 128;
-    if (per_expert > 3.0 && (E >= 32 || per_expert >= 16.0)) return 64;
+    if (per_expert > NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT && (E >= 32 || per_expert >= 16.0)) return 64;
     static const int32_t kSmall[] = {8, 16, 32};
     for (int i = 0; i < 3; i++)
         if (per_expert / kSmall[i] < 0.9) return kSmall[i];

@@ -3,13 +3,15 @@
  * reporters say (kernels/hopper_gemm.h): weight tiles per work item (nvfp4moe_hopper_row_tiles),
  * token tile widths per item (nvfp4moe_hopper_token_subtiles) and whether GEMM1 applies SiLU itself
  * (nvfp4moe_hopper_fuses_activation), over every block_m, forced setting, activation, gate/up
- * layout and N the rules distinguish, against the rules as the header states them. The backend
+ * layout and N the rules distinguish, against the rules as the header states them; and where the
+ * plan's two regimes meet (nvfp4moe_hopper_decode_block_m, nvfp4moe_hopper_block_m). The backend
  * skips its activation kernel on the last answer, so a wrong one is a wrong layer. Pure host
  * functions: runs without a GPU. A build without CUDA has none of them and checks nothing.
  */
 #include "harness.h"
 
 #ifdef NVFP4MOE_HAVE_CUDA
+#include "kernels/hopper_decode.h"
 #include "kernels/hopper_gemm.h"
 #include "kernels/pipeline.h"
 
@@ -28,6 +30,16 @@ static int want_token_subtiles(int bm, int P, int E, int token_subtiles, int row
     if (bm == 64) return token_subtiles == 1 ? 1 : 3;   /* 64, 32, 16 token columns */
     if (bm == 128) return token_subtiles == 1 ? 1 : 2;  /* 128, 32 */
     return 0;
+}
+/* The decode kernels up to 3 pairs per expert on average; the GEMM beyond at block_m 64 (with
+ * fewer than 32 experts from 16 pairs per expert, the first of 8, 16, 32 with P/E/block_m < 0.9
+ * below that), 128 from 1.9 * 64. */
+static int want_decode_block_m(long long P, int E) { return P * 1.0 / E <= 3.0 ? 8 : 0; }
+static int want_block_m(long long P, int E) {
+    const double pe = (double)P / E;
+    if (pe >= 1.9 * 64) return 128;
+    if (pe > 3.0 && (E >= 32 || pe >= 16.0)) return 64;
+    return pe / 8 < 0.9 ? 8 : pe / 16 < 0.9 ? 16 : pe / 32 < 0.9 ? 32 : 64;
 }
 static int want_fused(int bm, int row_tiles, int act_out, int act, int activation, int halves, int N) {
     return act_out && act && want_row_tiles(bm, row_tiles) == 2 && halves != 2 &&
@@ -92,6 +104,21 @@ int main(void) {
                             }
                 CHECK(bad == 0, "block_m %d row_tiles %d: %d mismatches", bm, rt, bad);
             }
+    static const int Es[] = {8, 16, 32, 64, 128, 256, 384};
+    for (size_t ie = 0; ie < sizeof Es / sizeof Es[0]; ie++) {
+        T_CASE("decode regime / GEMM block_m");
+        const int E = Es[ie];
+        int bad = 0, gemm64 = 0;
+        for (long long P = 1; P <= 300LL * E; P += 1 + P / 16) {
+            const int d = nvfp4moe_hopper_decode_block_m(P, E), b = nvfp4moe_hopper_block_m(P, E);
+            const int wd = want_decode_block_m(P, E), wb = want_block_m(P, E);
+            if ((d != wd || b != wb) && bad++ < 3)
+                fprintf(stderr, "  P %lld E %d: decode block_m %d, GEMM block_m %d; want %d, %d\n", P, E, d, b, wd, wb);
+            gemm64 += d == 0 && b == 64;
+        }
+        CHECK(bad == 0, "E %d: %d mismatches", E, bad);
+        CHECK(gemm64 > 0, "E %d: the GEMM never takes block_m 64 where the decode regime stops", E);
+    }
     T_CASE("some launches fuse");
     CHECK(a > 0, "no combination fuses");
 #endif
