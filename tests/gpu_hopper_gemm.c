@@ -8,7 +8,8 @@
  *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer)
  *   gpu_hopper_gemm --bench [M,M..] [--sets N] [--model NAME|all] [--marlin]
  *                              GEMM1 + GEMM2 of a model's routed experts (deepseek-v3 default;
- *                              qwen3-30b-a3b, mixtral-8x7b, gpt-oss-120b) at M in
+ *                              qwen3-30b-a3b, mixtral-8x7b, gpt-oss-120b, kimi-k2,
+ *                              qwen3-235b-a22b) at M in
  *                              {1,16,64,256,1024,4096} (or M alone), cold L2 by rotating N (4)
  *                              separately repacked weight copies, median of 24; --marlin also
  *                              times nvfp4moe_marlin_gemm the same way in the same run
@@ -367,6 +368,8 @@ static const bench_model bench_models[] = {
     {"qwen3-30b-a3b", 128, 2048, 768, 8},
     {"mixtral-8x7b", 8, 4096, 14336, 2},
     {"gpt-oss-120b", 128, 2880, 2880, 4},
+    {"kimi-k2", 384, 7168, 2048, 8},
+    {"qwen3-235b-a22b", 128, 4096, 1536, 8},
 };
 
 // The two GEMMs of one kernel (Hopper or MARLIN) at one M: args, buffers, per-set weights.
