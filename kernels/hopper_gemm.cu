@@ -1523,18 +1523,22 @@ extern "C" int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args) {
 }
 
 extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E) {
-    // Measured on an H100, the GEMMs alone at block_m 8 / 16 / 32 / 64 / 128 on four layers
-    // (bench/results/2026-12-06-h100-block-m.md). Since a block runs the narrowest token tile that
-    // holds its pairs and CTAs claim their items, block_m 64 is the fastest from about 4 pairs per
-    // expert up to 64 (DeepSeek-V3 at 8 per expert: 2215 us against 2360 at 16; Qwen3-30B-A3B at
-    // 16: 173 against 195 at 32; gpt-oss-120b at 16: 687 against 818 at 32), and 128 from 128
-    // (DeepSeek-V3 M = 4096: 6015 against 7225). Not with fewer than 32 experts below 16 pairs
-    // each: Mixtral-8x7B at 5 and 8 per expert ran 299 and 314 us at block_m 8 and 16 against 377
-    // and 380 at 64. Up to 3 pairs per expert the decode regime runs (a GEMM forced there keeps
-    // the small block_m); from there on this GEMM (nvfp4moe_hopper_decode_block_m).
+    // Measured on an H100, the GEMMs alone at block_m 8 / 16 / 32 / 64 / 128 on six layers
+    // (bench/results/2026-12-06-h100-block-m.md, 2026-12-06-h100-one-launch.md). Since a block runs
+    // the narrowest token tile that holds its pairs and CTAs claim their items, block_m 64 is the
+    // fastest from about 4 pairs per expert up to 64 (DeepSeek-V3 at 8 per expert: 2215 us against
+    // 2360 at 16; Qwen3-30B-A3B at 16: 173 against 195 at 32; gpt-oss-120b at 16: 687 against 818
+    // at 32; at 64: DeepSeek-V3 4165 against 4494 at 128, Kimi-K2 6380 against 6800), and 128 from
+    // 85 (Kimi-K2 M = 4096: 6744 against 8335 at 64; at 96 DeepSeek-V3 4840 against 5840, gpt-oss
+    // 1327 against 1613): past 64 most experts need a second block of 64 and its weight pass.
+    // Nothing was measured between 64 and 85; the switch sits where the ratios interpolate to
+    // even, at 1.1 x 64. Not with fewer than 32 experts below 16 pairs each: Mixtral-8x7B at 5 and
+    // 8 per expert ran 299 and 314 us at block_m 8 and 16 against 377 and 380 at 64. Up to 3
+    // pairs per expert the decode regime runs (a GEMM forced there keeps the small block_m); from
+    // there on this GEMM (nvfp4moe_hopper_decode_block_m).
     if (E <= 0) return 128;
     const double per_expert = (double)P / E;
-    if (per_expert >= 1.9 * 64) return 128;
+    if (per_expert >= 1.1 * 64) return 128;
     if (per_expert > NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT && (E >= 32 || per_expert >= 16.0)) return 64;
     static const int32_t kSmall[] = {8, 16, 32};
     for (int i = 0; i < 3; i++)

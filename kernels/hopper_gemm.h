@@ -88,7 +88,7 @@ int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
  * untouched; otherwise (0) it writes C and ignores act_out. */
 int32_t nvfp4moe_hopper_fuses_activation(const nvfp4moe_hopper_args *args);
 
-/* The block_m the GEMM prefers for P pairs over E experts: 128 from P/E >= 1.9 * 64; 64 from
+/* The block_m the GEMM prefers for P pairs over E experts: 128 from P/E >= 1.1 * 64; 64 from
  * more than 3 pairs per expert (with fewer than 32 experts, from 16); below that the first of 8,
  * 16, 32 with P/E/block_m < 0.9 (up to 3 pairs per expert the decode regime runs unless the GEMM
  * is forced). */

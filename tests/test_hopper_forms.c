@@ -37,7 +37,7 @@ static int want_token_subtiles(int bm, int P, int E, int token_subtiles, int row
 static int want_decode_block_m(long long P, int E) { return P * 1.0 / E <= 3.0 ? 8 : 0; }
 static int want_block_m(long long P, int E) {
     const double pe = (double)P / E;
-    if (pe >= 1.9 * 64) return 128;
+    if (pe >= 1.1 * 64) return 128;
     if (pe > 3.0 && (E >= 32 || pe >= 16.0)) return 64;
     return pe / 8 < 0.9 ? 8 : pe / 16 < 0.9 ? 16 : pe / 32 < 0.9 ? 32 : 64;
 }
