@@ -42,7 +42,8 @@ typedef struct nvfp4moe_gpu_route_params {
  * token grouping of the M*top_k (token, slot) pairs by expert into blocks of block_m rows. When rp
  * is NULL, ids (and weights) are the caller's precomputed top-k and are only read. Pairs whose id is
  * outside [0, E) are left out of the grouping. For small M both steps run in one single-block
- * kernel (one launch); otherwise a routing grid and a single-block grouping kernel. */
+ * kernel (one launch); otherwise a routing grid and a grouping kernel, one block for a few pairs
+ * and a grid of blocks for more (kernels/moe_align.cu). */
 cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_params *rp, const void *logits,
                                          int32_t *ids, float *weights, int64_t M, int32_t top_k,
                                          int32_t E, int32_t block_m, int32_t *sorted_ids,
