@@ -3,7 +3,10 @@
  *
  * 1. Routing: every method of the reference on the GPU router, ids bit-identical to
  *    nvfp4moe_route (f32 and bf16 logits; bf16 logits have exact ties, so the tie rule is tested
- *    too), weights to float rounding; the token grouping's invariants.
+ *    too), weights to float rounding; the token grouping's invariants. 1b. The grouping alone on
+ *    precomputed ids (invalid ones included) against a host reference, on both sides of the
+ *    single-block / multi-block switch: num_blocks, the block table and its -1 tail, each
+ *    expert's run and its sentinel padding.
  * 2. Every GPU backend (MARLIN, HOPPER_WGMMA on sm_90, EMULATION) against the float64 CPU reference
  *    on a sample of vLLM's test grid (m, n = intermediate, k = hidden, e, top_k), every activation,
  *    swiglu_limit on and off, bf16 and fp16, fresh random data per case, outputs poisoned (0xFF =
@@ -228,6 +231,143 @@ out:
     pthread_mutex_unlock(&g_gpu);
     free(logits); free(logf32); free(bias); free(ids_ref); free(ids_gpu); free(w_ref); free(w_gpu);
     free(sorted); free(bexp);
+    finish(&l, 0);
+}
+
+/* ======================= 1b. the grouping alone, against a host reference ======================= */
+
+/* Precomputed ids (rp == NULL) grouped on the GPU and compared with the contract of
+ * kernels/moe_gemm.h computed here: num_blocks, every entry of block_expert (the -1 tail
+ * included), each expert's run holding exactly its pairs (in any order), sentinels P in its
+ * padding. Sizes on both sides of the single-block / multi-block switch of kernels/moe_align.cu. */
+typedef enum { GI_UNIFORM, GI_INVALID, GI_HOT, GI_ONE } group_ids;
+
+typedef struct group_case {
+    int E, M, k, bm;
+    group_ids ids;
+} group_case;
+
+static const char *group_ids_name(group_ids g) {
+    switch (g) {
+    case GI_INVALID: return "uniform, every 7th id outside [0,E)";
+    case GI_HOT: return "15/16 of the tokens pick expert 0 first";
+    case GI_ONE: return "every pair to expert E-1";
+    default: return "uniform";
+    }
+}
+
+static void run_group_case(const group_case *gc, uint64_t seed) {
+    logbuf l = {.len = 0};
+    const int64_t E = gc->E, M = gc->M, K = gc->k, bm = gc->bm, P = M * K;
+    const int64_t cap = (P + E * (bm - 1) + bm - 1) / bm * bm, max_blocks = cap / bm;
+    logf_(&l, "group E=%-4d top_k=%d M=%-5d P=%-6lld block_m=%-3d ids %s", gc->E, gc->k, gc->M, (long long)P, gc->bm,
+          group_ids_name(gc->ids));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)NVFP4MOE_MAX(P, 1));
+    int32_t *sorted = malloc(sizeof(int32_t) * (size_t)cap), *bexp = malloc(sizeof(int32_t) * (size_t)max_blocks);
+    int64_t *cnt = calloc((size_t)E, sizeof(int64_t)), *off = calloc((size_t)E + 1, sizeof(int64_t));
+    void *d_ids = NULL, *d_sorted = NULL, *d_bexp = NULL, *d_nb = NULL;
+    /* k distinct experts per token, as a router picks them (GI_ONE: top-1 only) */
+    uint64_t rs = seed;
+    for (int64_t t = 0; t < M; t++)
+        for (int64_t j = 0; j < K; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                e = (int32_t)(nvfp4moe_rand_u64(&rs) % (uint64_t)E);
+                if (gc->ids == GI_HOT && j == 0 && nvfp4moe_rand_u64(&rs) % 16) e = 0;
+                if (gc->ids == GI_ONE) e = (int32_t)E - 1;
+                dup = false;
+                for (int64_t q = 0; q < j; q++) dup |= ids[t * K + q] == e;
+            } while (dup && gc->ids != GI_ONE);
+            ids[t * K + j] = e;
+        }
+    if (gc->ids == GI_INVALID) /* dropped, never placed: -1, E, a large id */
+        for (int64_t p = 0; p < P; p += 7) ids[p] = (p / 7) % 3 == 0 ? -1 : (p / 7) % 3 == 1 ? (int32_t)E : 1 << 30;
+    /* the reference: counts, padded runs */
+    for (int64_t p = 0; p < P; p++)
+        if (ids[p] >= 0 && ids[p] < E) cnt[ids[p]]++;
+    for (int64_t e = 0; e < E; e++) off[e + 1] = off[e] + (cnt[e] + bm - 1) / bm * bm;
+    const int64_t want_nb = off[E] / bm;
+
+    int32_t nb = -1;
+    pthread_mutex_lock(&g_gpu);
+    {
+        cudaError_t e = cudaMalloc(&d_ids, sizeof(int32_t) * (size_t)NVFP4MOE_MAX(P, 1));
+        if (!e) e = cudaMalloc(&d_sorted, sizeof(int32_t) * (size_t)cap);
+        if (!e) e = cudaMalloc(&d_bexp, sizeof(int32_t) * (size_t)max_blocks);
+        if (!e) e = cudaMalloc(&d_nb, sizeof(int32_t));
+        if (!e && P) e = cudaMemcpy(d_ids, ids, sizeof(int32_t) * (size_t)P, cudaMemcpyHostToDevice);
+        /* poison: 0x7F7F7F7F is neither a pair, the sentinel nor an expert */
+        if (!e) e = cudaMemset(d_sorted, 0x7F, sizeof(int32_t) * (size_t)cap);
+        if (!e) e = cudaMemset(d_bexp, 0x7F, sizeof(int32_t) * (size_t)max_blocks);
+        if (!e) e = cudaMemset(d_nb, 0x7F, sizeof(int32_t));
+        if (!e) e = cudaDeviceSynchronize();
+        if (!e) e = nvfp4moe_gpu_route_and_group(NULL, NULL, d_ids, NULL, M, (int32_t)K, (int32_t)E, (int32_t)bm,
+                                                 d_sorted, d_bexp, d_nb, (int32_t)max_blocks, 0);
+        if (!e) e = cudaDeviceSynchronize();
+        if (!e) e = cudaMemcpy(sorted, d_sorted, sizeof(int32_t) * (size_t)cap, cudaMemcpyDeviceToHost);
+        if (!e) e = cudaMemcpy(bexp, d_bexp, sizeof(int32_t) * (size_t)max_blocks, cudaMemcpyDeviceToHost);
+        if (!e) e = cudaMemcpy(&nb, d_nb, sizeof nb, cudaMemcpyDeviceToHost);
+        pthread_mutex_unlock(&g_gpu);
+        if (e) {
+            logf_(&l, "\n    FAIL CUDA: %s\n", cudaGetErrorString(e));
+            l.failed = 1;
+            goto out;
+        }
+    }
+    {
+        int64_t bad = 0;
+#define GBAD(...)                                                                                  \
+    do {                                                                                           \
+        if (bad++ < 6) logf_(&l, "\n    " __VA_ARGS__);                                            \
+    } while (0)
+        if (nb != want_nb) GBAD("num_blocks %d, reference %lld", nb, (long long)want_nb);
+        for (int64_t b = 0, e = 0; b < max_blocks; b++) {
+            int64_t want = -1;
+            if (b < want_nb) {
+                while (off[e + 1] <= b * bm) e++;  /* the expert whose run holds row b * bm */
+                want = e;
+            }
+            if (bexp[b] != want) GBAD("block_expert[%lld] = %d, reference %lld", (long long)b, bexp[b], (long long)want);
+        }
+        for (int64_t e = 0; e < E; e++) {
+            /* the run: cnt[e] pairs of expert e (any order; each pair once is checked below),
+             * then the sentinels */
+            for (int64_t i = 0; i < cnt[e]; i++) {
+                const int32_t got = sorted[off[e] + i];
+                if (got < 0 || got >= P || ids[got] != e)
+                    GBAD("expert %lld row %lld: %d (id %d), expected a pair of expert %lld", (long long)e,
+                         (long long)(off[e] + i), got, got >= 0 && got < P ? ids[got] : -1, (long long)e);
+            }
+            for (int64_t r = off[e] + cnt[e]; r < off[e + 1]; r++)
+                if (sorted[r] != P) GBAD("expert %lld padding row %lld = %d, expected the sentinel %lld", (long long)e,
+                                         (long long)r, sorted[r], (long long)P);
+        }
+        /* every valid pair exactly once among the runs (with the check above: in its own expert's run) */
+        char *seen = calloc((size_t)NVFP4MOE_MAX(P, 1), 1);
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t i = 0; i < cnt[e]; i++) {
+                const int32_t got = sorted[off[e] + i];
+                if (got < 0 || got >= P) continue;
+                if (seen[got]) GBAD("pair %d placed twice (row %lld)", got, (long long)(off[e] + i));
+                seen[got] = 1;
+            }
+        for (int64_t p = 0; p < P; p++)
+            if (ids[p] >= 0 && ids[p] < E && !seen[p]) GBAD("pair %lld (expert %d) not placed", (long long)p, ids[p]);
+        free(seen);
+#undef GBAD
+        if (bad > 6) logf_(&l, "\n    ... %lld mismatches in all", (long long)bad);
+        l.failed = bad > 0;
+        logf_(&l, "%s: %s (num_blocks %d)\n", l.failed ? "\n   " : "", l.failed ? "FAIL" : "ok", nb);
+    }
+out:
+    pthread_mutex_lock(&g_gpu);
+    if (d_ids) cudaFree(d_ids);
+    if (d_sorted) cudaFree(d_sorted);
+    if (d_bexp) cudaFree(d_bexp);
+    if (d_nb) cudaFree(d_nb);
+    pthread_mutex_unlock(&g_gpu);
+    free(ids); free(sorted); free(bexp); free(cnt); free(off);
     finish(&l, 0);
 }
 
@@ -716,8 +856,9 @@ out_noprint:
 
 #define MAX_CASES 512
 typedef struct job {
-    bool is_route;
+    bool is_route, is_group;
     route_case rc;
+    group_case gc;
     layer_case lc;
 } job;
 static job g_jobs[MAX_CASES];
@@ -737,12 +878,16 @@ static void *worker(void *arg) {
         if (i < 0) return NULL;
         const uint64_t seed = 0x6A7E5EEDull + 1000003ull * (uint64_t)i + g_seed_base;
         if (g_jobs[i].is_route) run_route_case(&g_jobs[i].rc, seed);
+        else if (g_jobs[i].is_group) run_group_case(&g_jobs[i].gc, seed);
         else run_layer_case(&g_jobs[i].lc, seed);
     }
 }
 
 static void add_route(route_case rc) {
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_route = true, .rc = rc};
+}
+static void add_group(group_case gc) {
+    if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_group = true, .gc = gc};
 }
 static void add_layer(layer_case lc) {
     char why[96];
@@ -792,6 +937,24 @@ int main(int argc, char **argv) {
             add_route((route_case){methods[mi], Es[ei], k, Ms[(v + 1) % 4], NVFP4MOE_DTYPE_BF16, bias});
             v++;
         }
+
+    /* routing at large batches too: the routing grid, then the multi-block grouping */
+    add_route((route_case){NVFP4MOE_ROUTING_DEEPSEEK_V3, 256, 8, 4096, NVFP4MOE_DTYPE_BF16, true});
+    add_route((route_case){NVFP4MOE_ROUTING_RENORMALIZE, 128, 8, 4096, NVFP4MOE_DTYPE_F32, false});
+    /* 1b. the grouping alone: DeepSeek-V3 (E=256) and Qwen3-MoE (E=128) at M=4096 top-8 with
+     * MARLIN's and the Hopper GEMM's block_m, block_m 1 (bench), invalid ids, a P that is no
+     * multiple of any chunk, skewed and one-expert routing, P past the largest grid (M=16384),
+     * E=1024, a few pairs on both sides of the switch to the single block (32 pairs), M=0 */
+    const group_case groups[] = {
+        {256, 4096, 8, 64, GI_UNIFORM}, {256, 4096, 8, 128, GI_UNIFORM}, {128, 4096, 8, 64, GI_UNIFORM},
+        {128, 4096, 8, 128, GI_UNIFORM}, {256, 4096, 8, 1, GI_UNIFORM},  {256, 3001, 8, 64, GI_INVALID},
+        {128, 4096, 8, 64, GI_HOT},      {64, 5003, 1, 16, GI_ONE},      {256, 16384, 8, 64, GI_UNIFORM},
+        {1024, 4099, 6, 16, GI_INVALID}, {40, 700, 6, 48, GI_UNIFORM},   {128, 1021, 8, 32, GI_INVALID},
+        {16, 4095, 1, 32, GI_UNIFORM},   {256, 64, 8, 16, GI_INVALID},   {64, 5, 8, 16, GI_INVALID},
+        {64, 4, 8, 8, GI_UNIFORM},       {128, 31, 1, 8, GI_UNIFORM},    {8, 1, 2, 8, GI_UNIFORM},
+        {256, 0, 8, 64, GI_UNIFORM},
+    };
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) add_group(groups[i]);
 
     /* 2. every activation x limit x backend on the sampled grid */
     const nvfp4moe_routing fwd_routing[] = {NVFP4MOE_ROUTING_RENORMALIZE, NVFP4MOE_ROUTING_SOFTMAX_TOPK,
