@@ -45,6 +45,10 @@
  * the tokens and groups the pairs in shared memory itself (route_and_group), so no routing or
  * grouping kernel runs ahead; CTA 0 publishes ids, weights and the grouping for GEMM2. Measured on
  * an H100: 1-4 % faster at M = 1..4 on most presets (bench/results/2026-12-06-h100-fused-route.md).
+ * GEMM2 in the same launch behind a grid-wide barrier (a cooperative launch, each warp's first
+ * GEMM2 weights loaded before the barrier) was correct but not faster: Qwen3-30B-A3B M = 1 34.9 us
+ * either way, most presets at M = 1..4 1-7 % slower, the merged kernel spilling where the two do
+ * not (bench/results/2026-12-06-h100-one-launch.md, its patch beside it).
  *
  * Epilogues (fp32 sums of the slot's kw warps through shared memory, in a fixed order):
  *   GEMM1: acc * 128 * scale_2[e] + bias, the activation (kernels/activation.cuh) on (gate, up)

@@ -10,7 +10,8 @@
  * 0.97x on DeepSeek-V3 at M = 256 (bench/results/2026-12-06-h100-block-m.md). History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
- * items (2026-12-06-h100-item-claims.md), the block_m rule (2026-12-06-h100-block-m.md).
+ * items (2026-12-06-h100-item-claims.md), the block_m rule (2026-12-06-h100-block-m.md; block_m 128
+ * from 1.1 x 64 pairs per expert: 2026-12-06-h100-one-launch.md, Kimi-K2 M = 4096 -14.5 %).
  *
  * Design
  * ------
