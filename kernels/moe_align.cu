@@ -34,6 +34,8 @@
 #include "moe_route.cuh"
 #include "pdl.cuh"
 
+#include <atomic>
+
 #include <cooperative_groups.h>
 
 namespace {
@@ -359,23 +361,49 @@ constexpr int kClusterBlocks = 8;           // blocks per cluster on sm_90 (the 
 constexpr int64_t kClusterMinPairs = 20480;
 constexpr int64_t kClusterMinPairsPerExpert = 64;  // and P >= 64 E
 
-// Whether the current device runs group_multi_kernel<kClusterBlocks> (sm_90 image, clusters).
-// Cached per device (a benign race: every thread computes the same answer).
+// Whether the current device runs group_multi_kernel<kClusterBlocks>: code compiled for sm_90 or
+// later (ptxVersion too: a kernel JIT-compiled from older PTX reports the device's binaryVersion
+// but was built without clusters, and traps), and room for at least one cluster at the largest
+// shared memory the launcher asks (a MIG slice or an MPS share may have none). Cached per device;
+// a query that fails answers no and leaves no error behind for the caller's launch check.
 bool clusters_ok() {
-    static signed char cache[64];  // 0 unknown, 1 yes, -1 no
+    static std::atomic<signed char> cache[64];  // 0 unknown, 1 yes, -1 no
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError();
         return false;
     }
-    if (dev >= 0 && dev < 64 && cache[dev]) return cache[dev] > 0;
+    const bool cacheable = dev >= 0 && dev < 64;
+    if (cacheable) {
+        const signed char c = cache[dev].load(std::memory_order_relaxed);
+        if (c) return c > 0;
+    }
     int major = 0;
-    cudaFuncAttributes attr;
-    bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-    if (ok) ok = cudaFuncGetAttributes(&attr, group_multi_kernel<kClusterBlocks>) == cudaSuccess &&
-                 attr.binaryVersion >= 90;
-    if (!ok) cudaGetLastError();  // a failed query leaves no error behind for the caller's launch check
-    if (dev >= 0 && dev < 64) cache[dev] = ok ? 1 : -1;
+    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    bool ok = err == cudaSuccess && major >= 9;
+    if (ok) {
+        cudaFuncAttributes attr;
+        err = cudaFuncGetAttributes(&attr, group_multi_kernel<kClusterBlocks>);
+        ok = err == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
+    }
+    if (ok) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(kMultiBlocks);
+        cfg.blockDim = dim3(kMultiThreads);
+        cfg.dynamicSmemBytes = 48 * 1024;  // launch_group_multi's ceiling
+        cudaLaunchAttribute a[1];
+        a[0].id = cudaLaunchAttributeClusterDimension;
+        a[0].val.clusterDim.x = kClusterBlocks;
+        a[0].val.clusterDim.y = 1;
+        a[0].val.clusterDim.z = 1;
+        cfg.attrs = a;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        err = cudaOccupancyMaxActiveClusters(&clusters, group_multi_kernel<kClusterBlocks>, &cfg);
+        ok = err == cudaSuccess && clusters > 0;
+    }
+    if (err != cudaSuccess) cudaGetLastError();
+    if (cacheable) cache[dev].store(ok ? 1 : -1, std::memory_order_relaxed);
     return ok;
 }
 

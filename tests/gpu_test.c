@@ -343,6 +343,10 @@ static void run_group_case(const group_case *gc, uint64_t seed) {
                 if (sorted[r] != P) GBAD("expert %lld padding row %lld = %d, expected the sentinel %lld", (long long)e,
                                          (long long)r, sorted[r], (long long)P);
         }
+        /* past the last run nothing is written: the poison stays */
+        for (int64_t r = off[E]; r < cap; r++)
+            if (sorted[r] != 0x7F7F7F7F) GBAD("row %lld past the runs (%lld rows) = %d, expected untouched",
+                                              (long long)r, (long long)off[E], sorted[r]);
         /* every valid pair exactly once among the runs (with the check above: in its own expert's run) */
         char *seen = calloc((size_t)NVFP4MOE_MAX(P, 1), 1);
         for (int64_t e = 0; e < E; e++)
@@ -944,7 +948,10 @@ int main(int argc, char **argv) {
     /* 1b. the grouping alone: DeepSeek-V3 (E=256) and Qwen3-MoE (E=128) at M=4096 top-8 with
      * MARLIN's and the Hopper GEMM's block_m, block_m 1 (bench), invalid ids, a P that is no
      * multiple of any chunk, skewed and one-expert routing, P past the largest grid (M=16384),
-     * E=1024, a few pairs on both sides of the switch to the single block (32 pairs), M=0 */
+     * E=1024, a few pairs on both sides of the switch to the single block (32 pairs), M=0; on
+     * sm_90 the cluster path with 1024 experts (two per scan thread), with a chunk too large to
+     * keep in shared memory (393K pairs), and with every pair on one expert; chunks left empty
+     * at the end of the grid (65 and 1000 pairs) */
     const group_case groups[] = {
         {256, 4096, 8, 64, GI_UNIFORM}, {256, 4096, 8, 128, GI_UNIFORM}, {128, 4096, 8, 64, GI_UNIFORM},
         {128, 4096, 8, 128, GI_UNIFORM}, {256, 4096, 8, 1, GI_UNIFORM},  {256, 3001, 8, 64, GI_INVALID},
@@ -953,6 +960,8 @@ int main(int argc, char **argv) {
         {16, 4095, 1, 32, GI_UNIFORM},   {256, 64, 8, 16, GI_INVALID},   {64, 5, 8, 16, GI_INVALID},
         {64, 4, 8, 8, GI_UNIFORM},       {128, 31, 1, 8, GI_UNIFORM},    {8, 1, 2, 8, GI_UNIFORM},
         {256, 0, 8, 64, GI_UNIFORM},
+        {1024, 16384, 8, 64, GI_UNIFORM}, {1024, 49152, 8, 64, GI_INVALID}, {64, 32768, 1, 64, GI_ONE},
+        {16, 65, 1, 8, GI_UNIFORM},       {40, 125, 8, 16, GI_INVALID},
     };
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) add_group(groups[i]);
 
