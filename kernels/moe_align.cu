@@ -361,6 +361,26 @@ constexpr int kClusterBlocks = 8;           // blocks per cluster on sm_90 (the 
 constexpr int64_t kClusterMinPairs = 20480;
 constexpr int64_t kClusterMinPairsPerExpert = 64;  // and P >= 64 E
 
+// group_multi_kernel's dynamic shared memory at most: the 48 KB that need no opt-in.
+constexpr size_t kMultiMaxSmem = 48 * 1024;
+
+// The launch configuration of G blocks in clusters of C (attr: its one attribute's storage), for
+// the launch and for the occupancy query that decides whether clusters fit.
+cudaLaunchConfig_t cluster_config(int G, int C, size_t smem, cudaStream_t stream, cudaLaunchAttribute (&attr)[1]) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)G);
+    cfg.blockDim = dim3(kMultiThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)C;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 // Whether the current device runs group_multi_kernel<kClusterBlocks>: code compiled for sm_90 or
 // later (ptxVersion too: a kernel JIT-compiled from older PTX reports the device's binaryVersion
 // but was built without clusters, and traps), and room for at least one cluster at the largest
@@ -387,17 +407,8 @@ bool clusters_ok() {
         ok = err == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
     }
     if (ok) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(kMultiBlocks);
-        cfg.blockDim = dim3(kMultiThreads);
-        cfg.dynamicSmemBytes = 48 * 1024;  // launch_group_multi's ceiling
         cudaLaunchAttribute a[1];
-        a[0].id = cudaLaunchAttributeClusterDimension;
-        a[0].val.clusterDim.x = kClusterBlocks;
-        a[0].val.clusterDim.y = 1;
-        a[0].val.clusterDim.z = 1;
-        cfg.attrs = a;
-        cfg.numAttrs = 1;
+        const cudaLaunchConfig_t cfg = cluster_config(kMultiBlocks, kClusterBlocks, kMultiMaxSmem, 0, a);
         int clusters = 0;
         err = cudaOccupancyMaxActiveClusters(&clusters, group_multi_kernel<kClusterBlocks>, &cfg);
         ok = err == cudaSuccess && clusters > 0;
@@ -416,26 +427,16 @@ cudaError_t launch_group_multi(const int32_t *ids, int P, int E, int bm, int32_t
     G = (G + C - 1) / C * C;
     const int chunk = (P + G - 1) / G;
     size_t smem = multi_smem_ints(E) * sizeof(int);
-    // the own chunk's ids kept in shared memory while they fit in the 48 KB that need no opt-in
-    const int stash = smem + (size_t)chunk * sizeof(int) <= 48 * 1024;
+    // the own chunk's ids kept in shared memory while they fit
+    const int stash = smem + (size_t)chunk * sizeof(int) <= kMultiMaxSmem;
     if (stash) smem += (size_t)chunk * sizeof(int);
     if (!cluster) {
         group_multi_kernel<1><<<G, kMultiThreads, smem, stream>>>(ids, P, E, bm, chunk, sorted_ids, block_expert,
                                                                   num_blocks, max_blocks, stash);
         return cudaGetLastError();
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)G);
-    cfg.blockDim = dim3(kMultiThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)CL;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = cluster_config(G, CL, smem, stream, attr);
     cudaError_t err = cudaLaunchKernelEx(&cfg, group_multi_kernel<CL>, ids, P, E, bm, chunk, sorted_ids,
                                          block_expert, num_blocks, max_blocks, stash);
     return err != cudaSuccess ? err : cudaGetLastError();
