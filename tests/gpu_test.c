@@ -31,6 +31,7 @@
 #include "harness.h"
 #include "oracle/oracle.h"
 #include "reference/reference.h"
+#include "../kernels/moe_gemm.h"
 #include "../kernels/pipeline.h"
 
 #include <cuda_runtime_api.h>
@@ -134,7 +135,7 @@ static void run_route_case(const route_case *rc, uint64_t seed) {
     int32_t *ids_ref = malloc(sizeof(int32_t) * (size_t)P), *ids_gpu = malloc(sizeof(int32_t) * (size_t)P);
     float *w_ref = malloc(sizeof(float) * (size_t)P), *w_gpu = malloc(sizeof(float) * (size_t)P);
     const int bm = 16;
-    const int64_t cap = (P + E * (bm - 1) + bm - 1) / bm * bm;
+    const int64_t cap = nvfp4moe_group_capacity(P, E, bm);
     int32_t *sorted = malloc(sizeof(int32_t) * (size_t)cap), *bexp = malloc(sizeof(int32_t) * (size_t)(cap / bm));
     void *d_logits = NULL, *d_ids = NULL, *d_w = NULL, *d_sorted = NULL, *d_bexp = NULL, *d_nb = NULL,
          *d_bias = NULL;
@@ -259,7 +260,7 @@ static const char *group_ids_name(group_ids g) {
 static void run_group_case(const group_case *gc, uint64_t seed) {
     logbuf l = {.len = 0};
     const int64_t E = gc->E, M = gc->M, K = gc->k, bm = gc->bm, P = M * K;
-    const int64_t cap = (P + E * (bm - 1) + bm - 1) / bm * bm, max_blocks = cap / bm;
+    const int64_t cap = nvfp4moe_group_capacity(P, E, bm), max_blocks = cap / bm;
     logf_(&l, "group E=%-4d top_k=%d M=%-5d P=%-6lld block_m=%-3d ids %s", gc->E, gc->k, gc->M, (long long)P, gc->bm,
           group_ids_name(gc->ids));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)NVFP4MOE_MAX(P, 1));
