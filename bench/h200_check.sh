@@ -19,7 +19,10 @@
 #                                         # a tool built from another commit and copied there after pack),
 #                                         # envab (bench of this build under each ENV_AB environment),
 #                                         # decprof (ncu: the decode layer's kernel durations and SASS stalls),
-#                                         # gemmab (the GEMMs alone under each GEMM_AB environment)
+#                                         # gemmab (the GEMMs alone under each GEMM_AB environment),
+#                                         # gsgroup (gpu_test's grouping cases under compute-sanitizer
+#                                         # memcheck and racecheck; ncu's launch of the grouping at
+#                                         # DeepSeek-V3 M = 4096: its cluster size)
 # The hot step times one expert holding almost every token (bench --hot-tokens 3900 at M = 4096,
 # HOPPER_WGMMA and MARLIN), to set beside the bench step's uniform routing at the same M.
 # The python step runs the Python package's tests with the machine's torch (python/tests/run.py
@@ -172,6 +175,16 @@ if has gsan; then
         timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_gemm --case $c >"$R/gemm_racecheck$c.txt" 2>&1
         log "gemm racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/gemm_racecheck$c.txt" | tr '\n' ' ')"
     done
+fi
+if has gsgroup; then
+    for tool in memcheck racecheck; do
+        timeout 300 compute-sanitizer --tool $tool $B/gpu_test --only group >"$R/group_$tool.txt" 2>&1
+        log "gpu_test --only group under $tool rc=$?: $(grep -E 'passed|RACECHECK SUMMARY|ERROR SUMMARY' "$R/group_$tool.txt" | tr '\n' ' ')"
+    done
+    timeout 120 ncu --clock-control none --section LaunchStats -k regex:group_multi --launch-count 1 \
+        $B/nvfp4moe bench --preset deepseek-v3 --m 4096 --backend HOPPER_WGMMA --no-baseline --iters 2 \
+        --out "$R/gsgroup-bench" >"$R/group_ncu.txt" 2>&1
+    log "grouping launch at DeepSeek-V3 M = 4096 rc=$?: $(grep -E 'group_multi|Cluster Size|Grid Size' "$R/group_ncu.txt" | tr -s ' ' | tr '\n' ';')"
 fi
 if has gemmab; then
     # the GEMMs alone (gpu_hopper_gemm --bench, every model) under two or more environments,

@@ -26,7 +26,8 @@
  * The reference is the slow part: large cases check a spread subset of tokens against it (tokens
  * are independent: static activation scales, per-token routing); every token is still checked
  * for being written and finite. CPU work runs on all cores, GPU work one case at a time.
- * Ends with "gpu_test: N passed, N failed".
+ * `gpu_test --only route|group|layer` runs one kind of case (the grouping alone under
+ * compute-sanitizer, say). Ends with "gpu_test: N passed, N failed".
  */
 #include "harness.h"
 #include "oracle/oracle.h"
@@ -888,14 +889,20 @@ static void *worker(void *arg) {
     }
 }
 
+/* --only: 0 every case, 1 routing, 2 grouping, 3 layers */
+static int g_only;
+
 static void add_route(route_case rc) {
+    if (g_only && g_only != 1) return;
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_route = true, .rc = rc};
 }
 static void add_group(group_case gc) {
+    if (g_only && g_only != 2) return;
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_group = true, .gc = gc};
 }
 static void add_layer(layer_case lc) {
     char why[96];
+    if (g_only && g_only != 3) return;
     if (!be_runs_here(lc.be, why, sizeof why)) return;  /* announced in main */
     if (g_njobs < MAX_CASES) g_jobs[g_njobs++] = (job){.is_route = false, .lc = lc};
 }
@@ -911,8 +918,15 @@ static const int k_shapes[][5] = {
 #define N_SHAPES ((int)(sizeof k_shapes / sizeof k_shapes[0]))
 
 int main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    if (argc == 3 && !strcmp(argv[1], "--only")) {
+        static const char *const kinds[] = {"route", "group", "layer"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(argv[2], kinds[i])) g_only = i + 1;
+    }
+    if (argc != 1 && !g_only) {
+        fprintf(stderr, "usage: gpu_test [--only route|group|layer]\n");
+        return 2;
+    }
     if (nvfp4moe_device_detect(&g_dev) != NVFP4MOE_OK || !g_dev.is_cuda) {
         printf("gpu_test: no CUDA GPU found (%s)\n", nvfp4moe_last_error());
         t_record(0);
