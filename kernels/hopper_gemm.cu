@@ -49,7 +49,7 @@
  * memory (named barrier 4 + wg, 256 threads), which runs the epilogue. KS = 2 doubles the
  * consumer warps per scheduler (4 instead of 2) so the FP4 decode's latency is hidden. A ring of
  * STAGES shared-memory stages (16 at BM=8 down to 4 at BM=128 with two weight tiles, ~210 KB
- * with the k-group reduction buffer and, at KS = 1, the epilogue's stash), each [activations
+ * with the k-group reduction buffer), each [activations
  * BM*256 B | weights 9216 B], with a "full" and an "empty" mbarrier per stage.
  *   producer: wait empty (parity trick: the first pass over the ring does not block), thread 0
  *     posts expect_tx(9216) and issues ONE cp.async.bulk of the weight chunk completing on the full
@@ -87,9 +87,9 @@
  * block costs a narrow wgmma instead of a full one. H100, the GEMMs alone against one width:
  * DeepSeek-V3 -9 to -11 %, Qwen3-235B-A22B -3 to -5 %, Mixtral-8x7B -2 to -6 %, Qwen3-30B-A3B
  * +1 % at M = 4096 (bench/results/2026-12-06-h100-token-widths.md). The epilogue's per-item
- * values (expert scales, row scales, bias) wait in shared memory during the k loop
- * (Kernel::stash_put): in registers they made ptxas spill at block_m 128. The KS = 2 kernels
- * (block_m 8..32) keep them in registers and have the stage it would take.
+ * values (expert scales, row scales, bias) wait in the item's queue slot during the k loop
+ * (ItemSlot, loaded by the producer): in registers they made ptxas spill at block_m 128. The
+ * KS = 2 kernels (block_m 8..32) load them into registers.
  * GEMM1 with SiLU-and-mul fused (GU, two tiles per item where args->act_out asks for it and the
  * gate/up halves are stacked): the item's chunks are gate tile nt and up tile nt + n_tiles/2, and
  * warpgroup wg takes rows 64*wg .. of both, so each thread holds a gate value and its up value
@@ -98,8 +98,10 @@
  * Scheduler. Persistent: every CTA reads num_blocks on the device; work items are (block, n tile
  * group, k split). At block_m 64 and 128 the producer warpgroup's thread 0 claims items from a
  * counter in the workspace (atomicAdd, one item ahead so the round trip overlaps the copies), and
- * hands each to the consumers with its block's pair ids through a 4-slot queue in shared memory
- * (ItemQueue, its own full/empty mbarriers): a CTA that drew narrow or short items takes more,
+ * hands each to the consumers with its coordinates, its block's pair ids and row scales, its
+ * expert's scales and its rows' bias through a 4-slot queue in shared memory (ItemQueue, its own
+ * full/empty mbarriers; a slot is held until the item's epilogue is done), so an item starts
+ * with no memory latency on the consumers' side: a CTA that drew narrow or short items takes more,
  * so the kernel ends with its average CTA, not its slowest (H100, GEMMs alone: 3-11 % faster
  * than round robin at M = 1024 and 4096, bench/results/2026-12-06-h100-item-claims.md). Without
  * a workspace, and always at block_m 8..32, both sides walk item = blockIdx.x + i * gridDim.x.
@@ -115,7 +117,8 @@
  * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
  * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
  * skipped. The ids it needs are in registers, the expert scales, row scales and bias loaded
- * before the item's k loop (KS = 1: in shared memory, stash_put; KS = 2: in registers).
+ * before the item's k loop (KS = 1: by the producer, into the queue slot; KS = 2: by the
+ * consumers, into registers).
  *
  * sm_80 builds (the Makefile's second gencode pass) compile the kernel to a trap; the launcher
  * refuses any device that is not compute capability 9.0 and any binary without sm_90a code.
@@ -205,14 +208,9 @@ struct Cfg {
     static constexpr int STAGE = ACT + RT * kWChunk;    // activations + RT weight chunks
     static constexpr int NACC = BM / 2;                 // fp32 accumulators per thread
     static constexpr int RED = KS == 2 ? 2 * NACC * 128 * 4 : 0;  // k-group reduction buffer
-    // Per consumer thread, the epilogue's per-item values (Kernel::stash_put): expert scales,
-    // row scales, bias values, [field][thread]
-    static constexpr int NR = BM < 32 ? 1 : BM / 32;
-    static constexpr int STASH_F = 2 + NR + 2 * RT;
-    static constexpr int STASH = KS == 1 ? STASH_F * 256 * 4 : 0;  // KS = 2 keeps them in registers
-    static constexpr int S0 = (kSmemBudget - RED - STASH) / STAGE;
+    static constexpr int S0 = (kSmemBudget - RED) / STAGE;
     static constexpr int STAGES = S0 > 16 ? 16 : S0;
-    static constexpr int SMEM = STAGES * STAGE + RED + STASH + 1024;  // + slack to align the base to 1024
+    static constexpr int SMEM = STAGES * STAGE + RED + 1024;  // + slack to align the base to 1024
     static constexpr int CPT = BM * (kTK / 8) / 128;    // 16-byte activation chunks per producer thread
     static_assert(BM % 8 == 0 && BM >= 8 && BM <= 128, "wgmma N = BM");
     static_assert(NACC * 2 == BM && CPT * 128 == BM * (kTK / 8), "whole chunks per thread");
@@ -453,11 +451,25 @@ __device__ __forceinline__ Item item_of(int item, int splits, const Params &p) {
 
 // The producer's hand-over of work items to the consumers (Kernel::produce, consume): per slot
 // the item (-1: no more) and its block's pair ids, with a "full" and an "empty" mbarrier.
+// With the item, the producer publishes everything the consumers' epilogue needs that is not an
+// accumulator, loaded while the consumers still run the previous item: the item's coordinates,
+// its expert's scales (times kAccUnscale), every row's pair id and row scale, and the bias of the
+// item's weight rows (set q: RT = 2 its n tile nt + q, GU gate (0) and up (1) rows, RT = 1 tile
+// nt). The consumers hold a slot until their epilogue is done: an item starts with no memory
+// latency of its own (loaded by the consumers at item start, these were a chain of two dependent
+// global loads per item, with the consumers' tensor cores idle).
 constexpr int kQueue = 4;
 template <int BM>
+struct ItemSlot {
+    int item, blk, nt, kt0, kt1;
+    float s2, s2_up;
+    int pid[BM];
+    float rs[BM];
+    float bias[2][kTN];
+};
+template <int BM>
 struct ItemQueue {
-    int item[kQueue];
-    int pid[kQueue][BM];
+    ItemSlot<BM> s[kQueue];
     uint64_t full[kQueue], empty[kQueue];
     int claim[2];  // the producer warpgroup's claimed item, by item parity
 };
@@ -517,7 +529,7 @@ struct Kernel {
                 item = *reinterpret_cast<volatile int *>(&q.claim[qi & 1]);
                 mbar_wait(smem_u32(&q.empty[slot]), ((qi / kQueue) & 1) ^ 1);
                 if (item >= items) {
-                    if (tid == 0) q.item[slot] = -1;
+                    if (tid == 0) q.s[slot].item = -1;
                     mbar_arrive(smem_u32(&q.full[slot]));
                     break;
                 }
@@ -537,11 +549,31 @@ struct Kernel {
             for (int j = 0; j < C::CPT; j++) {
                 const int pid = p.sorted_ids[w.blk * BM + r0 + 8 * j];
                 roff[j] = real_pair(p, pid) ? (uint32_t)(pid / p.a_row_div) * row16 : ~0u;
-                if (kHandOff && cc == 0) q.pid[slot][r0 + 8 * j] = pid;
+                if (kHandOff && cc == 0) q.s[slot].pid[r0 + 8 * j] = pid;
             }
             if constexpr (kHandOff) {
-                if (tid == 0) q.item[slot] = item;
-                mbar_arrive(smem_u32(&q.full[slot]));  // release: the item and its ids
+                ItemSlot<BM> &sl = q.s[slot];
+                if (tid == 0) {
+                    sl.item = item;
+                    sl.blk = w.blk;
+                    sl.nt = w.nt;
+                    sl.kt0 = w.kt0;
+                    sl.kt1 = w.kt1;
+                    sl.s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
+                    sl.s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : sl.s2;
+                }
+                if (tid < BM) {
+                    const int pid = p.sorted_ids[w.blk * BM + tid];
+                    sl.rs[tid] = p.row_scale && real_pair(p, pid) ? p.row_scale[pid] : 1.0f;
+                }
+                if (p.bias) {
+#pragma unroll
+                    for (int qq = 0; qq < (RT == 2 ? 2 : 1); qq++) {
+                        const int n = GU ? qq * (p.N / 2) + w.nt * kTN + tid : (w.nt + qq) * kTN + tid;
+                        sl.bias[qq][tid] = n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
+                    }
+                }
+                mbar_arrive(smem_u32(&q.full[slot]));  // release: the item, its ids and values
             }
             for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
                 const uint32_t st = it % C::STAGES;
@@ -811,38 +843,27 @@ struct Kernel {
         int n_base;
         float bias[RH][2];
         float s2, s2_up;  // the expert's scale_2 (gate, up) times kAccUnscale
+        const ItemSlot<BM> *sl;  // KS = 1: the item's queue slot, where the values above wait
     };
 
-    // KS = 1: the epilogue's per-item values of this consumer thread to shared memory and back
-    // (each thread its own slots, [field][thread]: no barrier, no bank conflict). KS = 2 kernels
-    // (96 registers, at most 16 accumulators) keep them in registers, and the stage the stash
-    // would take.
-    static __device__ __forceinline__ float *stash_of(uint8_t *smem) {
-        return reinterpret_cast<float *>(smem + C::STAGES * C::STAGE + C::RED) + (threadIdx.x - 128);
-    }
-    static __device__ __forceinline__ void stash_put(uint8_t *smem, const Rows &r) {
-        float *st = stash_of(smem);
-        constexpr int T = 256;
-        st[0] = r.s2;
-        st[T] = r.s2_up;
+    // KS = 1: this consumer thread's epilogue values from the item's queue slot (the producer
+    // loaded them; lane l takes rows 32i + l's scales, as KS = 2 holds them). Set q of the thread
+    // is its chunk's 64-row half q (RT = 2), gate or up (GU), or the tile's half wg (RT = 1).
+    static __device__ __forceinline__ void slot_get(const Params &p, Rows &r, int wg, int half0) {
+        const ItemSlot<BM> &sl = *r.sl;
+        const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, g = lane / 4;
+        constexpr bool kTwoTiles = RT == 2 && !GU;
+        r.s2 = sl.s2;
+        r.s2_up = sl.s2_up;
 #pragma unroll
-        for (int i = 0; i < NR; i++) st[(2 + i) * T] = r.rs[i];
+        for (int i = 0; i < NR; i++) r.rs[i] = 32 * i + lane < BM ? sl.rs[32 * i + lane] : 1.0f;
 #pragma unroll
         for (int q = 0; q < RH; q++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) st[(2 + NR + 2 * q + h) * T] = r.bias[q][h];
-    }
-    static __device__ __forceinline__ void stash_get(uint8_t *smem, Rows &r) {
-        const float *st = stash_of(smem);
-        constexpr int T = 256;
-        r.s2 = st[0];
-        r.s2_up = st[T];
-#pragma unroll
-        for (int i = 0; i < NR; i++) r.rs[i] = st[(2 + i) * T];
-#pragma unroll
-        for (int q = 0; q < RH; q++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) r.bias[q][h] = st[(2 + NR + 2 * q + h) * T];
+            for (int h = 0; h < 2; h++) {
+                const int lr = (kTwoTiles ? 64 * q : 64 * half0) + warp * 16 + g + 8 * h;
+                r.bias[q][h] = p.bias ? sl.bias[kTwoTiles ? wg : GU ? q : 0][lr] : 0.0f;
+            }
     }
 
     static __device__ void consume(const Params &p, uint8_t *smem, uint32_t bars, int items,
@@ -876,36 +897,52 @@ struct Kernel {
             // or (KS = 2) every gridDim.x-th with the ids loaded one item ahead.
             int item = (int)(blockIdx.x + qi * gridDim.x);
             Rows r;
+            Item w;
+            const uint32_t slot = qi % kQueue;
             if constexpr (kHandOff) {
-                const uint32_t slot = qi % kQueue;
+                // The slot stays ours (its empty barrier unarrived) until the item's epilogue is done.
                 mbar_wait(smem_u32(&q.full[slot]), (qi / kQueue) & 1);
-                item = q.item[slot];
+                const ItemSlot<BM> &sl = q.s[slot];
+                item = sl.item;
                 if (item < 0) break;
+                w.blk = sl.blk;
+                w.nt = sl.nt;
+                w.kt0 = sl.kt0;
+                w.kt1 = sl.kt1;
 #pragma unroll
-                for (int i = 0; i < NR; i++) r.pid[i] = 32 * i + lane < BM ? q.pid[slot][32 * i + lane] : -1;
-                mbar_arrive(smem_u32(&q.empty[slot]));
+                for (int i = 0; i < NR; i++) r.pid[i] = 32 * i + lane < BM ? sl.pid[32 * i + lane] : -1;
+                r.sl = &sl;
             } else {
                 if (item >= items) break;
 #pragma unroll
                 for (int i = 0; i < NR; i++) r.pid[i] = pid[i];
                 if (item + (int)gridDim.x < items)
                     load_rows(p, item_of<kNtStep>(item + gridDim.x, splits, p).blk, lane, pid);
+                w = item_of<kNtStep>(item, splits, p);
+                r.sl = nullptr;
             }
-            const Item w = item_of<kNtStep>(item, splits, p);
             const int nt = w.nt + chunk;  // this warpgroup's n tile
+            r.n_base = nt * kTN + half0 * 64 + warp * 16 + g;
             if (kTwoTiles && nt >= p.n_tiles) {  // the last item of an odd tile count: no tile here
                 skip_tiles(w.kt0, w.kt1, it, bars);
+                if constexpr (kHandOff) mbar_arrive(smem_u32(&q.empty[slot]));
                 continue;
             }
-            // The epilogue's per-item values, loaded before the k loop and stashed: the
-            // expert's scales, the row scales of the lane's ids, this thread's bias values.
+            if constexpr (kHandOff) {
+                item_widths(splits > 1 ? BM : real_rows(p, r.pid), p, w, nt, wg, kg, half0, tid, g, t, r,
+                            it, bars, smem, code_off, scale_off, dlo0, splits, s_flag);
+                mbar_arrive(smem_u32(&q.empty[slot]));  // the epilogue has read the slot
+                continue;
+            }
+            // KS = 2: the epilogue's per-item values, loaded before the k loop and kept in
+            // registers: the expert's scales, the row scales of the lane's ids, this thread's
+            // bias values.
             const int e = p.block_expert[w.blk];
             const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
             const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
 #pragma unroll
             for (int i = 0; i < NR; i++)
                 r.rs[i] = p.row_scale && real_pair(p, r.pid[i]) ? p.row_scale[r.pid[i]] : 1.0f;
-            r.n_base = nt * kTN + half0 * 64 + warp * 16 + g;
             const int qrows = GU ? p.N / 2 : 64;  // set q's rows start q * qrows further on
 #pragma unroll
             for (int q = 0; q < RH; q++)
@@ -916,7 +953,6 @@ struct Kernel {
                 }
             r.s2 = s2;
             r.s2_up = s2_up;
-            if constexpr (KS == 1) stash_put(smem, r);
             item_widths(splits > 1 ? BM : real_rows(p, r.pid), p, w, nt, wg, kg, half0, tid, g, t, r,
                         it, bars, smem, code_off, scale_off, dlo0, splits, s_flag);
         }
@@ -982,10 +1018,10 @@ struct Kernel {
             pair_barrier(wg);  // read before k group 1 rewrites it for the next item
             if (kg == 1) return;
         }
-        // The per-item values back from shared memory: held in registers across the k loop they
-        // made ptxas serialize the wgmmas at block_m 128 with two weight tiles.
+        // KS = 1: the per-item values from the queue slot (held in registers across the k loop
+        // they made ptxas serialize the wgmmas at block_m 128 with two weight tiles).
         Rows r = r_in;
-        if constexpr (KS == 1) stash_get(smem, r);
+        if constexpr (kHandOff) slot_get(p, r, wg, half0);
         const float s2 = r.s2, s2_up = r.s2_up;
         // Split-K bookkeeping per (n tile, 64-row half); the election's flag and barrier per
         // (warpgroup, half): ids 1 + ci, ci < 4 (RT = 2) or < 2.
