@@ -463,8 +463,7 @@ template <int BM>
 struct ItemSlot {
     int item, blk, nt, kt0, kt1;
     float s2, s2_up;
-    int pid[BM];
-    float rs[BM];
+    int2 pr[BM];  // row r's pair id and row scale (as bits): one 8-byte load in the epilogue
     float bias[2][kTN];
 };
 template <int BM>
@@ -549,7 +548,7 @@ struct Kernel {
             for (int j = 0; j < C::CPT; j++) {
                 const int pid = p.sorted_ids[w.blk * BM + r0 + 8 * j];
                 roff[j] = real_pair(p, pid) ? (uint32_t)(pid / p.a_row_div) * row16 : ~0u;
-                if (kHandOff && cc == 0) q.s[slot].pid[r0 + 8 * j] = pid;
+                if (kHandOff && cc == 0) q.s[slot].pr[r0 + 8 * j].x = pid;
             }
             if constexpr (kHandOff) {
                 ItemSlot<BM> &sl = q.s[slot];
@@ -564,7 +563,7 @@ struct Kernel {
                 }
                 if (tid < BM) {
                     const int pid = p.sorted_ids[w.blk * BM + tid];
-                    sl.rs[tid] = p.row_scale && real_pair(p, pid) ? p.row_scale[pid] : 1.0f;
+                    sl.pr[tid].y = __float_as_int(p.row_scale && real_pair(p, pid) ? p.row_scale[pid] : 1.0f);
                 }
                 if (p.bias) {
 #pragma unroll
@@ -847,7 +846,7 @@ struct Kernel {
     };
 
     // KS = 1: this consumer thread's epilogue values from the item's queue slot (the producer
-    // loaded them; lane l takes rows 32i + l's scales, as KS = 2 holds them). Set q of the thread
+    // loaded them; the row scales stay there, for_each_token reads them). Set q of the thread
     // is its chunk's 64-row half q (RT = 2), gate or up (GU), or the tile's half wg (RT = 1).
     static __device__ __forceinline__ void slot_get(const Params &p, Rows &r, int wg, int half0) {
         const ItemSlot<BM> &sl = *r.sl;
@@ -855,8 +854,6 @@ struct Kernel {
         constexpr bool kTwoTiles = RT == 2 && !GU;
         r.s2 = sl.s2;
         r.s2_up = sl.s2_up;
-#pragma unroll
-        for (int i = 0; i < NR; i++) r.rs[i] = 32 * i + lane < BM ? sl.rs[32 * i + lane] : 1.0f;
 #pragma unroll
         for (int q = 0; q < RH; q++)
 #pragma unroll
@@ -910,7 +907,7 @@ struct Kernel {
                 w.kt0 = sl.kt0;
                 w.kt1 = sl.kt1;
 #pragma unroll
-                for (int i = 0; i < NR; i++) r.pid[i] = 32 * i + lane < BM ? sl.pid[32 * i + lane] : -1;
+                for (int i = 0; i < NR; i++) r.pid[i] = 32 * i + lane < BM ? sl.pr[32 * i + lane].x : -1;
                 r.sl = &sl;
             } else {
                 if (item >= items) break;
@@ -1114,16 +1111,28 @@ struct Kernel {
 
     // Calls f(j0, j1, pid, rs) once per token column 8i + 2t + b of this thread's accumulators
     // (j0 = 4i + b: row n_base, j1 = j0 + 2: row n_base + 8), with the token's pair id and row
-    // scale from the lane that holds them (every lane shuffles, so f may skip afterwards).
+    // scale: KS = 1 one 8-byte shared-memory load from the item's queue slot (two shuffles per
+    // token made the epilogue a chain of dependent shuffles: ncu put 40 % of the consumers' samples
+    // of Qwen3-30B-A3B's GEMM2, K = 768, in the epilogue, most of them waiting on a dependency);
+    // KS = 2 from the lane that holds them (every lane shuffles, so f may skip afterwards).
     template <int NA, typename F>
     static __device__ __forceinline__ void for_each_token(const Rows &r, int t, F &&f) {
+        [[maybe_unused]] const uint32_t pr0 = kHandOff ? smem_u32(&r.sl->pr[2 * t]) : 0u;
 #pragma unroll
         for (int i = 0; i < NA / 4; i++)
 #pragma unroll
             for (int b = 0; b < 2; b++) {
-                const int src = 8 * (i % 4) + 2 * t + b;
-                const int pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
-                const float rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
+                int pid;
+                float rs;
+                if constexpr (kHandOff) {
+                    const uint2 v = lds64(pr0 + 8u * (8 * i + b));
+                    pid = (int)v.x;
+                    rs = __uint_as_float(v.y);
+                } else {
+                    const int src = 8 * (i % 4) + 2 * t + b;
+                    pid = __shfl_sync(0xffffffffu, r.pid[i / 4], src);
+                    rs = __shfl_sync(0xffffffffu, r.rs[i / 4], src);
+                }
                 f(4 * i + b, 4 * i + 2 + b, pid, rs);
             }
     }
