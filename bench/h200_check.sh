@@ -5,6 +5,7 @@
 # Here (no GPU), before the call:
 #     bench/h200_check.sh pack            # build (BUILD=build-dev), strip, bundle into .devbin/bins.tgz,
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
+#                                         # (PACK_LEAN=1: binaries only, see below)
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
 #                                         # others,python,bench,hot,triton,torch,gemm (default: all of them);
@@ -66,6 +67,10 @@ if [ "${1:-}" = pack ]; then
     cp build-dev/obj/kernels/hopper_decode.o build-dev/obj/kernels/hopper_gemm.o .devbin/b/
     for v in ${HOPPER_VARIANTS:-}; do cp build-dev/hopper_gemm_${v%%:*}.o .devbin/b/; done
     cp "$(ldconfig -p | awk '/libjansson.so.4 /{print $NF; exit}')" .devbin/b/
+    # PACK_LEAN=1: without the objects (the sass, prof and variants steps' SASS), the shared
+    # library (python step) and test_cpu_fast (cpu step): a pack with variants and a base build
+    # beside it otherwise passes the 64 MiB a device call carries
+    [ "${PACK_LEAN:-0}" = 1 ] && rm -f .devbin/b/*.o .devbin/b/libnvfp4moe.so .devbin/b/test_cpu_fast
     tar -C .devbin/b -czf .devbin/bins.tgz . && rm -rf .devbin/b
     git rev-parse --short HEAD >.devbin/commit
     git diff --quiet HEAD || echo "+local changes" >>.devbin/commit
