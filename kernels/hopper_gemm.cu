@@ -148,7 +148,12 @@ using namespace nvfp4moe_hopper;
 
 constexpr int kMaxSplits = 16;
 constexpr int kMinTilesPerSplit = 4;
-constexpr int kSmemBudget = 220 * 1024;    // dynamic shared memory for the stages
+// Dynamic shared memory for the stages (and the k-group reduction buffer); a smaller budget
+// builds a kernel with fewer stages (for A/B runs: the cost of a shallower ring)
+#ifndef NVFP4MOE_HOPPER_SMEM_BUDGET
+#define NVFP4MOE_HOPPER_SMEM_BUDGET (220 * 1024)
+#endif
+constexpr int kSmemBudget = NVFP4MOE_HOPPER_SMEM_BUDGET;
 constexpr size_t kMaxSplitWsBytes = size_t(64) << 20;
 // 0 builds a kernel that deals items round robin even with a workspace (for A/B runs)
 #ifndef NVFP4MOE_HOPPER_DYNAMIC
