@@ -931,33 +931,28 @@ struct Kernel {
                 if constexpr (kHandOff) mbar_arrive(smem_u32(&q.empty[slot]));
                 continue;
             }
-            if constexpr (kHandOff) {
-                item_widths(splits > 1 ? BM : real_rows(p, r.pid), p, w, nt, wg, kg, half0, tid, g, t, r,
-                            it, bars, smem, code_off, scale_off, dlo0, splits, s_flag);
-                mbar_arrive(smem_u32(&q.empty[slot]));  // the epilogue has read the slot
-                continue;
+            if constexpr (!kHandOff) {
+                // KS = 2: the epilogue's per-item values, loaded before the k loop and kept in
+                // registers: the expert's scales, the row scales of the lane's ids, this thread's
+                // bias values (KS = 1 finds them in the queue slot).
+                const int e = p.block_expert[w.blk];
+                r.s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
+                r.s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : r.s2;
+#pragma unroll
+                for (int i = 0; i < NR; i++)
+                    r.rs[i] = p.row_scale && real_pair(p, r.pid[i]) ? p.row_scale[r.pid[i]] : 1.0f;
+                const int qrows = GU ? p.N / 2 : 64;  // set q's rows start q * qrows further on
+#pragma unroll
+                for (int q = 0; q < RH; q++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int n = r.n_base + qrows * q + 8 * h;
+                        r.bias[q][h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
+                    }
             }
-            // KS = 2: the epilogue's per-item values, loaded before the k loop and kept in
-            // registers: the expert's scales, the row scales of the lane's ids, this thread's
-            // bias values.
-            const int e = p.block_expert[w.blk];
-            const float s2 = p.scale_2[p.halves ? 2 * e : e] * kAccUnscale;
-            const float s2_up = p.halves ? p.scale_2[2 * e + 1] * kAccUnscale : s2;
-#pragma unroll
-            for (int i = 0; i < NR; i++)
-                r.rs[i] = p.row_scale && real_pair(p, r.pid[i]) ? p.row_scale[r.pid[i]] : 1.0f;
-            const int qrows = GU ? p.N / 2 : 64;  // set q's rows start q * qrows further on
-#pragma unroll
-            for (int q = 0; q < RH; q++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int n = r.n_base + qrows * q + 8 * h;
-                    r.bias[q][h] = p.bias && n < p.N ? p.bias[(size_t)e * p.N + n] : 0.0f;
-                }
-            r.s2 = s2;
-            r.s2_up = s2_up;
             item_widths(splits > 1 ? BM : real_rows(p, r.pid), p, w, nt, wg, kg, half0, tid, g, t, r,
                         it, bars, smem, code_off, scale_off, dlo0, splits, s_flag);
+            if constexpr (kHandOff) mbar_arrive(smem_u32(&q.empty[slot]));  // the epilogue has read the slot
         }
     }
 
