@@ -43,6 +43,26 @@ namespace {
 constexpr int kGroupThreads = 1024;
 constexpr int kFusedThreads = 256;     // 8 warps route, then all group
 constexpr int64_t kFusedMaxTokens = 8;
+// Id loads in flight per thread: a block walking pairs is bound by load latency, not bandwidth.
+constexpr int kIdsInFlight = 8;
+
+// f(e, p) for every pair p in [lo, hi) whose expert id e is in [0, E), thread tid of nt taking
+// pairs lo + tid, lo + tid + nt, ..., kIdsInFlight loads issued before the first call.
+template <typename F>
+__device__ __forceinline__ void for_each_valid_id(const int32_t *ids, int lo, int hi, int E, int tid, int nt,
+                                                  F &&f) {
+    for (int p0 = lo; p0 < hi; p0 += nt * kIdsInFlight) {
+        int ev[kIdsInFlight];
+#pragma unroll
+        for (int u = 0; u < kIdsInFlight; u++) {
+            const int p = p0 + u * nt + tid;
+            ev[u] = p < hi ? ids[p] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < kIdsInFlight; u++)
+            if ((unsigned)ev[u] < (unsigned)E) f(ev[u], p0 + u * nt + tid);
+    }
+}
 
 // Groups P pairs by expert. smem_int: 2*E + 33 ints. Must be called by the whole block.
 __device__ void group_pairs(const int32_t *ids, int64_t P64, int E, int bm, int32_t *sorted_ids,
@@ -55,20 +75,7 @@ __device__ void group_pairs(const int32_t *ids, int64_t P64, int E, int bm, int3
 
     for (int e = tid; e < E; e += nt) cnt[e] = 0;
     __syncthreads();
-    // kU independent loads in flight per thread: one block walks all P pairs, so the loop is bound
-    // by load latency, not bandwidth.
-    constexpr int kU = 8;
-    for (int p0 = 0; p0 < P; p0 += nt * kU) {
-        int ev[kU];
-#pragma unroll
-        for (int u = 0; u < kU; u++) {
-            const int p = p0 + u * nt + tid;
-            ev[u] = p < P ? ids[p] : -1;
-        }
-#pragma unroll
-        for (int u = 0; u < kU; u++)
-            if (ev[u] >= 0 && ev[u] < E) atomicAdd(&cnt[ev[u]], 1);
-    }
+    for_each_valid_id(ids, 0, P, E, tid, nt, [&](int e, int) { atomicAdd(&cnt[e], 1); });
     __syncthreads();
 
     // Exclusive scan of padded counts by warp 0: each lane sums a contiguous chunk of experts.
@@ -106,19 +113,7 @@ __device__ void group_pairs(const int32_t *ids, int64_t P64, int E, int bm, int3
 
     for (int e = tid; e < E; e += nt) cnt[e] = off[e];
     __syncthreads();
-    for (int p0 = 0; p0 < P; p0 += nt * kU) {
-        int ev[kU];
-#pragma unroll
-        for (int u = 0; u < kU; u++) {
-            const int p = p0 + u * nt + tid;
-            ev[u] = p < P ? ids[p] : -1;
-        }
-#pragma unroll
-        for (int u = 0; u < kU; u++) {
-            const int e = ev[u];
-            if (e >= 0 && e < E) sorted_ids[atomicAdd(&cnt[e], 1)] = p0 + u * nt + tid;
-        }
-    }
+    for_each_valid_id(ids, 0, P, E, tid, nt, [&](int e, int p) { sorted_ids[atomicAdd(&cnt[e], 1)] = p; });
 }
 
 __global__ void __launch_bounds__(kGroupThreads)
@@ -133,7 +128,6 @@ group_kernel(const int32_t *ids, int64_t P, int E, int bm, int32_t *sorted_ids,
 
 constexpr int kMultiThreads = 512;
 constexpr int kMultiWarps = kMultiThreads / 32;
-constexpr int kMultiU = 8;  // id loads in flight per thread, as in group_pairs
 static_assert(NVFP4MOE_GPU_MAX_EXPERTS <= 2 * kMultiThreads, "the scan gives each thread at most 2 experts");
 
 // The expert whose padded run holds row `row` (< the total): the largest e with off[e] <= row
@@ -184,10 +178,10 @@ group_multi_kernel(const int32_t *ids, int P, int E, int bm, int chunk, int32_t 
     // Count chunks j C + c, j < K, binned 0 / 1 / 2 as chunk j C + c is before the own chunk
     // (j < k), is it, or is after it. With C = 1 these are all the pairs (i = p).
     const int span = K * chunk;
-    for (int i0 = 0; i0 < span; i0 += nt * kMultiU) {
-        int ev[kMultiU], sl[kMultiU], pv[kMultiU];
+    for (int i0 = 0; i0 < span; i0 += nt * kIdsInFlight) {
+        int ev[kIdsInFlight], sl[kIdsInFlight], pv[kIdsInFlight];
 #pragma unroll
-        for (int u = 0; u < kMultiU; u++) {
+        for (int u = 0; u < kIdsInFlight; u++) {
             const int i = i0 + u * nt + tid;
             int p;
             if constexpr (C > 1) {
@@ -202,7 +196,7 @@ group_multi_kernel(const int32_t *ids, int P, int E, int bm, int chunk, int32_t 
             ev[u] = i < span && p < P ? ids[p] : -1;
         }
 #pragma unroll
-        for (int u = 0; u < kMultiU; u++) {
+        for (int u = 0; u < kIdsInFlight; u++) {
             if ((unsigned)ev[u] < (unsigned)E) atomicAdd(&bin[sl[u] * E + ev[u]], 1);
             if (stash && sl[u] == 1 && pv[u] < p_hi) own_ids[pv[u] - p_lo] = ev[u];
         }
@@ -287,17 +281,7 @@ group_multi_kernel(const int32_t *ids, int P, int E, int bm, int chunk, int32_t 
             if ((unsigned)e < (unsigned)E) sorted_ids[atomicAdd(&cur[e], 1)] = p_lo + t;
         }
     } else {
-        for (int p0 = p_lo; p0 < p_hi; p0 += nt * kMultiU) {
-            int ev[kMultiU];
-#pragma unroll
-            for (int u = 0; u < kMultiU; u++) {
-                const int p = p0 + u * nt + tid;
-                ev[u] = p < p_hi ? ids[p] : -1;
-            }
-#pragma unroll
-            for (int u = 0; u < kMultiU; u++)
-                if ((unsigned)ev[u] < (unsigned)E) sorted_ids[atomicAdd(&cur[ev[u]], 1)] = p0 + u * nt + tid;
-        }
+        for_each_valid_id(ids, p_lo, p_hi, E, tid, nt, [&](int e, int p) { sorted_ids[atomicAdd(&cur[e], 1)] = p; });
     }
 
     // Split over the grid: the block -> expert table and its -1 tail (one entry per thread, by
