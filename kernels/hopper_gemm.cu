@@ -168,6 +168,10 @@ constexpr size_t kSchedBytes = 16;  // the workspace's item counter (Params::sch
 #ifndef NVFP4MOE_HOPPER_KS2_MAX_BM
 #define NVFP4MOE_HOPPER_KS2_MAX_BM 32
 #endif
+// 1: the epilogue's stores predicated in place of a branch around each (for A/B runs)
+#ifndef NVFP4MOE_HOPPER_PRED_ST
+#define NVFP4MOE_HOPPER_PRED_ST 1
+#endif
 // Where the cp.async -> wgmma proxy fence sits: 1 = in the producer, after its copies of a stage
 // have landed and before it arrives on the stage's full barrier; 0 = in every consumer thread
 // after the full barrier, once per tile.
@@ -1104,10 +1108,20 @@ struct Kernel {
                                                       int pid, int col, bool odd, float v0,
                                                       float v1) {
         const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-        if (!real_pair(p, pid) || col >= ld) return;
         const uint32_t lo = to_half_bits<BF16>(odd ? got : v0);
         const uint32_t hi = to_half_bits<BF16>(odd ? v1 : got);
+#if NVFP4MOE_HOPPER_PRED_ST
+        // A predicated store, no branch: the epilogue's 32 token columns per row set stay one
+        // straight block the scheduler can interleave (the address of a skipped row is never used).
+        const int ok = real_pair(p, pid) && col < ld;
+        uint16_t *addr = dst + (size_t)(ok ? pid : 0) * ld + col;
+        asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(addr),
+                     "r"(lo | (hi << 16)), "r"(ok)
+                     : "memory");
+#else
+        if (!real_pair(p, pid) || col >= ld) return;
         *reinterpret_cast<uint32_t *>(dst + (size_t)pid * ld + col) = lo | (hi << 16);
+#endif
     }
 
     // Calls f(j0, j1, pid, rs) once per token column 8i + 2t + b of this thread's accumulators
