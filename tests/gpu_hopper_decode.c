@@ -559,22 +559,26 @@ static int stream_bench(int sm_count) {
     return 0;
 }
 
-/* One decode-regime layer of E active experts with ppe pairs each (ppe tokens, every token on
- * every expert; block_m as the backend picks it: 8 up to 3 pairs per expert, else 16) timed
- * kernel by kernel: GEMM1 + activation alone, GEMM2 + combine alone, and both back to back, each
- * after a 512 MB memset that evicts L2; the weight bytes each kernel streams over its median time. */
-static void layer_bench(const char *name, int E, int H, int I, int ppe, int sm_count, int pdl, int prefetch,
-                        int room, int l2_mb) {
-    const int iters = 20, N1 = 2 * I, M = ppe, P = E * ppe, bm = ppe <= 3 ? 8 : 16;
+/* The device buffers of one decode-regime layer (layer_bench); a second set is the same layer
+ * again at other addresses. */
+typedef struct lb_set {
+    void *w13, *w2, *x, *ids, *sorted, *bexp, *nb, *s2, *rw, *act, *part, *cnt, *out;
+    nvfp4moe_decode_combine cb;
+    nvfp4moe_decode_gemm g1, g2;
+} lb_set;
+
+static void lb_alloc(lb_set *s, int E, int H, int I, int ppe, int sm_count, int pdl, int prefetch, int room,
+                     int l2_mb) {
+    const int N1 = 2 * I, M = ppe, P = E * ppe, bm = ppe <= 3 ? 8 : 16;
     uint8_t *w13 = malloc((size_t)E * N1 * (H / 2)), *sf13 = malloc((size_t)E * N1 * (H / 16));
     uint8_t *w2 = malloc((size_t)E * H * (I / 2)), *sf2 = malloc((size_t)E * H * (I / 16));
     for (size_t i = 0; i < (size_t)E * N1 * (H / 2); i++) w13[i] = (uint8_t)rng_next();
     for (size_t i = 0; i < (size_t)E * N1 * (H / 16); i++) sf13[i] = rand_scale(0);
     for (size_t i = 0; i < (size_t)E * H * (I / 2); i++) w2[i] = (uint8_t)rng_next();
     for (size_t i = 0; i < (size_t)E * H * (I / 16); i++) sf2[i] = rand_scale(0);
-    void *d_w13 = pack(w13, sf13, E, N1, H, 1), *d_w2 = pack(w2, sf2, E, H, I, 1);
+    s->w13 = pack(w13, sf13, E, N1, H, 1);
+    s->w2 = pack(w2, sf2, E, H, I, 1);
     free(w13); free(sf13); free(w2); free(sf2);
-    const double b1 = (double)nvfp4moe_hopper_packed_bytes(E, N1, H), b2 = (double)nvfp4moe_hopper_packed_bytes(E, H, I);
     uint16_t *x = malloc(sizeof(uint16_t) * (size_t)M * H);
     for (int i = 0; i < M * H; i++) x[i] = f2bf((float)rng_normal());
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)P), *sorted = malloc(sizeof(int32_t) * (size_t)E * bm);
@@ -590,50 +594,195 @@ static void layer_bench(const char *name, int E, int H, int I, int ppe, int sm_c
         for (int r = 0; r < bm; r++) sorted[e * bm + r] = r < ppe ? r * E + e : P;
     }
     const int nb = E;
-    void *d_x = dup_dev(x, sizeof(uint16_t) * (size_t)M * H), *d_ids = dup_dev(ids, sizeof(int32_t) * (size_t)P);
-    void *d_sorted = dup_dev(sorted, sizeof(int32_t) * (size_t)E * bm), *d_bexp = dup_dev(bexp, sizeof(int32_t) * (size_t)E);
-    void *d_nb = dup_dev(&nb, 4), *d_s2 = dup_dev(s2, sizeof(float) * (size_t)E), *d_rw = dup_dev(rw, sizeof(float) * (size_t)P);
-    void *d_act, *d_part, *d_cnt, *d_out, *flush;
-    CUDA_OK(cudaMalloc(&d_act, sizeof(uint16_t) * (size_t)P * I));
-    CUDA_OK(cudaMalloc(&d_part, sizeof(float) * (size_t)P * H));
-    CUDA_OK(cudaMalloc(&d_cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
-    CUDA_OK(cudaMemset(d_cnt, 0, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
-    CUDA_OK(cudaMalloc(&d_out, 2 * (size_t)M * H));
+    s->x = dup_dev(x, sizeof(uint16_t) * (size_t)M * H);
+    s->ids = dup_dev(ids, sizeof(int32_t) * (size_t)P);
+    s->sorted = dup_dev(sorted, sizeof(int32_t) * (size_t)E * bm);
+    s->bexp = dup_dev(bexp, sizeof(int32_t) * (size_t)E);
+    s->nb = dup_dev(&nb, 4);
+    s->s2 = dup_dev(s2, sizeof(float) * (size_t)E);
+    s->rw = dup_dev(rw, sizeof(float) * (size_t)P);
+    free(x); free(ids); free(sorted); free(bexp); free(s2); free(rw);
+    CUDA_OK(cudaMalloc(&s->act, sizeof(uint16_t) * (size_t)P * I));
+    CUDA_OK(cudaMalloc(&s->part, sizeof(float) * (size_t)P * H));
+    CUDA_OK(cudaMalloc(&s->cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
+    CUDA_OK(cudaMemset(s->cnt, 0, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
+    CUDA_OK(cudaMalloc(&s->out, 2 * (size_t)M * H));
+    s->cb = (nvfp4moe_decode_combine){.topk_ids = s->ids, .M = M, .top_k = E, .H = H, .counters = s->cnt,
+                                      .out = s->out, .out_dtype = NVFP4MOE_DTYPE_BF16};
+    s->g1 = (nvfp4moe_decode_gemm){.a = s->x, .a_row_div = E, .w = s->w13, .scale_2 = s->s2, .sorted_ids = s->sorted,
+                                   .block_expert = s->bexp, .num_blocks = s->nb, .P = P, .N = N1, .K = H, .E = E,
+                                   .block_m = bm, .max_blocks = E, .is_bf16 = 1, .sm_count = sm_count,
+                                   .prefetch_tiles = prefetch, .pdl = pdl, .room_per_sm = room};
+    s->g2 = s->g1;
+    s->g2.a = s->act; s->g2.a_row_div = 1; s->g2.w = s->w2; s->g2.N = H; s->g2.K = I; s->g2.room_per_sm = 0;
+    s->g2.expert_prefetch_chunks = (int32_t)(((int64_t)l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES);
+}
+
+static void lb_free(lb_set *s) {
+    void *dev[] = {s->w13, s->w2, s->x, s->ids, s->sorted, s->bexp, s->nb, s->s2, s->rw, s->act, s->part, s->cnt, s->out};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+}
+
+static void lb_gemm1(lb_set *s, int I) {
+    nvfp4moe_gpu_act_params ap = {.activation = NVFP4MOE_ACT_SILU};
+    CUDA_OK(nvfp4moe_hopper_decode_gemm1(&s->g1, &ap, I, s->act, &s->cb, 0));
+}
+static void lb_gemm2(lb_set *s) { CUDA_OK(nvfp4moe_hopper_decode_gemm2(&s->g2, s->rw, s->part, &s->cb, 0)); }
+
+/* One decode-regime layer of E active experts with ppe pairs each (ppe tokens, every token on
+ * every expert; block_m as the backend picks it: 8 up to 3 pairs per expert, else 16) timed
+ * kernel by kernel: GEMM1 + activation alone, GEMM2 + combine alone, and both back to back, each
+ * after a 512 MB memset that evicts L2; the weight bytes each kernel streams over its median time.
+ * warm_code: the same three again, each right after the same kernels ran on a second set of
+ * buffers (other weights, activations, grouping): everything the timed kernels read is as cold
+ * as before except their code, which the kernels ahead brought into L2 and the instruction
+ * caches. The difference is what a cold instruction stream costs. */
+static void layer_bench(const char *name, int E, int H, int I, int ppe, int sm_count, int pdl, int prefetch,
+                        int room, int l2_mb, int warm_code) {
+    const int iters = 20, N1 = 2 * I, whats = warm_code ? 6 : 3;
+    lb_set set[2];
+    lb_alloc(&set[0], E, H, I, ppe, sm_count, pdl, prefetch, room, l2_mb);
+    if (warm_code) lb_alloc(&set[1], E, H, I, ppe, sm_count, pdl, prefetch, room, l2_mb);
+    const double b1 = (double)nvfp4moe_hopper_packed_bytes(E, N1, H), b2 = (double)nvfp4moe_hopper_packed_bytes(E, H, I);
+    void *flush;
     const size_t fbytes = (size_t)512 << 20;
     CUDA_OK(cudaMalloc(&flush, fbytes));
-    nvfp4moe_decode_combine cb = {.topk_ids = d_ids, .M = M, .top_k = E, .H = H, .counters = d_cnt, .out = d_out,
-                                  .out_dtype = NVFP4MOE_DTYPE_BF16};
-    nvfp4moe_gpu_act_params ap = {.activation = NVFP4MOE_ACT_SILU};
-    nvfp4moe_decode_gemm g1 = {.a = d_x, .a_row_div = E, .w = d_w13, .scale_2 = d_s2, .sorted_ids = d_sorted,
-                               .block_expert = d_bexp, .num_blocks = d_nb, .P = P, .N = N1, .K = H, .E = E,
-                               .block_m = bm, .max_blocks = E, .is_bf16 = 1, .sm_count = sm_count,
-                               .prefetch_tiles = prefetch, .pdl = pdl, .room_per_sm = room};
-    nvfp4moe_decode_gemm g2 = g1;
-    g2.a = d_act; g2.a_row_div = 1; g2.w = d_w2; g2.N = H; g2.K = I; g2.room_per_sm = 0;
-    g2.expert_prefetch_chunks = (int32_t)(((int64_t)l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES);
     cudaEvent_t a, b;
     CUDA_OK(cudaEventCreate(&a));
     CUDA_OK(cudaEventCreate(&b));
-    float t[3][64];
+    float t[6][64];
     for (int i = 0; i < iters + 3; i++)
-        for (int what = 0; what < 3; what++) {
+        for (int what = 0; what < whats; what++) {
+            const int kind = what % 3;  /* 0: GEMM1, 1: GEMM2, 2: both */
             CUDA_OK(cudaMemsetAsync(flush, i & 0xFF, fbytes, 0));
-            if (what == 1) CUDA_OK(nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, 0));  // GEMM2's input
+            if (what >= 3) {
+                lb_gemm1(&set[1], I);
+                if (kind != 0) lb_gemm2(&set[1]);
+            }
+            if (kind == 1) lb_gemm1(&set[0], I);  /* GEMM2's input */
             CUDA_OK(cudaEventRecord(a, 0));
-            if (what != 1) CUDA_OK(nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, 0));
-            if (what != 0) CUDA_OK(nvfp4moe_hopper_decode_gemm2(&g2, d_rw, d_part, &cb, 0));
+            if (kind != 1) lb_gemm1(&set[0], I);
+            if (kind != 0) lb_gemm2(&set[0]);
             CUDA_OK(cudaEventRecord(b, 0));
             CUDA_OK(cudaEventSynchronize(b));
             if (i >= 3) CUDA_OK(cudaEventElapsedTime(&t[what][i - 3], a, b));
         }
-    const double m1 = median_f(t[0], iters) * 1e-3, m2 = median_f(t[1], iters) * 1e-3, m12 = median_f(t[2], iters) * 1e-3;
+    double m[6];
+    for (int w = 0; w < whats; w++) m[w] = median_f(t[w], iters) * 1e-3;
     printf("layer %s %d pair(s) on each of E=%d (H=%d I=%d, %.1f + %.1f MB packed), pdl %d, prefetch %d, GEMM1 room/SM %d, GEMM2 "
            "early L2 %d MB: GEMM1 %.1f us (%.2f TB/s), GEMM2 %.1f us (%.2f TB/s), both %.1f us (%.2f TB/s)\n",
-           name, ppe, E, H, I, b1 / 1e6, b2 / 1e6, pdl, prefetch, room, l2_mb, m1 * 1e6, b1 / m1 / 1e12, m2 * 1e6,
-           b2 / m2 / 1e12, m12 * 1e6, (b1 + b2) / m12 / 1e12);
-    void *dev[] = {d_w13, d_w2, d_x, d_ids, d_sorted, d_bexp, d_nb, d_s2, d_rw, d_act, d_part, d_cnt, d_out, flush};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
-    free(x); free(ids); free(sorted); free(bexp); free(s2); free(rw);
+           name, ppe, E, H, I, b1 / 1e6, b2 / 1e6, pdl, prefetch, room, l2_mb, m[0] * 1e6, b1 / m[0] / 1e12, m[1] * 1e6,
+           b2 / m[1] / 1e12, m[2] * 1e6, (b1 + b2) / m[2] / 1e12);
+    if (warm_code)
+        printf("layer %s %d pair(s), code warm (the kernels ran just before on other buffers): GEMM1 %.1f us (cold "
+               "%.1f), GEMM2 %.1f us (cold %.1f), both %.1f us (cold %.1f)\n",
+               name, ppe, m[3] * 1e6, m[0] * 1e6, m[4] * 1e6, m[1] * 1e6, m[5] * 1e6, m[2] * 1e6);
+    lb_free(&set[0]);
+    if (warm_code) lb_free(&set[1]);
+    cudaFree(flush);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+}
+
+/* The routed layer at M = 1 (GEMM1 routing and grouping the token itself, then GEMM2), and the
+ * routing + grouping kernel alone, each timed cold (after the 512 MB memset) and with its code
+ * warm (the same kernels ran just before on a second set of buffers: other logits, weights,
+ * grouping). Weights are a byte pattern (the timing does not depend on their values). */
+typedef struct rb_set {
+    void *logits, *ids, *wts, *sorted, *bexp, *nb, *x, *w13, *w2, *s13, *s2, *act, *part, *cnt, *out;
+} rb_set;
+
+static void route_bench(const char *name, int E, int H, int I, int k, int method, int sm_count) {
+    const int M = 1, P = M * k, N1 = 2 * I, bm = 8, iters = 20;
+    const int cap = (int)nvfp4moe_group_capacity(P, E, bm), max_blocks = cap / bm;
+    const size_t p13 = nvfp4moe_hopper_packed_bytes(E, N1, H), p2 = nvfp4moe_hopper_packed_bytes(E, H, I);
+    float *cbias = malloc(sizeof(float) * (size_t)E), *ones = malloc(sizeof(float) * (size_t)E);
+    for (int e = 0; e < E; e++) cbias[e] = (float)(0.01 * rng_normal()), ones[e] = 1e-3f;
+    void *d_cbias = dup_dev(cbias, sizeof(float) * (size_t)E);
+    nvfp4moe_gpu_route_params rp = {.method = method, .logits_dtype = NVFP4MOE_DTYPE_BF16, .num_experts = E,
+                                    .top_k = k, .routed_scaling_factor = 2.5f};
+    if (method == NVFP4MOE_ROUTING_DEEPSEEK_V3) {
+        rp.n_group = 8;
+        rp.topk_group = 4;
+        rp.correction_bias = d_cbias;
+    }
+    rb_set set[2];
+    for (int i = 0; i < 2; i++) {
+        rb_set *b = &set[i];
+        uint16_t lg[1024], x[8192];
+        for (int e = 0; e < E; e++) lg[e] = f2bf((float)rng_normal());
+        for (int h = 0; h < H; h++) x[h] = f2bf((float)rng_normal());
+        b->logits = dup_dev(lg, sizeof(uint16_t) * (size_t)E);
+        b->x = dup_dev(x, sizeof(uint16_t) * (size_t)H);
+        b->s13 = dup_dev(ones, sizeof(float) * (size_t)E);
+        b->s2 = dup_dev(ones, sizeof(float) * (size_t)E);
+        CUDA_OK(cudaMalloc(&b->ids, sizeof(int32_t) * (size_t)P));
+        CUDA_OK(cudaMalloc(&b->wts, sizeof(float) * (size_t)P));
+        CUDA_OK(cudaMalloc(&b->sorted, sizeof(int32_t) * (size_t)cap));
+        CUDA_OK(cudaMalloc(&b->bexp, sizeof(int32_t) * (size_t)max_blocks));
+        CUDA_OK(cudaMalloc(&b->nb, sizeof(int32_t)));
+        CUDA_OK(cudaMalloc(&b->w13, p13));
+        CUDA_OK(cudaMalloc(&b->w2, p2));
+        CUDA_OK(cudaMemset(b->w13, 0x22, p13));
+        CUDA_OK(cudaMemset(b->w2, 0x22, p2));
+        CUDA_OK(cudaMalloc(&b->act, sizeof(uint16_t) * (size_t)P * I));
+        CUDA_OK(cudaMalloc(&b->part, sizeof(float) * (size_t)P * H));
+        CUDA_OK(cudaMalloc(&b->cnt, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
+        CUDA_OK(cudaMemset(b->cnt, 0, sizeof(int32_t) * nvfp4moe_hopper_decode_counters(M, H)));
+        CUDA_OK(cudaMalloc(&b->out, 2 * (size_t)M * H));
+    }
+    nvfp4moe_gpu_act_params ap = {.activation = NVFP4MOE_ACT_SILU};
+    void *flush;
+    const size_t fbytes = (size_t)512 << 20;
+    CUDA_OK(cudaMalloc(&flush, fbytes));
+    cudaEvent_t a, b;
+    CUDA_OK(cudaEventCreate(&a));
+    CUDA_OK(cudaEventCreate(&b));
+    float t[4][64];
+    for (int i = 0; i < iters + 3; i++)
+        for (int what = 0; what < 4; what++) {
+            CUDA_OK(cudaMemsetAsync(flush, i & 0xFF, fbytes, 0));
+            for (int si = what >= 2 ? 1 : 0; si >= 0; si--) {  /* set 1 first when warming */
+                rb_set *s = &set[si];
+                if (si == 0) CUDA_OK(cudaEventRecord(a, 0));
+                if (what % 2 == 0) {
+                    CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, s->logits, s->ids, s->wts, M, k, E, bm, s->sorted,
+                                                         s->bexp, s->nb, max_blocks, 0));
+                } else {
+                    nvfp4moe_decode_combine cb = {.topk_ids = s->ids, .M = M, .top_k = k, .H = H, .counters = s->cnt,
+                                                  .out = s->out, .out_dtype = NVFP4MOE_DTYPE_BF16};
+                    nvfp4moe_decode_gemm g1 = {.a = s->x, .a_row_div = k, .w = s->w13, .scale_2 = s->s13,
+                                               .sorted_ids = s->sorted, .block_expert = s->bexp, .num_blocks = s->nb,
+                                               .P = P, .N = N1, .K = H, .E = E, .block_m = bm, .max_blocks = max_blocks,
+                                               .is_bf16 = 1, .sm_count = sm_count};
+                    nvfp4moe_decode_gemm g2 = g1;
+                    g2.a = s->act; g2.a_row_div = 1; g2.w = s->w2; g2.scale_2 = s->s2; g2.N = H; g2.K = I;
+                    const nvfp4moe_decode_route rt = {.rp = &rp, .logits = s->logits, .topk_ids = s->ids,
+                                                      .topk_weights = s->wts, .sorted_ids = s->sorted,
+                                                      .block_expert = s->bexp, .num_blocks = s->nb};
+                    CUDA_OK(nvfp4moe_hopper_decode_route_gemm1(&g1, &rt, &ap, I, s->act, &cb, 0));
+                    CUDA_OK(nvfp4moe_hopper_decode_gemm2(&g2, s->wts, s->part, &cb, 0));
+                }
+            }
+            CUDA_OK(cudaEventRecord(b, 0));
+            CUDA_OK(cudaEventSynchronize(b));
+            if (i >= 3) CUDA_OK(cudaEventElapsedTime(&t[what][i - 3], a, b));
+        }
+    double m[4];
+    for (int w = 0; w < 4; w++) m[w] = median_f(t[w], iters) * 1e-3;
+    printf("routed %s M=1 (E=%d top-%d): routing+grouping kernel %.1f us cold, %.1f us code warm; GEMM1 routing "
+           "itself + GEMM2 %.1f us cold, %.1f us code warm\n", name, E, k, m[0] * 1e6, m[2] * 1e6, m[1] * 1e6, m[3] * 1e6);
+    for (int i = 0; i < 2; i++) {
+        void *dev[] = {set[i].logits, set[i].ids, set[i].wts, set[i].sorted, set[i].bexp, set[i].nb, set[i].x,
+                       set[i].w13, set[i].w2, set[i].s13, set[i].s2, set[i].act, set[i].part, set[i].cnt, set[i].out};
+        for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++) cudaFree(dev[j]);
+    }
+    cudaFree(d_cbias);
+    cudaFree(flush);
+    free(cbias);
+    free(ones);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
 }
 
 int main(int argc, char **argv) {
@@ -651,14 +800,26 @@ int main(int argc, char **argv) {
         printf("gpu_hopper_decode: %d passed, %d failed\n", e != cudaSuccess, e == cudaSuccess);
         return e == cudaSuccess;
     }
-    int only = -1, stream = 0;
+    int only = -1, stream = 0, coldcode = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--stream") == 0) stream = 1;
+        else if (strcmp(argv[i], "--coldcode") == 0) coldcode = 1;
         else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: gpu_hopper_decode [--case I] [--stream]\n");
+            fprintf(stderr, "usage: gpu_hopper_decode [--case I] [--stream] [--coldcode]\n");
             return 2;
         }
+    }
+    if (coldcode) {
+        /* what a cold instruction stream costs the decode kernels at M = 1 (layer_bench) */
+        for (int r = 0; r < 2; r++) {
+            layer_bench("deepseek-v3", 8, 7168, 2048, 1, sms, 0, 0, 0, 0, 1);
+            layer_bench("qwen3-30b-a3b", 8, 2048, 768, 1, sms, 0, 0, 0, 0, 1);
+            layer_bench("qwen3-30b-a3b (M=16)", 82, 2048, 768, 2, sms, 0, 0, 0, 0, 1);
+            route_bench("qwen3-30b-a3b", 128, 2048, 768, 8, NVFP4MOE_ROUTING_RENORMALIZE, sms);
+            route_bench("deepseek-v3", 256, 7168, 2048, 8, NVFP4MOE_ROUTING_DEEPSEEK_V3, sms);
+        }
+        return 0;
     }
     if (stream) {
         stream_bench(sms);
@@ -667,14 +828,14 @@ int main(int argc, char **argv) {
         static const int k_var[][4] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {0, 4, 0, 0}, {1, 4, 0, 0}, {1, 8, 0, 0},
                                        {1, 4, 1, 0}, {1, 4, 1, 16}, {1, 4, 1, 32}, {1, 4, 0, 32}};
         for (size_t v = 0; v < sizeof k_var / sizeof k_var[0]; v++) {
-            layer_bench("deepseek-v3", 8, 7168, 2048, 1, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
-            layer_bench("qwen3-30b-a3b", 8, 2048, 768, 1, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3]);
+            layer_bench("deepseek-v3", 8, 7168, 2048, 1, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3], 0);
+            layer_bench("qwen3-30b-a3b", 8, 2048, 768, 1, sms, k_var[v][0], k_var[v][1], k_var[v][2], k_var[v][3], 0);
         }
         /* the shapes of M = 16 and 64 (the experts they touch, their pairs per expert rounded) */
         for (int pdl = 0; pdl <= 1; pdl++) {
-            layer_bench("qwen3-30b-a3b (M=16)", 82, 2048, 768, 2, sms, pdl, 0, 0, 0);
-            layer_bench("qwen3-30b-a3b (M=64)", 125, 2048, 768, 4, sms, pdl, 0, 0, 0);
-            layer_bench("deepseek-v3 (M=64)", 220, 7168, 2048, 2, sms, pdl, 0, 0, 0);
+            layer_bench("qwen3-30b-a3b (M=16)", 82, 2048, 768, 2, sms, pdl, 0, 0, 0, 0);
+            layer_bench("qwen3-30b-a3b (M=64)", 125, 2048, 768, 4, sms, pdl, 0, 0, 0, 0);
+            layer_bench("deepseek-v3 (M=64)", 220, 7168, 2048, 2, sms, pdl, 0, 0, 0, 0);
         }
         return 0;
     }
