@@ -6,9 +6,11 @@
  *
  * STATUS (2026-12-06, H100): correct (tests/gpu_hopper_gemm, gpu_test through the HOPPER_WGMMA
  * backend, compute-sanitizer memcheck and racecheck), not at the issue's targets: the whole layer
- * 1.28 / 1.41x triton_kernels on DeepSeek-V3 and 1.35 / 1.40x on Qwen3-30B-A3B at M = 1024 / 4096,
- * 1.02x on DeepSeek-V3 at M = 256 (bench/results/2026-12-06-h100-item-slots.md: the epilogue
- * values from the item queue: GEMM2 alone 1-18 % faster over two calls). History: v1 -> v2
+ * 1.34 / 1.36x triton_kernels on DeepSeek-V3 and 1.34 / 1.47x on Qwen3-30B-A3B at M = 1024 / 4096
+ * (bench/results/2026-12-06-h100-staged-epilogue.md). The epilogue is the largest cost left:
+ * with it left out the GEMMs ran 10-18 % faster on every layer (same file, section 4; a staged
+ * epilogue through shared memory and bulk copies is beside it as a patch, not yet run).
+ * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
  * items (2026-12-06-h100-item-claims.md), the block_m rule (2026-12-06-h100-block-m.md; block_m 128
