@@ -559,6 +559,33 @@ static int stream_bench(int sm_count) {
     return 0;
 }
 
+/* Cold-L2 timing of the decode benches: a 512 MB memset evicts L2 before each run, then events
+ * around what the caller launches (eagerly, on the default stream). */
+typedef struct cold_timer {
+    void *flush;
+    cudaEvent_t a, b;
+} cold_timer;
+static const size_t k_flush_bytes = (size_t)512 << 20;
+
+static void ct_init(cold_timer *ct) {
+    CUDA_OK(cudaMalloc(&ct->flush, k_flush_bytes));
+    CUDA_OK(cudaEventCreate(&ct->a));
+    CUDA_OK(cudaEventCreate(&ct->b));
+}
+static void ct_flush(cold_timer *ct, int i) { CUDA_OK(cudaMemsetAsync(ct->flush, i & 0xFF, k_flush_bytes, 0)); }
+static void ct_start(cold_timer *ct) { CUDA_OK(cudaEventRecord(ct->a, 0)); }
+/* Waits for the run; its milliseconds into *ms unless ms is NULL (a warm-up). */
+static void ct_stop(cold_timer *ct, float *ms) {
+    CUDA_OK(cudaEventRecord(ct->b, 0));
+    CUDA_OK(cudaEventSynchronize(ct->b));
+    if (ms) CUDA_OK(cudaEventElapsedTime(ms, ct->a, ct->b));
+}
+static void ct_free(cold_timer *ct) {
+    cudaFree(ct->flush);
+    cudaEventDestroy(ct->a);
+    cudaEventDestroy(ct->b);
+}
+
 /* The device buffers of one decode-regime layer (layer_bench); a second set is the same layer
  * again at other addresses. */
 typedef struct lb_set {
@@ -644,28 +671,22 @@ static void layer_bench(const char *name, int E, int H, int I, int ppe, int sm_c
     lb_alloc(&set[0], E, H, I, ppe, sm_count, pdl, prefetch, room, l2_mb);
     if (warm_code) lb_alloc(&set[1], E, H, I, ppe, sm_count, pdl, prefetch, room, l2_mb);
     const double b1 = (double)nvfp4moe_hopper_packed_bytes(E, N1, H), b2 = (double)nvfp4moe_hopper_packed_bytes(E, H, I);
-    void *flush;
-    const size_t fbytes = (size_t)512 << 20;
-    CUDA_OK(cudaMalloc(&flush, fbytes));
-    cudaEvent_t a, b;
-    CUDA_OK(cudaEventCreate(&a));
-    CUDA_OK(cudaEventCreate(&b));
+    cold_timer ct;
+    ct_init(&ct);
     float t[6][64];
     for (int i = 0; i < iters + 3; i++)
         for (int what = 0; what < whats; what++) {
             const int kind = what % 3;  /* 0: GEMM1, 1: GEMM2, 2: both */
-            CUDA_OK(cudaMemsetAsync(flush, i & 0xFF, fbytes, 0));
+            ct_flush(&ct, i);
             if (what >= 3) {
                 lb_gemm1(&set[1], I);
                 if (kind != 0) lb_gemm2(&set[1]);
             }
             if (kind == 1) lb_gemm1(&set[0], I);  /* GEMM2's input */
-            CUDA_OK(cudaEventRecord(a, 0));
+            ct_start(&ct);
             if (kind != 1) lb_gemm1(&set[0], I);
             if (kind != 0) lb_gemm2(&set[0]);
-            CUDA_OK(cudaEventRecord(b, 0));
-            CUDA_OK(cudaEventSynchronize(b));
-            if (i >= 3) CUDA_OK(cudaEventElapsedTime(&t[what][i - 3], a, b));
+            ct_stop(&ct, i >= 3 ? &t[what][i - 3] : NULL);
         }
     double m[6];
     for (int w = 0; w < whats; w++) m[w] = median_f(t[w], iters) * 1e-3;
@@ -679,9 +700,7 @@ static void layer_bench(const char *name, int E, int H, int I, int ppe, int sm_c
                name, ppe, m[3] * 1e6, m[0] * 1e6, m[4] * 1e6, m[1] * 1e6, m[5] * 1e6, m[2] * 1e6);
     lb_free(&set[0]);
     if (warm_code) lb_free(&set[1]);
-    cudaFree(flush);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+    ct_free(&ct);
 }
 
 /* The routed layer at M = 1 (GEMM1 routing and grouping the token itself, then GEMM2), and the
@@ -696,8 +715,8 @@ static void route_bench(const char *name, int E, int H, int I, int k, int method
     const int M = 1, P = M * k, N1 = 2 * I, bm = 8, iters = 20;
     const int cap = (int)nvfp4moe_group_capacity(P, E, bm), max_blocks = cap / bm;
     const size_t p13 = nvfp4moe_hopper_packed_bytes(E, N1, H), p2 = nvfp4moe_hopper_packed_bytes(E, H, I);
-    float *cbias = malloc(sizeof(float) * (size_t)E), *ones = malloc(sizeof(float) * (size_t)E);
-    for (int e = 0; e < E; e++) cbias[e] = (float)(0.01 * rng_normal()), ones[e] = 1e-3f;
+    float *cbias = malloc(sizeof(float) * (size_t)E), *s2v = malloc(sizeof(float) * (size_t)E);
+    for (int e = 0; e < E; e++) cbias[e] = (float)(0.01 * rng_normal()), s2v[e] = 1e-3f;
     void *d_cbias = dup_dev(cbias, sizeof(float) * (size_t)E);
     nvfp4moe_gpu_route_params rp = {.method = method, .logits_dtype = NVFP4MOE_DTYPE_BF16, .num_experts = E,
                                     .top_k = k, .routed_scaling_factor = 2.5f};
@@ -714,8 +733,8 @@ static void route_bench(const char *name, int E, int H, int I, int k, int method
         for (int h = 0; h < H; h++) x[h] = f2bf((float)rng_normal());
         b->logits = dup_dev(lg, sizeof(uint16_t) * (size_t)E);
         b->x = dup_dev(x, sizeof(uint16_t) * (size_t)H);
-        b->s13 = dup_dev(ones, sizeof(float) * (size_t)E);
-        b->s2 = dup_dev(ones, sizeof(float) * (size_t)E);
+        b->s13 = dup_dev(s2v, sizeof(float) * (size_t)E);
+        b->s2 = dup_dev(s2v, sizeof(float) * (size_t)E);
         CUDA_OK(cudaMalloc(&b->ids, sizeof(int32_t) * (size_t)P));
         CUDA_OK(cudaMalloc(&b->wts, sizeof(float) * (size_t)P));
         CUDA_OK(cudaMalloc(&b->sorted, sizeof(int32_t) * (size_t)cap));
@@ -732,19 +751,15 @@ static void route_bench(const char *name, int E, int H, int I, int k, int method
         CUDA_OK(cudaMalloc(&b->out, 2 * (size_t)M * H));
     }
     nvfp4moe_gpu_act_params ap = {.activation = NVFP4MOE_ACT_SILU};
-    void *flush;
-    const size_t fbytes = (size_t)512 << 20;
-    CUDA_OK(cudaMalloc(&flush, fbytes));
-    cudaEvent_t a, b;
-    CUDA_OK(cudaEventCreate(&a));
-    CUDA_OK(cudaEventCreate(&b));
+    cold_timer ct;
+    ct_init(&ct);
     float t[4][64];
     for (int i = 0; i < iters + 3; i++)
         for (int what = 0; what < 4; what++) {
-            CUDA_OK(cudaMemsetAsync(flush, i & 0xFF, fbytes, 0));
+            ct_flush(&ct, i);
             for (int si = what >= 2 ? 1 : 0; si >= 0; si--) {  /* set 1 first when warming */
                 rb_set *s = &set[si];
-                if (si == 0) CUDA_OK(cudaEventRecord(a, 0));
+                if (si == 0) ct_start(&ct);
                 if (what % 2 == 0) {
                     CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, s->logits, s->ids, s->wts, M, k, E, bm, s->sorted,
                                                          s->bexp, s->nb, max_blocks, 0));
@@ -764,9 +779,7 @@ static void route_bench(const char *name, int E, int H, int I, int k, int method
                     CUDA_OK(nvfp4moe_hopper_decode_gemm2(&g2, s->wts, s->part, &cb, 0));
                 }
             }
-            CUDA_OK(cudaEventRecord(b, 0));
-            CUDA_OK(cudaEventSynchronize(b));
-            if (i >= 3) CUDA_OK(cudaEventElapsedTime(&t[what][i - 3], a, b));
+            ct_stop(&ct, i >= 3 ? &t[what][i - 3] : NULL);
         }
     double m[4];
     for (int w = 0; w < 4; w++) m[w] = median_f(t[w], iters) * 1e-3;
@@ -778,11 +791,9 @@ static void route_bench(const char *name, int E, int H, int I, int k, int method
         for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++) cudaFree(dev[j]);
     }
     cudaFree(d_cbias);
-    cudaFree(flush);
+    ct_free(&ct);
     free(cbias);
-    free(ones);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
+    free(s2v);
 }
 
 int main(int argc, char **argv) {
