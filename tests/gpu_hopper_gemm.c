@@ -4,7 +4,9 @@
  * needs a GPU. On a device other than compute capability 9.0 it only checks that the GEMM
  * refuses to run (cudaErrorNoKernelImageForDevice) and says so.
  *
- *   gpu_hopper_gemm            correctness grid against a CPU float64 reference
+ *   gpu_hopper_gemm            correctness grid against a CPU float64 reference; each case's
+ *                              line ends with hash= (FNV-1a of C where its bits are defined,
+ *                              "-" where K may be split), so two builds can be compared bit for bit
  *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer)
  *   gpu_hopper_gemm --bench [M,M..] [--sets N] [--model NAME|all] [--marlin]
  *                              GEMM1 + GEMM2 of a model's routed experts (deepseek-v3 default;
@@ -316,12 +318,22 @@ static void run_case(const test_case *tc, int sm_count) {
     double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
     int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
     t_record(ok);
+    // FNV-1a of C where its bits are defined (no K split: the same roundings in the same order every
+    // run), so two builds of the kernel can be compared bit for bit; "-" where K may be split
+    char hash[20] = "-";
+    if (!d_ws || nvfp4moe_hopper_workspace_bytes(args.P, args.N, args.K, args.max_blocks, args.block_m,
+                                                 args.sm_count) <= 16) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < (size_t)P * N; i++)
+            for (int b = 0; b < 2; b++) h = (h ^ ((c[i] >> (8 * b)) & 0xFF)) * 0x100000001b3ull;
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)h);
+    }
     printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-3d div=%d rs=%d bias=%d %s ws=%d "
-           "graph=%d halves=%d sub=%d rt=%d blocks=%d rel=%.2e bad=%d guard=%d\n",
+           "graph=%d halves=%d sub=%d rt=%d blocks=%d rel=%.2e bad=%d guard=%d hash=%s\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
            tc->bf16 ? "bf16" : "fp16", d_ws != NULL, tc->graph, tc->halves,
            nvfp4moe_hopper_token_subtiles(&args), nvfp4moe_hopper_row_tiles(&args), g.num_blocks,
-           rel, bad, guard_bad);
+           rel, bad, guard_bad, hash);
 
     free(ids); free(g.sorted_ids); free(g.block_expert); free(w); free(sf); free(s2); free(bias);
     free(rs); free(a); free(ad); free(c); free(wrow); free(ref); free(expert_of);
