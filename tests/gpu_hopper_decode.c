@@ -10,6 +10,8 @@
  *                                  streamed at M = 1: median time, TB/s, and the device-to-device
  *                                  copy bandwidth measured in the same run; then a DeepSeek-V3
  *                                  and a Qwen3-30B-A3B layer at M = 1 timed kernel by kernel
+ *   gpu_hopper_decode --coldcode   the M = 1 layers' kernels timed cold and with their code warm,
+ *                                  read probes of the same bytes (no decode), the routing alone
  *
  * Each case: random top-k routing (distinct experts per token, some experts empty, optionally a
  * slot per token sent to expert -1 as expert parallelism does), the grouping built on the host,
@@ -703,6 +705,43 @@ static void layer_bench(const char *name, int E, int H, int I, int ppe, int sm_c
     ct_free(&ct);
 }
 
+/* What the memory system gives a kernel streaming a decode layer's bytes with no decode and no
+ * dependency at all: read probes (tools/bench_kernels.cu; linear, or the decode kernels' pattern
+ * with k1 / k2 k tiles per item) over GEMM1's b1 and GEMM2's b2 bytes, alone and back to back,
+ * and an empty probe (launch and event overhead only), each after the 512 MB memset, eager, as
+ * layer_bench times the GEMMs: the layer's time without the GEMMs' work. */
+static void probe_bench(const char *name, size_t b1, size_t b2, int k1, int k2, int sm_count) {
+    const int iters = 20;
+    uint8_t *buf;
+    uint32_t *sink;
+    CUDA_OK(cudaMalloc((void **)&buf, b1 + b2));
+    CUDA_OK(cudaMemset(buf, 0x5A, b1 + b2));
+    CUDA_OK(cudaMalloc((void **)&sink, 4));
+    cold_timer ct;
+    ct_init(&ct);
+    for (int mode = 0; mode <= 1; mode++) {
+        float t[4][64];
+        for (int i = 0; i < iters + 3; i++)
+            for (int what = 0; what < 4; what++) { /* 0: empty, 1: b1, 2: b2, 3: b1 then b2 */
+                ct_flush(&ct, i);
+                ct_start(&ct);
+                if (what == 0) CUDA_OK(nvfp4moe_gpu_read_probe(buf, 0, 0, 1, sink, sm_count, 0));
+                if (what == 1 || what == 3) CUDA_OK(nvfp4moe_gpu_read_probe(buf, b1, mode, k1, sink, sm_count, 0));
+                if (what >= 2) CUDA_OK(nvfp4moe_gpu_read_probe(buf + b1, b2, mode, k2, sink, sm_count, 0));
+                ct_stop(&ct, i >= 3 ? &t[what][i - 3] : NULL);
+            }
+        double m[4];
+        for (int w = 0; w < 4; w++) m[w] = median_f(t[w], iters) * 1e-3;
+        printf("probe %s %s (%.1f + %.1f MB): empty %.1f us, GEMM1's bytes %.1f us (%.2f TB/s), GEMM2's %.1f us "
+               "(%.2f TB/s), both %.1f us (%.2f TB/s)\n",
+               name, mode ? "decode pattern" : "linear", b1 / 1e6, b2 / 1e6, m[0] * 1e6, m[1] * 1e6, b1 / m[1] / 1e12,
+               m[2] * 1e6, b2 / m[2] / 1e12, m[3] * 1e6, (b1 + b2) / m[3] / 1e12);
+    }
+    ct_free(&ct);
+    cudaFree(sink);
+    cudaFree(buf);
+}
+
 /* The routed layer at M = 1 (GEMM1 routing and grouping the token itself, then GEMM2), and the
  * routing + grouping kernel alone, each timed cold (after the 512 MB memset) and with its code
  * warm (the same kernels ran just before on a second set of buffers: other logits, weights,
@@ -827,6 +866,10 @@ int main(int argc, char **argv) {
             layer_bench("deepseek-v3", 8, 7168, 2048, 1, sms, 0, 0, 0, 0, 1);
             layer_bench("qwen3-30b-a3b", 8, 2048, 768, 1, sms, 0, 0, 0, 0, 1);
             layer_bench("qwen3-30b-a3b (M=16)", 82, 2048, 768, 2, sms, 0, 0, 0, 0, 1);
+            probe_bench("deepseek-v3", nvfp4moe_hopper_packed_bytes(8, 2 * 2048, 7168),
+                        nvfp4moe_hopper_packed_bytes(8, 7168, 2048), 7168 / 128, 2048 / 128, sms);
+            probe_bench("qwen3-30b-a3b", nvfp4moe_hopper_packed_bytes(8, 2 * 768, 2048),
+                        nvfp4moe_hopper_packed_bytes(8, 2048, 768), 2048 / 128, 768 / 128, sms);
             route_bench("qwen3-30b-a3b", 128, 2048, 768, 8, NVFP4MOE_ROUTING_RENORMALIZE, sms);
             route_bench("deepseek-v3", 256, 7168, 2048, 8, NVFP4MOE_ROUTING_DEEPSEEK_V3, sms);
         }
