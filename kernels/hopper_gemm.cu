@@ -6,10 +6,13 @@
  *
  * STATUS (2026-12-06, H100): correct (tests/gpu_hopper_gemm, gpu_test through the HOPPER_WGMMA
  * backend, compute-sanitizer memcheck and racecheck), not at the issue's targets: the whole layer
- * 1.34 / 1.36x triton_kernels on DeepSeek-V3 and 1.34 / 1.47x on Qwen3-30B-A3B at M = 1024 / 4096
- * (bench/results/2026-12-06-h100-staged-epilogue.md). The epilogue is the largest cost left:
- * with it left out the GEMMs ran 10-18 % faster on every layer (same file, section 4; a staged
- * epilogue through shared memory and bulk copies is beside it as a patch, not yet run).
+ * 1.37 / 1.36x triton_kernels on DeepSeek-V3 and 1.38 / 1.46x on Qwen3-30B-A3B at M = 1024 / 4096
+ * (bench/results/2026-12-06-h100-epilogue.md). The epilogue is the largest cost left: with it
+ * left out the GEMMs ran 10-18 % faster on every layer (2026-12-06-h100-staged-epilogue.md,
+ * section 4), yet neither a staged epilogue (stores by bulk copies from shared memory) nor a
+ * fifth fewer epilogue instructions gained anything measurable (2026-12-06-h100-epilogue.md,
+ * sections 1 and 3): the cost is both consumer warpgroups in their epilogues at once, the tensor
+ * cores idle, which only a second item in flight per SM (ping-pong consumers) would hide.
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
