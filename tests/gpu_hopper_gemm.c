@@ -88,6 +88,13 @@ static size_t count_unlike(const test_case *tc, const uint16_t *got, const uint1
     return unlike;
 }
 
+// Whether the GEMM's output bits are defined: K may not be split (no workspace past the item
+// counter), so the sums are added in the same order every run.
+static int bits_defined(const nvfp4moe_hopper_args *args) {
+    return !args->workspace || nvfp4moe_hopper_workspace_bytes(args->P, args->N, args->K, args->max_blocks,
+                                                               args->block_m, args->sm_count) <= 16;
+}
+
 // The fused-activation check of one case: act_out from the GEMM with args->act_out set, against
 // the activation kernel applied to C of the plain run (d_c; c0 its host copy); C must stay
 // untouched (re-poisoned first) where the GEMM fuses, act_out where it does not, and there C must
@@ -121,11 +128,7 @@ static int check_fused_act(const test_case *tc, nvfp4moe_hopper_args *args, void
     size_t touched_c = 0, touched_act = 0, bad = 0, diff = 0;
     for (size_t i = 0; i < ncc; i++) touched_c += cc[i] != 0xFFFF;
     for (size_t i = 0; i < nact + (size_t)guard * nh; i++) touched_act += act[i] != 0xFFFF;
-    // Bit-exact unless K may be split (a workspace past the item counter: the partial sums'
-    // order varies run to run)
-    const int exact = !args->workspace ||
-                      nvfp4moe_hopper_workspace_bytes(args->P, args->N, args->K, args->max_blocks,
-                                                      args->block_m, args->sm_count) <= 16;
+    const int exact = bits_defined(args);
     if (fused) {  // act against GEMM + activation kernel, then the guard rows
         bad = count_unlike(tc, act, ref, nact, nh, exact, "fused act (want: GEMM + activation kernel)", &diff);
         for (size_t i = nact; i < nact + (size_t)guard * nh; i++) bad += act[i] != 0xFFFF;
@@ -321,13 +324,8 @@ static void run_case(const test_case *tc, int sm_count) {
     // FNV-1a of C where its bits are defined (no K split: the same roundings in the same order every
     // run), so two builds of the kernel can be compared bit for bit; "-" where K may be split
     char hash[20] = "-";
-    if (!d_ws || nvfp4moe_hopper_workspace_bytes(args.P, args.N, args.K, args.max_blocks, args.block_m,
-                                                 args.sm_count) <= 16) {
-        uint64_t h = 0xcbf29ce484222325ull;
-        for (size_t i = 0; i < (size_t)P * N; i++)
-            for (int b = 0; b < 2; b++) h = (h ^ ((c[i] >> (8 * b)) & 0xFF)) * 0x100000001b3ull;
-        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)h);
-    }
+    if (bits_defined(&args))
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)t_fnv1a(c, sizeof(uint16_t) * (size_t)P * N));
     printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-3d div=%d rs=%d bias=%d %s ws=%d "
            "graph=%d halves=%d sub=%d rt=%d blocks=%d rel=%.2e bad=%d guard=%d hash=%s\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,

@@ -72,6 +72,13 @@ static inline void t_record(int ok) {
               nvfp4moe_last_error(), nvfp4moe_status_str(st), (needle));                           \
     } while (0)
 
+/* FNV-1a 64 of n bytes (the tool's output checksum, `nvfp4moe run`): tests compare outputs by it. */
+static inline uint64_t t_fnv1a(const void *p, size_t n) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001B3ull;
+    return h;
+}
+
 /* Bitwise comparison of two byte arrays; prints the first mismatches. */
 static inline int check_bytes(const char *what, const uint8_t *got, const uint8_t *want, size_t n) {
     int bad = 0;

@@ -90,12 +90,6 @@ static char *meta_of(const char *path, const char *key, char *buf, size_t len) {
     return buf;
 }
 
-static uint64_t fnv1a(const uint8_t *p, size_t n) {
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
-    return h;
-}
-
 /* Writes one-tensor-or-more safetensors file path. */
 static void write_st(const char *path, int n, const char *const *names, const nvfp4moe_st_dtype *dt,
                      const int64_t (*shapes)[2], const void *const *data) {
@@ -335,7 +329,7 @@ static void test_run_output(void) {
     CHECK(out && t.dtype == NVFP4MOE_ST_BF16 && t.ndim == 2 && t.shape[0] == 5 && t.shape[1] == 64,
           "output tensor: %s %d dims", out ? nvfp4moe_st_dtype_name(t.dtype) : "missing", t.ndim);
     char want[64];
-    snprintf(want, sizeof want, "fnv1a=%016llx", out ? (unsigned long long)fnv1a(out, (size_t)t.nbytes) : 0ull);
+    snprintf(want, sizeof want, "fnv1a=%016llx", out ? (unsigned long long)t_fnv1a(out, (size_t)t.nbytes) : 0ull);
     CHECK(strstr(sum, want) != NULL, "'%s' does not hold the file's %s", sum, want);
     uint8_t *hid = tensor_bytes(st, "hidden_states", &t);
     CHECK(hid && t.dtype == NVFP4MOE_ST_BF16 && t.shape[0] == 5 && t.shape[1] == 64, "hidden_states");
