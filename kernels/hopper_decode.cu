@@ -505,19 +505,29 @@ struct Decode {
             }
             slot_sync(slot, kw);  // red is rewritten by the next item
         } else {
-            for (int o = tid; o < kHTile * BM; o += nth) {
-                const int i = o % kHTile, tok = o / kHTile;
-                const int hcol = kHTile * r + i;
-                const int pid = ids[tok];
-                if (hcol >= p.N || pid < 0 || pid >= p.P) continue;
-                float v = sum_of(sm, slot, kw, i / 16, i % 16, tok) * s2 + bias_of(p, e, hcol);
-                if (p.row_scale) v *= p.row_scale[pid];
-                p.partial[(size_t)pid * p.N + hcol] = v;
+            // Lane l < BM reads token row l's pair id and row scale once (the loop below takes
+            // them by shuffle: its trip count is warp-uniform) and the lane's column's bias
+            // once; the loop's stores then wait on no read (before, each iteration read the id,
+            // the bias and the row scale after the previous iteration's store). The same values
+            // and operations, so the same bits.
+            const int pid_l = lane < BM ? ids[lane] : -1;
+            {
+                const float rs_l = p.row_scale && pid_l >= 0 && pid_l < p.P ? p.row_scale[pid_l] : 1.0f;
+                const int hcol = kHTile * r + lane;
+                const float bias = hcol < p.N ? bias_of(p, e, hcol) : 0.0f;
+                for (int tok = ks; tok < BM; tok += kw) {  // o = 32 * tok + lane of the loop below
+                    const int pid = __shfl_sync(0xffffffffu, pid_l, tok);
+                    const float rs = __shfl_sync(0xffffffffu, rs_l, tok);
+                    if (hcol >= p.N || pid < 0 || pid >= p.P) continue;
+                    float v = sum_of(sm, slot, kw, lane / 16, lane % 16, tok) * s2 + bias;
+                    if (p.row_scale) v *= rs;
+                    p.partial[(size_t)pid * p.N + hcol] = v;
+                }
             }
             __threadfence();  // the partial rows are visible before this item's arrivals count
             slot_sync(slot, kw);
             if (tid < BM) {
-                const int pid = ids[tid];
+                const int pid = pid_l;  // tid < BM: warp ks = 0, lane tid
                 int done = -1;
                 if (pid >= 0 && pid < p.P) {
                     const int t = pid / p.top_k;
@@ -533,14 +543,41 @@ struct Decode {
             }
             slot_sync(slot, kw);
             for (int tok = ks; tok < BM; tok += kw) {
-                const int t = sm.last[slot][tok];
+                const int t = sm.last[slot][tok];  // the same for the whole warp
+                if (t < 0) continue;
                 const int hcol = kHTile * r + lane;
-                if (t < 0 || hcol >= p.N) continue;
                 float v = 0.0f;
-                for (int j = 0; j < p.top_k; j++) {
-                    const int ej = p.topk_ids[(size_t)t * p.top_k + j];
-                    if (ej < 0 || ej >= p.E) continue;
-                    v += __ldcg(p.partial + ((size_t)t * p.top_k + j) * p.N + hcol);
+                if (p.top_k <= 32) {
+                    // The valid slots' partial rows summed in slot order: lane j reads slot j's id
+                    // (one load for the warp; every lane reaches the ballot: t and top_k are
+                    // warp-uniform, the column test comes after it), then each lane its column of
+                    // 4 slots' rows at a time, all 4 in flight together (a row is read whether or
+                    // not its slot is valid: it is inside partial's [M * top_k, N]; an invalid
+                    // slot's value is never added). 4, not 8, and no unrolling of the j0 loop:
+                    // more loads in flight made ptxas spill the k loop's pointers of the NT = 1
+                    // kernels (reloaded every k tile).
+                    const int ej = lane < p.top_k ? p.topk_ids[(size_t)t * p.top_k + lane] : -1;
+                    const unsigned valid = __ballot_sync(0xffffffffu, ej >= 0 && ej < p.E);
+                    if (hcol >= p.N) continue;
+#pragma unroll 1
+                    for (int j0 = 0; j0 < p.top_k; j0 += 4) {
+                        float pv[4];
+#pragma unroll
+                        for (int u = 0; u < 4; u++)
+                            pv[u] = j0 + u < p.top_k ? __ldcg(p.partial + ((size_t)t * p.top_k + j0 + u) * p.N + hcol)
+                                                     : 0.0f;
+#pragma unroll
+                        for (int u = 0; u < 4; u++)  // j0 + u < 32: top_k <= 32
+                            if ((valid >> (j0 + u)) & 1u) v += pv[u];
+                    }
+                } else {  // more slots than lanes (callers of this interface other than the
+                          // library's layer, which has top_k <= 32): one read after another
+                    if (hcol >= p.N) continue;
+                    for (int j = 0; j < p.top_k; j++) {
+                        const int ej = p.topk_ids[(size_t)t * p.top_k + j];
+                        if (ej < 0 || ej >= p.E) continue;
+                        v += __ldcg(p.partial + ((size_t)t * p.top_k + j) * p.N + hcol);
+                    }
                 }
                 store_out(p, (size_t)t * p.N + hcol, v);
             }
