@@ -104,12 +104,13 @@ if has decode; then
 fi
 if has sanitize; then
     # 20 23 25 27 29: launched with PDL and L2 prefetch (21 22 likewise, under racecheck); 32 34 42:
-    # GEMM1 grouping / routing itself (42: 1024 experts, the largest routing scratch)
-    for c in ${SAN_MEMCHECK:-1 3 6 9 12 20 23 25 27 29 34 42}; do
+    # GEMM1 grouping / routing itself (42: 1024 experts, the largest routing scratch); 43 44: the
+    # combine with 16 and 40 slots per token
+    for c in ${SAN_MEMCHECK:-1 3 6 9 12 20 23 25 27 29 34 42 44}; do
         timeout 150 compute-sanitizer --tool memcheck $B/gpu_hopper_decode --case $c >"$R/memcheck$c.txt" 2>&1
         log "memcheck case $c rc=$?: $(grep -E 'ERROR SUMMARY' "$R/memcheck$c.txt")"
     done
-    for c in ${SAN_RACECHECK:-2 10 11 21 22 32 34}; do
+    for c in ${SAN_RACECHECK:-2 10 11 21 22 32 34 43}; do
         timeout 200 compute-sanitizer --tool racecheck $B/gpu_hopper_decode --case $c >"$R/racecheck$c.txt" 2>&1
         log "racecheck case $c rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$R/racecheck$c.txt" | tr '\n' ' ')"
     done

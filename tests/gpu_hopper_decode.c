@@ -445,12 +445,12 @@ static const test_case k_cases[] = {
     /* the caller's ids repeating experts within a token: 16 and 32 pairs on one expert, 2 blocks each */
     {"grp-dup-2blk",   16, 512,  256,   4, 8,  2,  8, NVFP4MOE_ACT_SILU,               0, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 1, 0},
     {"grp-dup-bm16",   8,  512,  256,   4, 8,  1, 16, NVFP4MOE_ACT_GELU,               0, 0, 0, 1, 0, NVFP4MOE_DTYPE_FP16, 0, 0, 0, 0, 0, 0, 1, 0},
+    /* the most experts and the largest routing scratch (1024 x 4 doubles), two token columns */
+    {"rt-m4-dsv3-e1k", 1024,256, 128,   4, 8,1024,16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_DEEPSEEK_V3},
     /* the combine's slot reads past 8 slots: 16 slots (4 batches of 4 rows), and 40 (more than a
      * warp's lanes: the one-by-one path) with another rank's experts among them */
     {"k16-m5",         64, 512,  256,   5,16, 64,  8, NVFP4MOE_ACT_SILU,               0, 1, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 0, 0},
     {"k40-holes",      64, 512,  256,   4,40, 64, 16, NVFP4MOE_ACT_GELU,               0, 0, 0, 1, 1, NVFP4MOE_DTYPE_F32,  0, 0, 0, 0, 0, 0, 0, 0},
-    /* the most experts and the largest routing scratch (1024 x 4 doubles), two token columns */
-    {"rt-m4-dsv3-e1k", 1024,256, 128,   4, 8,1024,16, NVFP4MOE_ACT_SILU,               0, 0, 1, 1, 0, NVFP4MOE_DTYPE_BF16, 0, 0, 0, 0, 0, 0, 2, NVFP4MOE_ROUTING_DEEPSEEK_V3},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
