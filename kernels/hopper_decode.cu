@@ -43,8 +43,10 @@
  *
  * Routing inside GEMM1 (nvfp4moe_hopper_decode_route_gemm1, up to 4 tokens): every CTA routes
  * the tokens and groups the pairs in shared memory itself (route_and_group), so no routing or
- * grouping kernel runs ahead; CTA 0 publishes ids, weights and the grouping for GEMM2. Measured on
- * an H100: 1-4 % faster at M = 1..4 on most presets (bench/results/2026-12-06-h100-fused-route.md).
+ * grouping kernel runs ahead; CTA 0 publishes ids and the grouping for GEMM2. Only the top-k ids
+ * are on the path to the first weight loads: the router weights (which only GEMM2 reads) are
+ * computed by the last CTA once its items are done. Measured on an H100: 1-4 % faster at
+ * M = 1..4 on most presets (bench/results/2026-12-06-h100-fused-route.md).
  * GEMM2 in the same launch behind a grid-wide barrier (a cooperative launch, each warp's first
  * GEMM2 weights loaded before the barrier) was correct but not faster: Qwen3-30B-A3B M = 1 34.9 us
  * either way, most presets at M = 1..4 1-7 % slower, the merged kernel spilling where the two do
@@ -200,15 +202,15 @@ __device__ __forceinline__ void slot_sync(int slot, int kw) {
 }
 
 // ---- GEMM1 that routes and groups (FUSED) ----
-// Every CTA routes the M <= kRouteMaxM tokens (warp t routes token t with the routing grid's own
-// function, so ids and weights are those bits) and groups the P = M * top_k <= 32 pairs in its
+// Every CTA routes the M <= kRouteMaxM tokens (warp t selects token t's experts with the routing
+// grid's own functions, so ids and weights are those bits) and groups the P = M * top_k <= 32 pairs in its
 // shared memory, one lane per pair: no routing/grouping kernel ahead, no global round trip before
 // the first weight loads. The grouping is the grouping kernel's: blocks in ascending expert order,
 // ceil(count / block_m) blocks per expert, a pair's row at its rank among its expert's pairs (pair
-// order), sentinel P in the rows left over. CTA 0 also writes ids, weights and the grouping to
-// global memory for GEMM2. File-scope arrays: only the FUSED kernels allocate them.
+// order), sentinel P in the rows left over. CTA 0 also writes ids and the grouping to global
+// memory for GEMM2, the last CTA the weights at its end (decode_kernel). File-scope arrays: only
+// the FUSED kernels allocate them.
 __shared__ int32_t f_ids[kRouteMaxPairs];
-__shared__ float f_wts[kRouteMaxPairs];
 __shared__ int32_t f_sorted[kRouteMaxPairs * 16];  // <= P + (block_m - 1) per expert, block_m <= 16
 __shared__ int32_t f_bexp[kRouteMaxPairs];         // a block per pair at most
 __shared__ int f_nb;
@@ -225,13 +227,37 @@ __device__ __forceinline__ int valid_slots(const Params &p, int t) {
     return n;
 }
 
-__device__ __noinline__ void route_one(const Params &p, int t, double *sel, int lane) {
+// Token t's top-k ids into f_ids (warp t; the weights come later, weigh_one).
+template <int VPL>
+__device__ __forceinline__ void select_vpl(const Params &p, int t, double *sel, int lane) {
+    float lg[VPL], cb[VPL];
+    nvfp4moe_rt::lane_logits<VPL>(p.rp, p.logits, t, lg, cb, lane);
+    nvfp4moe_rt::route_select<VPL>(p.rp, t, lg, cb, sel, f_ids, lane);
+}
+__device__ __noinline__ void select_one(const Params &p, int t, double *sel, int lane) {
     switch (p.vpl) {
-    case 2: nvfp4moe_rt::route_token<2>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
-    case 4: nvfp4moe_rt::route_token<4>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
-    case 8: nvfp4moe_rt::route_token<8>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
-    case 16: nvfp4moe_rt::route_token<16>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
-    default: nvfp4moe_rt::route_token<32>(p.rp, p.logits, t, sel, f_ids, f_wts, lane); break;
+    case 2: select_vpl<2>(p, t, sel, lane); break;
+    case 4: select_vpl<4>(p, t, sel, lane); break;
+    case 8: select_vpl<8>(p, t, sel, lane); break;
+    case 16: select_vpl<16>(p, t, sel, lane); break;
+    default: select_vpl<32>(p, t, sel, lane); break;
+    }
+}
+// Token t's weights from its ids in f_ids, written to the global wts_out (warp t).
+template <int VPL>
+__device__ __forceinline__ void weigh_vpl(const Params &p, int t, int lane) {
+    float lg[VPL], cb[VPL];
+    nvfp4moe_rt::lane_logits<VPL>(p.rp, p.logits, t, lg, cb, lane);
+    const int my_id = lane < p.top_k ? f_ids[(size_t)t * p.top_k + lane] : -1;
+    nvfp4moe_rt::route_weigh<VPL>(p.rp, p.logits, t, lg, my_id, p.wts_out, lane);
+}
+__device__ __noinline__ void weigh_one(const Params &p, int t, int lane) {
+    switch (p.vpl) {
+    case 2: weigh_vpl<2>(p, t, lane); break;
+    case 4: weigh_vpl<4>(p, t, lane); break;
+    case 8: weigh_vpl<8>(p, t, lane); break;
+    case 16: weigh_vpl<16>(p, t, lane); break;
+    default: weigh_vpl<32>(p, t, lane); break;
     }
 }
 
@@ -269,7 +295,7 @@ __device__ void route_and_group(const Params &p) {
     for (int i = 32 * threadIdx.x; i < (p.halves ? 2 : 1) * p.E; i += 32 * blockDim.x)
         asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p.scale_2 + i));
     if (p.has_rp) {
-        if (warp < p.M) route_one(p, warp, f_sel + (size_t)warp * p.E, lane);
+        if (warp < p.M) select_one(p, warp, f_sel + (size_t)warp * p.E, lane);
     } else {
         for (int i = threadIdx.x; i < p.P; i += blockDim.x) f_ids[i] = p.topk_ids[i];
     }
@@ -278,10 +304,7 @@ __device__ void route_and_group(const Params &p) {
     __syncthreads();
     if (blockIdx.x == 0) {
         const int nb = f_nb;
-        for (int i = threadIdx.x; i < p.P && p.has_rp; i += blockDim.x) {
-            p.ids_out[i] = f_ids[i];
-            p.wts_out[i] = f_wts[i];
-        }
+        for (int i = threadIdx.x; i < p.P && p.has_rp; i += blockDim.x) p.ids_out[i] = f_ids[i];
         for (int i = threadIdx.x; i < nb * BM; i += blockDim.x) p.sorted_out[i] = f_sorted[i];
         for (int b = threadIdx.x; b < p.max_blocks; b += blockDim.x) p.bexp_out[b] = b < nb ? f_bexp[b] : -1;
         if (threadIdx.x == 0) *p.nb_out = nb;
@@ -424,7 +447,7 @@ struct Decode {
     };
     // The FUSED kernels launch with up to kRouteMaxScratch of dynamic shared memory and no opt-in:
     // all of it must stay within the 48 KB default (1 KB left for alignment).
-    static_assert(!FUSED || sizeof(Smem) + sizeof(f_ids) + sizeof(f_wts) + sizeof(f_sorted) + sizeof(f_bexp) +
+    static_assert(!FUSED || sizeof(Smem) + sizeof(f_ids) + sizeof(f_sorted) + sizeof(f_bexp) +
                                     sizeof(f_nb) + kRouteMaxScratch + 1024 <= 48 * 1024,
                   "the fused GEMM1's shared memory would need an opt-in");
 
@@ -785,6 +808,12 @@ template <int NT, bool BF16, int MODE, bool PF, bool FUSED>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_DECODE_DEVICE
     Decode<NT, BF16, MODE, PF, FUSED>::run(p);
+    if constexpr (FUSED) {
+        // The router weights, which only GEMM2 reads, off the path to the first weight loads: by
+        // the last CTA (the fewest items of the round robin) once its items are done.
+        const int warp = threadIdx.x / 32;
+        if (p.has_rp && blockIdx.x == gridDim.x - 1 && warp < p.M) weigh_one(p, warp, threadIdx.x % 32);
+    }
 #elif defined(__CUDA_ARCH__)
     __trap();  // no sm_90a code in this image: the launcher refuses before getting here
 #endif

@@ -60,16 +60,41 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t *s) {
 // comparisons): the top-k ids are bit-identical on tie-free data and follow the same tie rule.
 // VPL: experts per lane held in registers (E <= 32 * VPL); the launchers pick the smallest that
 // fits, which keeps the unrolled loops (and the code a cold instruction cache must fetch) short.
-// sel: this warp's shared scratch of E doubles. Writes ids/weights [t*k, t*k+k).
+// Three steps, so a caller that needs the ids before the weights (GEMM1 routing itself) can put
+// the weights off the critical path: lane_logits, route_select (ids), route_weigh (weights);
+// route_token runs all three.
+
+// The lane's logits (lg) and, where the method's selection score adds one, correction biases (cb)
+// of experts lane, lane + 32, ...: all loaded before any is used (with each load behind the
+// previous expert's sigmoid call, a cold logit row was one DRAM round trip after another).
 template <int VPL>
-static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const void *logits, int64_t t,
-                            double *sel, int32_t *ids, float *weights, int lane) {
-    const int E = rp.num_experts, k = rp.top_k;
+static __device__ __forceinline__ void lane_logits(const nvfp4moe_gpu_route_params &rp, const void *logits,
+                                                   int64_t t, float (&lg)[VPL], float (&cb)[VPL], int lane) {
+    const int E = rp.num_experts, m = rp.method;
     const int64_t row = t * (int64_t)E;
+    const bool biased = (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 || m == NVFP4MOE_ROUTING_MINIMAX2) &&
+                        rp.correction_bias != nullptr;
+    const bool any = m != NVFP4MOE_ROUTING_SIMULATED;
+#pragma unroll
+    for (int i = 0; i < VPL; i++) {
+        const int e = lane + 32 * i;
+        lg[i] = any && e < E ? load_logit(logits, rp.logits_dtype, row + e) : 0.0f;
+        cb[i] = biased && e < E ? rp.correction_bias[e] : 0.0f;
+    }
+}
+
+// Token t's top-k from its lane_logits: writes ids[t*k, t*k+k) and returns lane j's selected
+// expert (j < k; -1 for the other lanes, and for "simulated"). sel: this warp's shared scratch of
+// E doubles.
+template <int VPL>
+static __device__ __forceinline__ int route_select(const nvfp4moe_gpu_route_params &rp, int64_t t,
+                                                   const float (&lg)[VPL], const float (&cb)[VPL], double *sel,
+                                                   int32_t *ids, int lane) {
+    const int E = rp.num_experts, k = rp.top_k;
     const int m = rp.method;
 
     if (m == NVFP4MOE_ROUTING_SIMULATED) {
-        // k distinct experts drawn uniformly (redrawing repeats), weight 1/k; lane 0 draws.
+        // k distinct experts drawn uniformly (redrawing repeats); lane 0 draws.
         if (lane == 0) {
             uint64_t st = (rp.seed ^ 0x5151F00Dull) ^ ((uint64_t)t * 0x9E3779B97F4A7C15ull);
             int32_t chosen[NVFP4MOE_GPU_MAX_TOPK];
@@ -83,10 +108,9 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
                 } while (dup);
                 chosen[j] = e;
                 ids[t * k + j] = e;
-                weights[t * k + j] = (float)(1.0 / k);
             }
         }
-        return;
+        return -1;
     }
 
     // Selection scores, as order-preserving keys held in registers (lane l owns experts l, l+32,
@@ -100,8 +124,8 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
         const int e = lane + 32 * i;
         key[i] = 0;
         if (e < E) {
-            const double l = (double)load_logit(logits, rp.logits_dtype, row + e);
-            const double v = biased ? sigmoid_d(l) + (double)rp.correction_bias[e] : l;
+            const double l = (double)lg[i];
+            const double v = biased ? sigmoid_d(l) + (double)cb[i] : l;
             key[i] = okey(v);
             if (m == NVFP4MOE_ROUTING_DEEPSEEK_V3 && rp.n_group > 1) sel[e] = v;
         }
@@ -179,8 +203,23 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
         }
     }
     if (my_id >= E) my_id = -1;
+    if (lane < k) ids[t * k + lane] = my_id;
+    return my_id;
+}
 
-    // Weights of the selected experts, in float64 as the reference.
+// Token t's weights, in float64 as the reference, from its lane_logits and route_select's my_id:
+// writes weights[t*k, t*k+k).
+template <int VPL>
+static __device__ __forceinline__ void route_weigh(const nvfp4moe_gpu_route_params &rp, const void *logits,
+                                                   int64_t t, const float (&lg)[VPL], int my_id, float *weights,
+                                                   int lane) {
+    const int E = rp.num_experts, k = rp.top_k;
+    const int64_t row = t * (int64_t)E;
+    const int m = rp.method;
+    if (m == NVFP4MOE_ROUTING_SIMULATED) {  // weight 1/k
+        if (lane < k) weights[t * k + lane] = (float)(1.0 / k);
+        return;
+    }
     const bool mine = lane < k && my_id >= 0;
     const double l = mine ? (double)load_logit(logits, rp.logits_dtype, row + my_id) : 0.0;
     const double top = __shfl_sync(0xffffffffu, l, 0);  // the first selected has the largest logit
@@ -189,7 +228,9 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
     case NVFP4MOE_ROUTING_SOFTMAX_TOPK:
     case NVFP4MOE_ROUTING_RENORMALIZE_NAIVE: {
         double z = 0.0;
-        for (int e = lane; e < E; e += 32) z += exp_d((double)load_logit(logits, rp.logits_dtype, row + e) - top);
+#pragma unroll
+        for (int i = 0; i < VPL; i++)  // experts lane, lane + 32, ...: the reference's order per lane
+            if (lane + 32 * i < E) z += exp_d((double)lg[i] - top);
         z = warp_sum(z);
         w = mine ? exp_d(l - top) / z : 0.0;
         if (m == NVFP4MOE_ROUTING_RENORMALIZE_NAIVE) {
@@ -219,10 +260,17 @@ static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const vo
     default:
         break;
     }
-    if (lane < k) {
-        ids[t * k + lane] = my_id;
-        weights[t * k + lane] = (float)w;
-    }
+    if (lane < k) weights[t * k + lane] = (float)w;
+}
+
+// All three steps: writes ids/weights [t*k, t*k+k).
+template <int VPL>
+static __device__ void route_token(const nvfp4moe_gpu_route_params &rp, const void *logits, int64_t t,
+                                   double *sel, int32_t *ids, float *weights, int lane) {
+    float lg[VPL], cb[VPL];
+    lane_logits<VPL>(rp, logits, t, lg, cb, lane);
+    const int my_id = route_select<VPL>(rp, t, lg, cb, sel, ids, lane);
+    route_weigh<VPL>(rp, logits, t, lg, my_id, weights, lane);
 }
 
 // The smallest VPL for E experts (E <= NVFP4MOE_GPU_MAX_EXPERTS).
