@@ -203,9 +203,9 @@ __device__ __forceinline__ void slot_sync(int slot, int kw) {
 
 // ---- GEMM1 that routes and groups (FUSED) ----
 // Every CTA routes the M <= kRouteMaxM tokens (warp t selects token t's experts with the routing
-// grid's own functions, so ids and weights are those bits) and groups the P = M * top_k <= 32 pairs in its
-// shared memory, one lane per pair: no routing/grouping kernel ahead, no global round trip before
-// the first weight loads. The grouping is the grouping kernel's: blocks in ascending expert order,
+// grid's own functions, so ids and weights are those bits) and groups the P = M * top_k <= 32
+// pairs in its shared memory, one lane per pair: no routing/grouping kernel ahead, no global
+// round trip before the first weight loads. The grouping is the grouping kernel's: blocks in ascending expert order,
 // ceil(count / block_m) blocks per expert, a pair's row at its rank among its expert's pairs (pair
 // order), sentinel P in the rows left over. CTA 0 also writes ids and the grouping to global
 // memory for GEMM2, the last CTA the weights at its end (decode_kernel). File-scope arrays: only
