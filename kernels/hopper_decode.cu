@@ -59,7 +59,9 @@
  *     tile in `partial`; then per token an arrival counter for the row tile: the CTA whose
  *     arrival completes the token's valid slots sums them in slot order and stores the output
  *     row tile in out_dtype (and resets the counter). No combine kernel, and the result does not
- *     depend on which CTA came last.
+ *     depend on which CTA came last. Deferred (nvfp4moe_decode_combine.deferred): GEMM2 only
+ *     stores the fp32 rows, and combine_kernel, launched after it, makes the same sums in the
+ *     same order (the same bits) with no counters and no fences in GEMM2.
  *   GEMM1 zeroes the counters for GEMM2 and writes the zero rows of tokens with no valid slot.
  */
 #include <cuda_bf16.h>
@@ -130,6 +132,7 @@ struct Params {
     int32_t *counters;
     void *out;
     int out_dtype;
+    int deferred;              // GEMM2 parks the slots' rows only; combine_kernel sums them
     // GEMM2
     const float *row_scale;
     float *partial;
@@ -547,6 +550,10 @@ struct Decode {
                     p.partial[(size_t)pid * p.N + hcol] = v;
                 }
             }
+            if (p.deferred) {  // combine_kernel sums the rows after this kernel
+                slot_sync(slot, kw);  // red is rewritten by the next item
+                return;
+            }
             __threadfence();  // the partial rows are visible before this item's arrivals count
             slot_sync(slot, kw);
             if (tid < BM) {
@@ -819,6 +826,27 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 4 : 3) decode_kernel(const
 #endif
 }
 
+// The combine of a deferred GEMM2 (Params.deferred): thread i of the grid-stride loop sums output
+// element i = t * H + h over token t's valid slots in slot order, exactly as the last CTA of GEMM2's
+// own combine does (same fp32 additions from 0, the same rounding), so the same bits; neighbouring
+// threads read neighbouring columns of each slot's row.
+__global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Params p) {
+#if NVFP4MOE_DECODE_DEVICE
+    const size_t n = (size_t)p.M * p.H, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t t = i / p.H, h = i % p.H;
+        float v = 0.0f;
+        for (int j = 0; j < p.top_k; j++) {
+            const int e = p.topk_ids[t * p.top_k + j];
+            if (e >= 0 && e < p.E) v += __ldcg(p.partial + (t * p.top_k + j) * p.H + h);
+        }
+        store_out(p, i, v);
+    }
+#elif defined(__CUDA_ARCH__)
+    __trap();  // no sm_90a code in this image: the launcher refuses before getting here
+#endif
+}
+
 // smem: the FUSED kernel's routing scratch (dynamic shared memory, <= kRouteMaxScratch).
 template <int NT, bool BF16, int MODE, bool PF, bool FUSED>
 cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool pdl, size_t smem,
@@ -925,6 +953,7 @@ Params params_of(const nvfp4moe_decode_gemm *g, const nvfp4moe_decode_combine *c
     p.counters = c->counters;
     p.out = c->out;
     p.out_dtype = c->out_dtype;
+    p.deferred = c->deferred != 0;
     return p;
 }
 
@@ -1033,4 +1062,33 @@ extern "C" cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *
     const int max_items = (int)(items > 0x7fffffffLL ? 0x7fffffffLL : items);
     return launch_any<GEMM2>(p, g->block_m, g->is_bf16 != 0, max_items, g->sm_count, g->room_per_sm, g->pdl != 0,
                              stream);
+}
+
+extern "C" cudaError_t nvfp4moe_hopper_decode_combine(const nvfp4moe_decode_combine *c, const float *partial, int32_t E,
+                                                      cudaStream_t stream) {
+    if (!combine_ok(c) || !c->deferred || !partial || E < 1) return cudaErrorInvalidValue;
+    if (c->M == 0) return cudaSuccess;
+    static int image = 0;  // 1: sm_90a code in this binary, -1: none (the decode kernels' rule)
+    if (image == 0) {
+        cudaFuncAttributes fa;
+        const cudaError_t err = cudaFuncGetAttributes(&fa, combine_kernel);
+        if (err != cudaSuccess) return err;
+        image = fa.binaryVersion == 90 ? 1 : -1;
+    }
+    if (image < 0) return cudaErrorNoKernelImageForDevice;
+    Params p = {};
+    p.topk_ids = c->topk_ids;
+    p.M = c->M;
+    p.top_k = c->top_k;
+    p.H = c->H;
+    p.E = E;
+    p.partial = const_cast<float *>(partial);
+    p.out = c->out;
+    p.out_dtype = c->out_dtype;
+    const size_t n = (size_t)c->M * c->H, blocks = (n + 255) / 256;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(blocks < 4096 ? blocks : 4096));
+    cfg.blockDim = dim3(256);
+    cfg.stream = stream;
+    return cudaLaunchKernelEx(&cfg, combine_kernel, p);
 }

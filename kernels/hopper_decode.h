@@ -69,6 +69,8 @@ typedef struct nvfp4moe_decode_combine {
     const int32_t *topk_ids;    /* [M, top_k]: slots with ids outside [0, E) contribute nothing */
     int32_t M, top_k, H;
     int32_t *counters;          /* nvfp4moe_hopper_decode_counters(M, H) ints; GEMM1 zeroes them */
+    int32_t deferred;           /* nonzero: GEMM2 only parks each slot's row in partial, and
+                                   nvfp4moe_hopper_decode_combine sums them after it */
     void *out;                  /* [M, H] of out_dtype (nvfp4moe_dtype) */
     int32_t out_dtype;
 } nvfp4moe_decode_combine;
@@ -124,12 +126,18 @@ cudaError_t nvfp4moe_hopper_decode_route_gemm1(const nvfp4moe_decode_gemm *g, co
                                                const nvfp4moe_gpu_act_params *act, int32_t I, void *act_out,
                                                const nvfp4moe_decode_combine *c, cudaStream_t stream);
 
-/* GEMM2 with the combine in its epilogue: out[t, :] = sum over t's valid slots j, in slot order,
- * of row_scale[t*top_k + j] * D[t*top_k + j, :] (row_scale NULL: 1), each slot's fp32 row parked
- * in partial [P, H] until the last of the token's slots has arrived; rounded once to out_dtype.
- * Deterministic: the same inputs give the same bits. */
+/* GEMM2 with the combine in its epilogue (unless c->deferred): out[t, :] = sum over t's valid
+ * slots j, in slot order, of row_scale[t*top_k + j] * D[t*top_k + j, :] (row_scale NULL: 1),
+ * each slot's fp32 row parked in partial [P, H] until the last of the token's slots has arrived;
+ * rounded once to out_dtype. Deterministic: the same inputs give the same bits. */
 cudaError_t nvfp4moe_hopper_decode_gemm2(const nvfp4moe_decode_gemm *g, const float *row_scale, float *partial,
                                          const nvfp4moe_decode_combine *c, cudaStream_t stream);
+
+/* The combine of a GEMM2 launched with c->deferred, as a kernel of its own after it: the same sums
+ * in the same order, so the same bits as GEMM2's own combine. E: GEMM2's g->E (slots naming an
+ * expert outside [0, E) contribute nothing); partial: the rows GEMM2 wrote. */
+cudaError_t nvfp4moe_hopper_decode_combine(const nvfp4moe_decode_combine *c, const float *partial, int32_t E,
+                                           cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,8 @@
  *   GEMM2: out[t, h] = sum_j w[t, j] * (s2[e_j] * (act[p] . W2_e[h]) + b) computed from the
  *          kernel's own act rows (so GEMM2 is judged on its exact input), relative error <= 1e-2,
  *          tokens without a valid slot exactly 0, the whole output written (poisoned before);
- *   determinism: a second run gives the same bits.
+ *   determinism: a second run, with the combine as a kernel of its own after GEMM2
+ *          (nvfp4moe_hopper_decode_combine), gives the same bits.
  * The kernels choose how many warps share an item on the device; the kw cases force each choice.
  * The route cases run GEMM1 with the routing and grouping inside: its grouping must equal the
  * host's bit for bit, and (routing) its ids and weights those of nvfp4moe_gpu_route_and_group on
@@ -254,10 +255,13 @@ static int run_case(const test_case *tc, int sm_count) {
             CUDA_OK(cudaMemsetAsync(d_ids, 0x7F, sizeof(int32_t) * (size_t)P, st));
             CUDA_OK(cudaMemsetAsync(d_rw, 0x7F, sizeof(float) * (size_t)P, st));
         }
+        /* the second run with the combine as a kernel of its own after GEMM2: the same bits */
+        cb.deferred = rep;
         cudaError_t e1 = tc->route ? nvfp4moe_hopper_decode_route_gemm1(&g1, &rt, &ap, I, d_act, &cb, st)
                                    : nvfp4moe_hopper_decode_gemm1(&g1, &ap, I, d_act, &cb, st);
         cudaError_t e2 = e1 == cudaSuccess ? nvfp4moe_hopper_decode_gemm2(&g2, tc->row_scale ? d_rw : NULL, d_part, &cb, st)
                                            : cudaSuccess;
+        if (e2 == cudaSuccess && rep) e2 = nvfp4moe_hopper_decode_combine(&cb, d_part, E, st);
         if (e1 != cudaSuccess || e2 != cudaSuccess) {
             printf("  %s: launch failed: %s\n", tc->name, cudaGetErrorString(e1 != cudaSuccess ? e1 : e2));
             fails++;
@@ -369,7 +373,7 @@ static int run_case(const test_case *tc, int sm_count) {
     free(dq13);
     free(dq2);
     if (memcmp(out, out2, (size_t)osz * M * H) != 0) {
-        printf("  %s: a second run gave different bits\n", tc->name);
+        printf("  %s: the second run (the combine as a kernel after GEMM2) gave different bits\n", tc->name);
         fails++;
     }
 done:

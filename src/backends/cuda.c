@@ -93,6 +93,8 @@ typedef struct cuda_state {
     int32_t decode_g1_room;       /* HOPPER_WGMMA decode: CTA slots per SM GEMM1 leaves free */
     int32_t decode_g2_l2_mb;      /* HOPPER_WGMMA decode: MB of GEMM2's weights prefetched early */
     int32_t decode_route;         /* HOPPER_WGMMA decode: GEMM1 routes and groups a few tokens itself */
+    int32_t decode_combine_kernel; /* HOPPER_WGMMA decode: the top-k combine as a kernel after GEMM2
+                                    * (1), in GEMM2's epilogue (0), or by the batch (-1) */
     int32_t decode_kw[2];         /* HOPPER_WGMMA decode: warps per item of GEMM1, GEMM2 (0: the kernels' choice) */
     int32_t gemm_row_tiles;       /* HOPPER_WGMMA larger batches: 128-row weight tiles per item (0: the GEMM's choice) */
     int32_t gemm_token_tiles;     /* and its token tile form: 1 one width, 0 the GEMM's choice */
@@ -134,6 +136,18 @@ static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static bool needs_input_pass(const cuda_state *st) {
     return !st->w4a16 || st->cfg.apply_router_weight_on_input;
+}
+
+/* Whether the decode regime's top-k combine runs as a kernel of its own after GEMM2 rather than in
+ * GEMM2's epilogue (the same bits either way). In the epilogue, every item ends with a fence and an
+ * arrival count before the next item's loads, which a batch of many short items pays item after
+ * item; the kernel costs a launch. H100, whole layer, every preset: 1.5-7.8 % faster as a kernel
+ * from 2 tokens and 8 token-expert pairs on (Qwen3-30B-A3B M = 16 117.5 -> 109.2 us), within
+ * +-1 % at M = 1 (Mixtral-8x7B +1.1 %) and at 2 tokens of top-2 (+0.6 %): kept in the epilogue
+ * there (bench/results/2026-12-07-h100-combine-kernel.md). */
+static bool combine_as_kernel(const cuda_state *st, int64_t M) {
+    if (st->decode_combine_kernel >= 0) return st->decode_combine_kernel != 0;
+    return M >= 2 && M * st->K >= 8;
 }
 
 /* block_m of the decode kernels for P pairs, or 0 when the wgmma GEMM runs. */
@@ -384,7 +398,9 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * for GEMM1). All off by default: the kernels as measured in bench/results; a setting becomes
      * a default once a committed benchmark shows it faster. NVFP4MOE_HOPPER_FUSED_ROUTE=0|1:
      * GEMM1 routes and groups up to NVFP4MOE_DECODE_ROUTE_MAX_TOKENS tokens itself (on by default)
-     * instead of a routing/grouping kernel running ahead of it. NVFP4MOE_HOPPER_G1_KW and
+     * instead of a routing/grouping kernel running ahead of it. NVFP4MOE_HOPPER_COMBINE_KERNEL=0|1:
+     * the top-k combine in GEMM2's epilogue (0) or as a kernel of its own after GEMM2 (1; the same
+     * bits); unset, by the batch (combine_as_kernel). NVFP4MOE_HOPPER_G1_KW and
      * NVFP4MOE_HOPPER_G2_KW = 1, 2 or 4 force the warps that share an item in GEMM1 / GEMM2 (0:
      * the kernels choose from the item count). NVFP4MOE_HOPPER_ROW_TILES = 1 or 2 forces the
      * larger-batch GEMM's 128-row weight tiles per work item (0: the GEMM's choice);
@@ -397,6 +413,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->decode_g1_room = 0;
     st->decode_g2_l2_mb = 0;
     st->decode_route = 1;
+    st->decode_combine_kernel = -1;
     st->decode_kw[0] = st->decode_kw[1] = 0;
     st->gemm_row_tiles = 0;
     st->gemm_token_tiles = 0;
@@ -413,6 +430,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_G1_ROOM", 3, offsetof(cuda_state, decode_g1_room), false},
             {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb), false},
             {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route), false},
+            {"NVFP4MOE_HOPPER_COMBINE_KERNEL", 1, offsetof(cuda_state, decode_combine_kernel), false},
             {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw), true},
             {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t), true},
             {"NVFP4MOE_HOPPER_ROW_TILES", 2, offsetof(cuda_state, gemm_row_tiles), false},
@@ -619,7 +637,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
     if (L.decode) {
         const nvfp4moe_decode_combine cb = {
             .topk_ids = ids, .M = (int32_t)M, .top_k = st->K, .H = st->H, .counters = (int32_t *)(ws + L.counters),
-            .out = io->output, .out_dtype = st->cfg.out_dtype};
+            .out = io->output, .out_dtype = st->cfg.out_dtype, .deferred = combine_as_kernel(st, M)};
         const nvfp4moe_decode_gemm g1 = {
             .a = a_in, .a_row_div = st->K, .w = st->w13, .scale_2 = st->w13_s2, .bias = st->w13_bias,
             .sorted_ids = sorted, .block_expert = bexp, .num_blocks = nblk, .P = P, .N = st->N1, .K = st->H,
@@ -646,7 +664,9 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .warps_per_item = st->decode_kw[1],
             .expert_prefetch_chunks = (int32_t)(((int64_t)st->decode_g2_l2_mb << 20) / NVFP4MOE_DECODE_CHUNK_BYTES)};
         CUDA_TRY(st, nvfp4moe_hopper_decode_gemm2(&g2, on_input ? NULL : wts, (float *)(ws + L.partial), &cb, stream),
-                 "GEMM2 + combine");
+                 cb.deferred ? "GEMM2" : "GEMM2 + combine");
+        if (cb.deferred)
+            CUDA_TRY(st, nvfp4moe_hopper_decode_combine(&cb, (const float *)(ws + L.partial), st->E, stream), "combine");
         return NVFP4MOE_OK;
     }
 
