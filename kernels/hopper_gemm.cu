@@ -4,15 +4,20 @@
  * gathered through the moe-align grouping, on sm_90a tensor cores with wgmma and fp32
  * accumulation. Interface: kernels/hopper_gemm.h (same shape as kernels/moe_gemm.h).
  *
- * STATUS (2026-12-06, H100): correct (tests/gpu_hopper_gemm, gpu_test through the HOPPER_WGMMA
+ * STATUS (2026-12-07, H100): correct (tests/gpu_hopper_gemm, gpu_test through the HOPPER_WGMMA
  * backend, compute-sanitizer memcheck and racecheck), not at the issue's targets: the whole layer
- * 1.37 / 1.36x triton_kernels on DeepSeek-V3 and 1.38 / 1.46x on Qwen3-30B-A3B at M = 1024 / 4096
- * (bench/results/2026-12-06-h100-epilogue.md). The epilogue is the largest cost left: with it
- * left out the GEMMs ran 10-18 % faster on every layer (2026-12-06-h100-staged-epilogue.md,
- * section 4), yet neither a staged epilogue (stores by bulk copies from shared memory) nor a
- * fifth fewer epilogue instructions gained anything measurable (2026-12-06-h100-epilogue.md,
- * sections 1 and 3): the cost is both consumer warpgroups in their epilogues at once, the tensor
- * cores idle, which only a second item in flight per SM (ping-pong consumers) would hide.
+ * 1.45 / 1.39x triton_kernels on DeepSeek-V3 and 1.38 / 1.46x on Qwen3-30B-A3B at M = 1024 / 4096
+ * (bench/results/2026-12-07-h100-combine-kernel.md). The epilogue is the largest cost left: with
+ * it left out the GEMMs ran 10-18 % faster on every layer (2026-12-06-h100-staged-epilogue.md,
+ * section 4), yet neither a staged epilogue (stores by bulk copies from shared memory), a fifth
+ * fewer epilogue instructions nor its stores in batches gained anything measurable
+ * (2026-12-06-h100-epilogue.md, sections 1 and 3; 2026-12-07-h100-combine-kernel.md, section 7).
+ * ncu's per-instruction samples (2026-12-07-h100-combine-kernel.md, section 8): Qwen3-30B-A3B's
+ * GEMM2 epilogue at M = 4096 is 1803 SASS instructions per warp per item (28 per 4-byte store,
+ * half of them address arithmetic), issue-bound, 19 % of the samples, while the tensor cores
+ * wait. Next: half the instructions per store (each row's output offset from the producer, one
+ * walk over the tokens for both 64-row halves, the partner exchange on packed 16-bit pairs), then
+ * a second item in flight per SM (ping-pong consumers) to hide what is left.
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
