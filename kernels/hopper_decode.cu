@@ -1,8 +1,9 @@
 /*
  * hopper_decode.cu - the small-batch (decode) kernels of the HOPPER_WGMMA backend: GEMM1 with the
  * activation fused into its epilogue, and GEMM2 with the router weight and the top-k combine
- * fused into its epilogue (or the combine in a small kernel after it). Interface: kernels/hopper_decode.h. Weights: the packed layout of
- * kernels/hopper_layout.cuh (the same copy the wgmma GEMM of kernels/hopper_gemm.cu reads).
+ * fused into its epilogue (or the combine in a small kernel after it). Interface:
+ * kernels/hopper_decode.h. Weights: the packed layout of kernels/hopper_layout.cuh (the same copy
+ * the wgmma GEMM of kernels/hopper_gemm.cu reads).
  *
  * At decode an expert sees a handful of tokens, so the layer is a stream of weight bytes: the
  * design goal is that every multiprocessor streams its equal share of them with enough bytes in
@@ -62,7 +63,7 @@
  *     depend on which CTA came last. Deferred (nvfp4moe_decode_combine.deferred): GEMM2 only
  *     stores the fp32 rows, and combine_kernel, launched after it, makes the same sums in the
  *     same order (the same bits) with no counters and no fences in GEMM2. The backend defers
- *     from 2 tokens and 8 pairs on (H100: 1.4-7.8 % faster there, even at one token:
+ *     from 2 tokens and 8 pairs on (H100: up to 7.8 % faster there, even at one token:
  *     bench/results/2026-12-07-h100-combine-kernel.md).
  *   GEMM1 zeroes the counters for GEMM2 and writes the zero rows of tokens with no valid slot.
  */

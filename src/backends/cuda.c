@@ -141,10 +141,11 @@ static bool needs_input_pass(const cuda_state *st) {
 /* Whether the decode regime's top-k combine runs as a kernel of its own after GEMM2 rather than in
  * GEMM2's epilogue (the same bits either way). In the epilogue, every item ends with a fence and an
  * arrival count before the next item's loads, which a batch of many short items pays item after
- * item; the kernel costs a launch. H100, whole layer, every preset: 1.5-7.8 % faster as a kernel
- * from 2 tokens and 8 token-expert pairs on (Qwen3-30B-A3B M = 16 117.5 -> 109.2 us), within
- * +-1 % at M = 1 (Mixtral-8x7B +1.1 %) and at 2 tokens of top-2 (+0.6 %): kept in the epilogue
- * there (bench/results/2026-12-07-h100-combine-kernel.md). */
+ * item; the kernel costs a launch. H100, whole layer, every preset, from 2 tokens and 8
+ * token-expert pairs on: -7.8 to +0.2 % as a kernel (Qwen3-30B-A3B M = 16 117.5 -> 109.1 us;
+ * every top-4 and top-8 preset from 8 tokens on -1.4 % or better); at one token -0.8 to +1.1 %
+ * (Mixtral-8x7B) and at 2 tokens of top-2 +0.6 %: kept in the epilogue there
+ * (bench/results/2026-12-07-h100-combine-kernel.md). */
 static bool combine_as_kernel(const cuda_state *st, int64_t M) {
     if (st->decode_combine_kernel >= 0) return st->decode_combine_kernel != 0;
     return M >= 2 && M * st->K >= 8;
