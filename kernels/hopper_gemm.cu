@@ -6,18 +6,17 @@
  *
  * STATUS (2026-12-07, H100): correct (tests/gpu_hopper_gemm, gpu_test through the HOPPER_WGMMA
  * backend, compute-sanitizer memcheck and racecheck), not at the issue's targets: the whole layer
- * 1.45 / 1.39x triton_kernels on DeepSeek-V3 and 1.38 / 1.46x on Qwen3-30B-A3B at M = 1024 / 4096
- * (bench/results/2026-12-07-h100-combine-kernel.md). The epilogue is the largest cost left: with
- * it left out the GEMMs ran 10-18 % faster on every layer (2026-12-06-h100-staged-epilogue.md,
- * section 4), yet neither a staged epilogue (stores by bulk copies from shared memory), a fifth
- * fewer epilogue instructions nor its stores in batches gained anything measurable
- * (2026-12-06-h100-epilogue.md, sections 1 and 3; 2026-12-07-h100-combine-kernel.md, section 7).
- * ncu's per-instruction samples (2026-12-07-h100-combine-kernel.md, section 8): Qwen3-30B-A3B's
- * GEMM2 epilogue at M = 4096 is 1803 SASS instructions per warp per item (28 per 4-byte store,
- * half of them address arithmetic), issue-bound, 19 % of the samples, while the tensor cores
- * wait. Next: half the instructions per store (each row's output offset from the producer, one
- * walk over the tokens for both 64-row halves, the partner exchange on packed 16-bit pairs), then
- * a second item in flight per SM (ping-pong consumers) to hide what is left.
+ * 1.33 / 1.36x triton_kernels on DeepSeek-V3 and 1.34 / 1.50x on Qwen3-30B-A3B at M = 1024 / 4096
+ * in the same call (bench/results/2026-12-07-h100-lean-epilogue.md). The epilogue of an item not
+ * split along K now stores from each row's output offset, computed by the producer (the lean
+ * epilogue, NVFP4MOE_HOPPER_LEAN_EPI): Qwen3-30B-A3B's GEMM2 at M = 4096 executes 14 % fewer
+ * instructions (about 16 per 4-byte store instead of 28), the GEMMs alone ran 1.7-6.9 % faster at
+ * M = 4096. Tried and not kept: a staged epilogue (stores by bulk copies from shared memory),
+ * stores in batches (2026-12-06-h100-epilogue.md, 2026-12-07-h100-combine-kernel.md), the second
+ * consumer warpgroup started 2 or 5 µs late so the two epilogues fall apart (within the noise,
+ * 2026-12-07-h100-lean-epilogue.md). Next: a second item in flight per SM (ping-pong consumers)
+ * to hide the rest of the epilogue; the tail blocks (an expert's last few pairs on 32 token
+ * columns cost as much decode as a full block).
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
@@ -129,7 +128,10 @@
  * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
  * skipped. The ids it needs are in registers, the expert scales, row scales and bias loaded
  * before the item's k loop (KS = 1: by the producer, into the queue slot; KS = 2: by the
- * consumers, into registers).
+ * consumers, into registers). KS = 1, an item not split along K: the producer also puts each
+ * row's output offset (p * ld, or -1 for a sentinel) in the slot beside its row scale, so a
+ * consumer thread's store is one 16-byte shared load per token column, the value, a packed
+ * exchange with its partner lane and a predicated store (lean_epilogue).
  *
  * sm_80 builds (the Makefile's second gencode pass) compile the kernel to a trap; the launcher
  * refuses any device that is not compute capability 9.0 and any binary without sm_90a code.
@@ -181,6 +183,15 @@ constexpr size_t kSchedBytes = 16;  // the workspace's item counter (Params::sch
 // 1: the epilogue's stores predicated in place of a branch around each (for A/B runs)
 #ifndef NVFP4MOE_HOPPER_PRED_ST
 #define NVFP4MOE_HOPPER_PRED_ST 1
+#endif
+// 1: the epilogue of an item that is not split along K stores from each row's output offset,
+// computed once by the producer (ItemSlot::ro), walks the tokens once for both 64-row halves and
+// exchanges packed 16-bit pairs with the partner lane: the same bits in about 16 instructions per
+// store instead of 28 (H100, Qwen3-30B-A3B GEMM2 at M = 4096: 14 % fewer instructions; the GEMMs
+// alone 1.7-6.9 % faster at M = 4096, bench/results/2026-12-07-h100-lean-epilogue.md). 0 builds the
+// plain epilogue for every item (for A/B runs).
+#ifndef NVFP4MOE_HOPPER_LEAN_EPI
+#define NVFP4MOE_HOPPER_LEAN_EPI 1
 #endif
 // Where the cp.async -> wgmma proxy fence sits: 1 = in the producer, after its copies of a stage
 // have landed and before it arrives on the stage's full barrier; 0 = in every consumer thread
@@ -485,6 +496,12 @@ struct ItemSlot {
     float s2, s2_up;
     int2 pr[BM];  // row r's pair id and row scale (as bits): one 8-byte load in the epilogue
     float bias[2][kTN];
+#if NVFP4MOE_HOPPER_LEAN_EPI
+    // row r's output: the element offset of its row in C (or, GU, in the activation's output) as
+    // two words (-1: no pair there), its row scale as bits, its pair id: one 16-byte load (only
+    // the hand-off kernels use the slots: block_m <= 32 keeps one entry, within its shared memory)
+    int4 ro[KSplit<BM>::value == 1 ? BM : 1];
+#endif
 };
 template <int BM>
 struct ItemQueue {
@@ -583,7 +600,12 @@ struct Kernel {
                 }
                 if (tid < BM) {
                     const int pid = p.sorted_ids[w.blk * BM + tid];
-                    sl.pr[tid].y = __float_as_int(p.row_scale && real_pair(p, pid) ? p.row_scale[pid] : 1.0f);
+                    const float rs = p.row_scale && real_pair(p, pid) ? p.row_scale[pid] : 1.0f;
+                    sl.pr[tid].y = __float_as_int(rs);
+#if NVFP4MOE_HOPPER_LEAN_EPI
+                    const long long off = real_pair(p, pid) ? (long long)pid * (GU ? p.N / 2 : p.N) : -1LL;
+                    sl.ro[tid] = make_int4((int)(uint32_t)off, (int)(off >> 32), __float_as_int(rs), pid);
+#endif
                 }
                 if (p.bias) {
 #pragma unroll
@@ -1037,6 +1059,14 @@ struct Kernel {
         const float s2 = r.s2, s2_up = r.s2_up;
         // Split-K bookkeeping per (n tile, 64-row half); the election's flag and barrier per
         // (warpgroup, half): ids 1 + ci, ci < 4 (RT = 2) or < 2.
+#if NVFP4MOE_HOPPER_LEAN_EPI
+        if constexpr (kHandOff) {
+            if (!(NA == C::NACC && splits > 1)) {  // not split along K (only full widths split)
+                lean_epilogue<NA>(p, acc, r, s2, s2_up, g, t);
+                return;
+            }
+        }
+#endif
         if constexpr (GU) {
             epilogue_act(p, acc[0], acc[1], w.blk, nt, wg, r, s2, s2_up, splits, g, t, s_flag);
         } else {
@@ -1134,6 +1164,97 @@ struct Kernel {
 #endif
     }
 
+#if NVFP4MOE_HOPPER_LEAN_EPI
+    // Two values rounded to the 16-bit type and packed (lo = v0), as to_half_bits rounds each.
+    static __device__ __forceinline__ uint32_t pack16(float v0, float v1) {
+        if constexpr (BF16) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(v0, v1);
+            return *reinterpret_cast<const uint32_t *>(&h);
+        } else {
+            const __half2 h = __floats2half2_rn(v0, v1);
+            return *reinterpret_cast<const uint32_t *>(&h);
+        }
+    }
+    // A predicated 4-byte store (see store_pair).
+    static __device__ __forceinline__ void st_pred(uint16_t *addr, uint32_t word, bool ok) {
+        asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(addr),
+                     "r"(word), "r"((int)ok)
+                     : "memory");
+    }
+    // The epilogue of an item not split along K (NVFP4MOE_HOPPER_LEAN_EPI): per token column of
+    // this thread, one 16-byte load of the row's output offset and row scale, then every 64-row
+    // set's two values (c_value, as the plain epilogue), packed, exchanged with the partner lane
+    // as one word and stored: even lanes keep the low halves (their row, the partner's row + 1),
+    // odd lanes the high halves (the partner's row + 8, their row + 8), as store_pair does.
+    template <int NA>
+    static __device__ __forceinline__ void lean_epilogue(const Params &p, float (&acc)[RH][NA], const Rows &r,
+                                                         float s2, float s2_up, int g, int t) {
+        const bool odd = g & 1;
+        const uint32_t sel = odd ? 0x3276u : 0x5410u;
+        const uint32_t ro0 = smem_u32(&r.sl->ro[2 * t]);
+        if constexpr (GU) {
+            const int nh = p.N / 2;
+            const int col = odd ? r.n_base + 7 : r.n_base;
+            const bool colok = col < nh;
+            uint16_t *const base = p.act + col;
+            const float su = p.halves == 1 ? s2_up : s2;
+#pragma unroll
+            for (int i = 0; i < NA / 4; i++)
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    const uint4 ro = lds128(ro0 + 16u * (8 * i + b));
+                    const long long off = (long long)(((unsigned long long)ro.y << 32) | ro.x);
+                    const float rs = __uint_as_float(ro.z);
+                    const int j0 = 4 * i + b, j1 = j0 + 2;
+                    const float g0 = c_value(acc[0][j0], s2, p.bias, r.bias[0][0], rs);
+                    const float g1 = c_value(acc[0][j1], s2, p.bias, r.bias[0][1], rs);
+                    const float u0 = c_value(acc[1][j0], su, p.bias, r.bias[1][0], rs);
+                    const float u1 = c_value(acc[1][j1], su, p.bias, r.bias[1][1], rs);
+                    const float v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
+                    const float v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
+                    const uint32_t w = pack16(v0, v1);
+                    const uint32_t got = __shfl_xor_sync(0xffffffffu, w, 4);
+                    st_pred(base + off, __byte_perm(w, got, sel), colok && (int)ro.y >= 0);
+                }
+        } else {
+            uint16_t *base[RH];
+            bool colok[RH];
+            float sc[RH][2];
+#pragma unroll
+            for (int q = 0; q < RH; q++) {
+                const int n = r.n_base + 64 * q;
+                const int col = odd ? n + 7 : n;
+                colok[q] = col < p.N;
+                base[q] = p.c + col;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int nn = n + 8 * h;
+                    const bool up = p.halves == 1 ? nn >= p.N / 2 : p.halves == 2 && (nn & 1);
+                    sc[q][h] = up ? s2_up : s2;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < NA / 4; i++)
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    const uint4 ro = lds128(ro0 + 16u * (8 * i + b));
+                    const long long off = (long long)(((unsigned long long)ro.y << 32) | ro.x);
+                    const float rs = __uint_as_float(ro.z);
+                    const bool tokok = (int)ro.y >= 0;
+                    const int j0 = 4 * i + b, j1 = j0 + 2;
+#pragma unroll
+                    for (int q = 0; q < RH; q++) {
+                        const float v0 = c_value(acc[q][j0], sc[q][0], p.bias, r.bias[q][0], rs);
+                        const float v1 = c_value(acc[q][j1], sc[q][1], p.bias, r.bias[q][1], rs);
+                        const uint32_t w = pack16(v0, v1);
+                        const uint32_t got = __shfl_xor_sync(0xffffffffu, w, 4);
+                        st_pred(base[q] + off, __byte_perm(w, got, sel), tokok && colok[q]);
+                    }
+                }
+        }
+    }
+#endif
+
     // Calls f(j0, j1, pid, rs) once per token column 8i + 2t + b of this thread's accumulators
     // (j0 = 4i + b: row n_base, j1 = j0 + 2: row n_base + 8), with the token's pair id and row
     // scale: KS = 1 one 8-byte shared-memory load from the item's queue slot (two shuffles per
@@ -1226,7 +1347,11 @@ struct Kernel {
         extern __shared__ uint8_t smem_raw[];
         __shared__ __align__(8) uint64_t bars_mem[2 * C::STAGES];
         __shared__ int s_flag[4];
+#if NVFP4MOE_HOPPER_LEAN_EPI
+        __shared__ __align__(16) ItemQueue<BM> q;  // ro[] is read 16 bytes at a time
+#else
         __shared__ __align__(8) ItemQueue<BM> q;
+#endif
         // Swizzle atoms need 1024-byte-aligned shared addresses; the dynamic base is only
         // guaranteed 16 (SMEM has 1024 bytes of slack for this).
         uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
