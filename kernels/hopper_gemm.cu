@@ -1164,6 +1164,32 @@ struct Kernel {
 #endif
     }
 
+    // The scale_2 of rows n and n + 8 of a set (sc[0], sc[1]): the up half's where the expert has
+    // two (halves 1: the second N/2 rows; halves 2: the odd rows).
+    static __device__ __forceinline__ void set_scales(const Params &p, int n, float s2, float s2_up,
+                                                      float (&sc)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int nn = n + 8 * h;
+            const bool up = p.halves == 1 ? nn >= p.N / 2 : p.halves == 2 && (nn & 1);
+            sc[h] = up ? s2_up : s2;
+        }
+    }
+    // GU: the activation of the token column's gate values (ag[j0], ag[j1]) and up values: each
+    // first what the plain epilogue would store (c_value, rounded to the 16-bit type), then
+    // act(gate, up) as the activation kernel computes it from those stored values.
+    template <int NA>
+    static __device__ __forceinline__ void gated_pair(const Params &p, const float (&ag)[NA], const float (&au)[NA],
+                                                      int j0, int j1, const Rows &r, float s2, float su,
+                                                      float rs, float &v0, float &v1) {
+        const float g0 = c_value(ag[j0], s2, p.bias, r.bias[0][0], rs);
+        const float g1 = c_value(ag[j1], s2, p.bias, r.bias[0][1], rs);
+        const float u0 = c_value(au[j0], su, p.bias, r.bias[1][0], rs);
+        const float u1 = c_value(au[j1], su, p.bias, r.bias[1][1], rs);
+        v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
+        v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
+    }
+
 #if NVFP4MOE_HOPPER_LEAN_EPI
     // Two values rounded to the 16-bit type and packed (lo = v0), as to_half_bits rounds each.
     static __device__ __forceinline__ uint32_t pack16(float v0, float v1) {
@@ -1181,11 +1207,29 @@ struct Kernel {
                      "r"(word), "r"((int)ok)
                      : "memory");
     }
+    // v0, v1 packed, exchanged with the partner lane (lane ^ 4) as one word and stored at addr:
+    // even lanes keep the low halves (their row, the partner's row + 1), odd lanes the high halves
+    // (the partner's row + 8, their row + 8), as store_pair does; sel: odd ? 0x3276 : 0x5410.
+    static __device__ __forceinline__ void store_packed(uint16_t *addr, float v0, float v1, uint32_t sel,
+                                                        bool ok) {
+        const uint32_t w = pack16(v0, v1);
+        const uint32_t got = __shfl_xor_sync(0xffffffffu, w, 4);
+        st_pred(addr, __byte_perm(w, got, sel), ok);
+    }
+    // Token column c's output row from the item's queue slot (ItemSlot::ro, one 16-byte
+    // shared-memory load at ro0 + 16 c): its element offset, row scale and whether it holds a pair.
+    struct RowOut {
+        long long off;
+        float rs;
+        bool ok;
+    };
+    static __device__ __forceinline__ RowOut row_out(uint32_t ro0, int c) {
+        const uint4 ro = lds128(ro0 + 16u * c);
+        return {(long long)(((unsigned long long)ro.y << 32) | ro.x), __uint_as_float(ro.z), (int)ro.y >= 0};
+    }
     // The epilogue of an item not split along K (NVFP4MOE_HOPPER_LEAN_EPI): per token column of
-    // this thread, one 16-byte load of the row's output offset and row scale, then every 64-row
-    // set's two values (c_value, as the plain epilogue), packed, exchanged with the partner lane
-    // as one word and stored: even lanes keep the low halves (their row, the partner's row + 1),
-    // odd lanes the high halves (the partner's row + 8, their row + 8), as store_pair does.
+    // this thread, every 64-row set's two values (c_value, as the plain epilogue) stored through
+    // store_packed at the row's output offset.
     template <int NA>
     static __device__ __forceinline__ void lean_epilogue(const Params &p, float (&acc)[RH][NA], const Rows &r,
                                                          float s2, float s2_up, int g, int t) {
@@ -1193,28 +1237,18 @@ struct Kernel {
         const uint32_t sel = odd ? 0x3276u : 0x5410u;
         const uint32_t ro0 = smem_u32(&r.sl->ro[2 * t]);
         if constexpr (GU) {
-            const int nh = p.N / 2;
             const int col = odd ? r.n_base + 7 : r.n_base;
-            const bool colok = col < nh;
+            const bool colok = col < p.N / 2;
             uint16_t *const base = p.act + col;
             const float su = p.halves == 1 ? s2_up : s2;
 #pragma unroll
             for (int i = 0; i < NA / 4; i++)
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
-                    const uint4 ro = lds128(ro0 + 16u * (8 * i + b));
-                    const long long off = (long long)(((unsigned long long)ro.y << 32) | ro.x);
-                    const float rs = __uint_as_float(ro.z);
-                    const int j0 = 4 * i + b, j1 = j0 + 2;
-                    const float g0 = c_value(acc[0][j0], s2, p.bias, r.bias[0][0], rs);
-                    const float g1 = c_value(acc[0][j1], s2, p.bias, r.bias[0][1], rs);
-                    const float u0 = c_value(acc[1][j0], su, p.bias, r.bias[1][0], rs);
-                    const float u1 = c_value(acc[1][j1], su, p.bias, r.bias[1][1], rs);
-                    const float v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
-                    const float v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
-                    const uint32_t w = pack16(v0, v1);
-                    const uint32_t got = __shfl_xor_sync(0xffffffffu, w, 4);
-                    st_pred(base + off, __byte_perm(w, got, sel), colok && (int)ro.y >= 0);
+                    const RowOut o = row_out(ro0, 8 * i + b);
+                    float v0, v1;
+                    gated_pair(p, acc[0], acc[1], 4 * i + b, 4 * i + 2 + b, r, s2, su, o.rs, v0, v1);
+                    store_packed(base + o.off, v0, v1, sel, colok && o.ok);
                 }
         } else {
             uint16_t *base[RH];
@@ -1226,29 +1260,19 @@ struct Kernel {
                 const int col = odd ? n + 7 : n;
                 colok[q] = col < p.N;
                 base[q] = p.c + col;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int nn = n + 8 * h;
-                    const bool up = p.halves == 1 ? nn >= p.N / 2 : p.halves == 2 && (nn & 1);
-                    sc[q][h] = up ? s2_up : s2;
-                }
+                set_scales(p, n, s2, s2_up, sc[q]);
             }
 #pragma unroll
             for (int i = 0; i < NA / 4; i++)
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
-                    const uint4 ro = lds128(ro0 + 16u * (8 * i + b));
-                    const long long off = (long long)(((unsigned long long)ro.y << 32) | ro.x);
-                    const float rs = __uint_as_float(ro.z);
-                    const bool tokok = (int)ro.y >= 0;
+                    const RowOut o = row_out(ro0, 8 * i + b);
                     const int j0 = 4 * i + b, j1 = j0 + 2;
 #pragma unroll
                     for (int q = 0; q < RH; q++) {
-                        const float v0 = c_value(acc[q][j0], sc[q][0], p.bias, r.bias[q][0], rs);
-                        const float v1 = c_value(acc[q][j1], sc[q][1], p.bias, r.bias[q][1], rs);
-                        const uint32_t w = pack16(v0, v1);
-                        const uint32_t got = __shfl_xor_sync(0xffffffffu, w, 4);
-                        st_pred(base[q] + off, __byte_perm(w, got, sel), tokok && colok[q]);
+                        const float v0 = c_value(acc[q][j0], sc[q][0], p.bias, r.bias[q][0], o.rs);
+                        const float v1 = c_value(acc[q][j1], sc[q][1], p.bias, r.bias[q][1], o.rs);
+                        store_packed(base[q] + o.off, v0, v1, sel, colok[q] && o.ok);
                     }
                 }
         }
@@ -1294,12 +1318,7 @@ struct Kernel {
             ws_load(p, acc, r, n_base, p.N, t);
         }
         float sc[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int n = n_base + 8 * h;
-            const bool up = p.halves == 1 ? n >= p.N / 2 : p.halves == 2 && (n & 1);
-            sc[h] = up ? s2_up : s2;
-        }
+        set_scales(p, n_base, s2, s2_up, sc);
         const bool odd = g & 1;
         const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
         for_each_token<NA>(r, t, [&](int j0, int j1, int pid, float rs) {
@@ -1333,12 +1352,8 @@ struct Kernel {
         const bool odd = g & 1;
         const int col = odd ? n_base + 7 : n_base;  // even: the pair's first column
         for_each_token<NA>(r, t, [&](int j0, int j1, int pid, float rs) {
-            const float g0 = c_value(ag[j0], s2, p.bias, r.bias[0][0], rs);
-            const float g1 = c_value(ag[j1], s2, p.bias, r.bias[0][1], rs);
-            const float u0 = c_value(au[j0], su, p.bias, r.bias[1][0], rs);
-            const float u1 = c_value(au[j1], su, p.bias, r.bias[1][1], rs);
-            const float v0 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g0), round16<BF16>(u0));
-            const float v1 = nvfp4moe_dev::act_silu_gated(p.ap, round16<BF16>(g1), round16<BF16>(u1));
+            float v0, v1;
+            gated_pair(p, ag, au, j0, j1, r, s2, su, rs, v0, v1);
             store_pair(p, p.act, nh, pid, col, odd, v0, v1);
         });
     }
