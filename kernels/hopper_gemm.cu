@@ -14,9 +14,14 @@
  * M = 4096. Tried and not kept: a staged epilogue (stores by bulk copies from shared memory),
  * stores in batches (2026-12-06-h100-epilogue.md, 2026-12-07-h100-combine-kernel.md), the second
  * consumer warpgroup started 2 or 5 µs late so the two epilogues fall apart (within the noise,
- * 2026-12-07-h100-lean-epilogue.md). Next: a second item in flight per SM (ping-pong consumers)
- * to hide the rest of the epilogue; the tail blocks (an expert's last few pairs on 32 token
- * columns cost as much decode as a full block).
+ * 2026-12-07-h100-lean-epilogue.md). Also not kept (2026-12-07-h100-tails.md): the k-group split
+ * at block_m 64 and 128 (24-64 % slower), and two forms that ptxas compiles only with every wgmma
+ * serialized: a second 64-row half lagging one k tile so each half's epilogue overlaps the other's
+ * wgmmas (the whole epilogue is 3-9 % of the GEMMs), and an expert's tail of at most 32 pairs
+ * merged into the block before it as a 160-column item (more than 128 accumulators per thread).
+ * What bounds the GEMM at M = 4096 now: the tail blocks, which decode an expert's weights again
+ * for a few pairs (a 32-wide tail costs about 70 % of a full block), and a register budget that
+ * holds no wider token tile.
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
