@@ -1,6 +1,6 @@
 import sys,re,glob,os,collections
-# usage: gemmcmp.py DIR '' _v1 _v2 ...: the GEMMs alone (gpu_hopper_gemm --bench files *gemmab-gpu_hopper_gemm<v><round>.txt), min over rounds, total vs the first
-d=sys.argv[1]; names=sys.argv[2:]
+# usage: gemmcmp.py DIR PREFIX '' _v1 _v2 ... (PREFIX: call1-, call2-): the GEMMs alone (gpu_hopper_gemm --bench files *gemmab-gpu_hopper_gemm<v><round>.txt), min over rounds, total vs the first
+d=sys.argv[1]; pre=sys.argv[2]; names=sys.argv[3:]
 def parse(f):
     out={}; model=None
     for l in open(f):
@@ -13,7 +13,7 @@ def parse(f):
     return out
 data={}
 for n in names:
-    fs=sorted(glob.glob(f'{d}/*gemmab-gpu_hopper_gemm{n}[0-9].txt'))
+    fs=sorted(glob.glob(f'{d}/{pre}gemmab-gpu_hopper_gemm{n}[0-9].txt'))
     rs=[parse(f) for f in fs]
     data[n]=rs
 base=names[0]
