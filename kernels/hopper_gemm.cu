@@ -1147,6 +1147,12 @@ struct Kernel {
         if (has_bias) v += bias;
         return v * rs;
     }
+    // A predicated 4-byte store: store_pair's (NVFP4MOE_HOPPER_PRED_ST) and store_packed's.
+    static __device__ __forceinline__ void st_pred(uint16_t *addr, uint32_t word, bool ok) {
+        asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(addr),
+                     "r"(word), "r"((int)ok)
+                     : "memory");
+    }
     // Stores are 4 bytes: lanes g and g^1 (lane ^ 4) swap halves so the even one writes columns
     // n0+g, n0+g+1 and the odd one n0+7+g, n0+8+g (n0 = the 16-column group: N is even). Every
     // lane takes part in the shuffle; ok (real row, column in range) gates only its store.
@@ -1159,11 +1165,8 @@ struct Kernel {
 #if NVFP4MOE_HOPPER_PRED_ST
         // A predicated store, no branch: the epilogue's 32 token columns per row set stay one
         // straight block the scheduler can interleave (the address of a skipped row is never used).
-        const int ok = real_pair(p, pid) && col < ld;
-        uint16_t *addr = dst + (size_t)(ok ? pid : 0) * ld + col;
-        asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(addr),
-                     "r"(lo | (hi << 16)), "r"(ok)
-                     : "memory");
+        const bool ok = real_pair(p, pid) && col < ld;
+        st_pred(dst + (size_t)(ok ? pid : 0) * ld + col, lo | (hi << 16), ok);
 #else
         if (!real_pair(p, pid) || col >= ld) return;
         *reinterpret_cast<uint32_t *>(dst + (size_t)pid * ld + col) = lo | (hi << 16);
@@ -1206,12 +1209,6 @@ struct Kernel {
             const __half2 h = __floats2half2_rn(v0, v1);
             return *reinterpret_cast<const uint32_t *>(&h);
         }
-    }
-    // A predicated 4-byte store (see store_pair).
-    static __device__ __forceinline__ void st_pred(uint16_t *addr, uint32_t word, bool ok) {
-        asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %2, 0;\n@q st.global.b32 [%0], %1;\n}\n" ::"l"(addr),
-                     "r"(word), "r"((int)ok)
-                     : "memory");
     }
     // v0, v1 packed, exchanged with the partner lane (lane ^ 4) as one word and stored at addr:
     // even lanes keep the low halves (their row, the partner's row + 1), odd lanes the high halves
