@@ -99,6 +99,7 @@ typedef struct cuda_state {
     int32_t gemm_row_tiles;       /* HOPPER_WGMMA larger batches: 128-row weight tiles per item (0: the GEMM's choice) */
     int32_t gemm_token_tiles;     /* and its token tile form: 1 one width, 0 the GEMM's choice */
     int32_t gemm_fused_act;       /* HOPPER_WGMMA larger batches: GEMM1 applies the activation where it can */
+    int32_t gemm_block_m;         /* HOPPER_WGMMA larger batches: the GEMM's block_m (0: its rule) */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
     float a1_gs, a2_gs;           /* EMULATION: activation quantization global scales */
@@ -164,7 +165,10 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
     L.P = M * st->K;
     const int32_t dbm = decode_block_m(st, L.P);
     L.decode = dbm != 0;
-    L.block_m = L.decode ? dbm : st->w4a16 ? st->gemm->block_m(L.P, st->E) : NVFP4MOE_EMUL_BLOCK_M;
+    L.block_m = L.decode          ? dbm
+                : st->gemm_block_m ? st->gemm_block_m
+                : st->w4a16        ? st->gemm->block_m(L.P, st->E)
+                                   : NVFP4MOE_EMUL_BLOCK_M;
     L.cap = nvfp4moe_group_capacity(L.P, st->E, L.block_m);
     L.max_blocks = (int32_t)(L.cap / L.block_m);
     const size_t e16 = 2;
@@ -408,7 +412,8 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * NVFP4MOE_HOPPER_FUSED_ACT=0 keeps that GEMM1 from applying the activation itself (on by
      * default where the GEMM can: nvfp4moe_hopper_fuses_activation). NVFP4MOE_HOPPER_TOKEN_TILES=1
      * runs every block of that GEMM on one token tile of block_m columns (0: the narrowest that
-     * holds its pairs, nvfp4moe_hopper_token_subtiles). */
+     * holds its pairs, nvfp4moe_hopper_token_subtiles). NVFP4MOE_HOPPER_BLOCK_M = 8, 16, 32, 64
+     * or 128 forces that GEMM's block_m (0: nvfp4moe_hopper_block_m's rule). */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
@@ -419,36 +424,42 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->gemm_row_tiles = 0;
     st->gemm_token_tiles = 0;
     st->gemm_fused_act = 1;
+    st->gemm_block_m = 0;
     if (w4a16 && gemm->has_decode) {
         static const struct {
             const char *var;
             long max;
             size_t off;
-            bool pow2;  /* 0 or a power of two up to max */
+            long pow2;  /* 0: any integer from 0 to max; else 0 or a power of two from pow2 to max */
         } k_knobs[] = {
-            {"NVFP4MOE_HOPPER_PDL", 1, offsetof(cuda_state, decode_pdl), false},
-            {"NVFP4MOE_HOPPER_PREFETCH", NVFP4MOE_DECODE_MAX_PREFETCH, offsetof(cuda_state, decode_prefetch), false},
-            {"NVFP4MOE_HOPPER_G1_ROOM", 3, offsetof(cuda_state, decode_g1_room), false},
-            {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb), false},
-            {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route), false},
-            {"NVFP4MOE_HOPPER_COMBINE_KERNEL", 1, offsetof(cuda_state, decode_combine_kernel), false},
-            {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw), true},
-            {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t), true},
-            {"NVFP4MOE_HOPPER_ROW_TILES", 2, offsetof(cuda_state, gemm_row_tiles), false},
-            {"NVFP4MOE_HOPPER_TOKEN_TILES", 2, offsetof(cuda_state, gemm_token_tiles), false},
-            {"NVFP4MOE_HOPPER_FUSED_ACT", 1, offsetof(cuda_state, gemm_fused_act), false},
+            {"NVFP4MOE_HOPPER_PDL", 1, offsetof(cuda_state, decode_pdl), 0},
+            {"NVFP4MOE_HOPPER_PREFETCH", NVFP4MOE_DECODE_MAX_PREFETCH, offsetof(cuda_state, decode_prefetch), 0},
+            {"NVFP4MOE_HOPPER_G1_ROOM", 3, offsetof(cuda_state, decode_g1_room), 0},
+            {"NVFP4MOE_HOPPER_G2_L2_MB", 48, offsetof(cuda_state, decode_g2_l2_mb), 0},
+            {"NVFP4MOE_HOPPER_FUSED_ROUTE", 1, offsetof(cuda_state, decode_route), 0},
+            {"NVFP4MOE_HOPPER_COMBINE_KERNEL", 1, offsetof(cuda_state, decode_combine_kernel), 0},
+            {"NVFP4MOE_HOPPER_G1_KW", 4, offsetof(cuda_state, decode_kw), 1},
+            {"NVFP4MOE_HOPPER_G2_KW", 4, offsetof(cuda_state, decode_kw) + sizeof(int32_t), 1},
+            {"NVFP4MOE_HOPPER_ROW_TILES", 2, offsetof(cuda_state, gemm_row_tiles), 0},
+            {"NVFP4MOE_HOPPER_TOKEN_TILES", 2, offsetof(cuda_state, gemm_token_tiles), 0},
+            {"NVFP4MOE_HOPPER_FUSED_ACT", 1, offsetof(cuda_state, gemm_fused_act), 0},
+            {"NVFP4MOE_HOPPER_BLOCK_M", 128, offsetof(cuda_state, gemm_block_m), 8},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
             const char *v = getenv(k_knobs[i].var);
             if (!v || !*v) continue;
             char *end = NULL;
             const long n = strtol(v, &end, 10);
-            if (*end || n < 0 || n > k_knobs[i].max || (k_knobs[i].pow2 && (n & (n - 1)))) {
+            const long p2 = k_knobs[i].pow2;
+            if (*end || n < 0 || n > k_knobs[i].max || (p2 && n && ((n & (n - 1)) || n < p2))) {
                 free(st);
+                if (p2)
+                    return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
+                                              "%s: %s=%s: expected 0 or a power of two from %ld to %ld", name,
+                                              k_knobs[i].var, v, p2, k_knobs[i].max);
                 return nvfp4moe_set_error(NVFP4MOE_ERR_INVALID_ARGUMENT,
-                                          k_knobs[i].pow2 ? "%s: %s=%s: expected 0 or a power of two up to %ld"
-                                                          : "%s: %s=%s: expected an integer from 0 to %ld",
-                                          name, k_knobs[i].var, v, k_knobs[i].max);
+                                          "%s: %s=%s: expected an integer from 0 to %ld", name,
+                                          k_knobs[i].var, v, k_knobs[i].max);
             }
             *(int32_t *)((char *)st + k_knobs[i].off) = (int32_t)n;
         }
