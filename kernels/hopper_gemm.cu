@@ -24,8 +24,10 @@
  * faster for 3 % of the pairs, gpt-oss-120b's 18 %), and a register budget that holds no wider
  * token tile. Also not kept (2026-12-07-h100-block-m-256.md): block_m 256 with one weight tile
  * per item and up to 256 token columns in one 64-row set per warpgroup, which removes the tails
- * (correct, ptxas clean) but ran the GEMMs 5-24 % slower at M = 4096: a stage then carries
- * 1.46x the activation bytes per MMA.
+ * (correct, ptxas clean) but ran the GEMMs 5-24 % slower at M = 4096, 9-11 % per MMA on full
+ * blocks. Its stages carry 1.46x the bytes per MMA, but half the activation bytes buy this kernel
+ * only 2-5 %, and ncu shows the form waiting more, not saturating L2. This kernel keeps the tensor
+ * pipe 84-85 % busy on Mixtral-8x7B's full blocks.
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
