@@ -409,6 +409,8 @@ typedef struct result {
 /* The backends timed in this run (--backend). */
 static const char *g_be[MAX_BACKENDS];
 static int g_nbe;
+/* Points (a backend at one M) that failed: the run still writes the others, then exits 1. */
+static int g_failed_points;
 
 #define CK(expr)                                                                                   \
     do {                                                                                           \
@@ -630,8 +632,10 @@ static int bench_preset(const preset *p, const int *Ms, int nM, long long hot_to
             /* one eager forward first: a kernel's first launch may set attributes that graph capture forbids */
             if (enqueue_forward(&m, t->s) == 0 && cudaStreamSynchronize(t->s) == cudaSuccess)
                 r.be_ok[bi] = time_op(t, enqueue_forward, &m, &r.be_us[bi], &r.be_graph[bi]) == 0;
-            if (!r.be_ok[bi])
+            if (!r.be_ok[bi]) {
                 fprintf(stderr, "  %s M=%d failed: %s\n", g_be[bi], M, cudaGetErrorString(cudaGetLastError()));
+                g_failed_points++;
+            }
             cudaFree(ws_be[bi]);   /* the next backend's workspace may be as large */
             ws_be[bi] = NULL;
         }
@@ -1026,15 +1030,25 @@ int cmd_bench(int argc, char **argv) {
            have_cublas ? (cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert") : "-");
     fflush(cli_bench_text);
 
+    int failed_presets = 0;
+    g_failed_points = 0;
     for (int p = 0; p < N_PRESETS; p++) {
         if (!sel[p]) continue;
-        if (bench_preset(&k_presets[p], Ms, nM, opts.hot_tokens, &t, &cb, h, baseline, copy_bw, peak, res, &nres))
+        if (bench_preset(&k_presets[p], Ms, nM, opts.hot_tokens, &t, &cb, h, baseline, copy_bw, peak, res, &nres)) {
             fprintf(stderr, "nvfp4moe bench: preset %s failed\n", k_presets[p].name);
+            failed_presets++;
+        }
     }
     rc = write_outputs(out, res, nres, dev.name, date, commit, command, copy_bw, peak, iters, opts.hot_tokens,
                        !baseline ? "not run" : cb.gemm_grouped ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per expert",
                        opts.json)
              ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+    /* what did run is in the files; a failed preset or point still makes the run a failure */
+    if (rc == CLI_EXIT_OK && (failed_presets || g_failed_points)) {
+        fprintf(stderr, "nvfp4moe bench: %d preset(s) and %d point(s) failed (messages above); the files hold "
+                        "the rest\n", failed_presets, g_failed_points);
+        rc = CLI_EXIT_FAILURE;
+    }
 fail:
     if (buf_a) cudaFree(buf_a);
     if (buf_b) cudaFree(buf_b);
