@@ -430,7 +430,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             const char *var;
             long max;
             size_t off;
-            long pow2;  /* 0: any integer from 0 to max; else 0 or a power of two from pow2 to max */
+            long pow2_min;  /* 0: any integer from 0 to max; else 0 or a power of two from pow2_min to max */
         } k_knobs[] = {
             {"NVFP4MOE_HOPPER_PDL", 1, offsetof(cuda_state, decode_pdl), 0},
             {"NVFP4MOE_HOPPER_PREFETCH", NVFP4MOE_DECODE_MAX_PREFETCH, offsetof(cuda_state, decode_prefetch), 0},
@@ -450,7 +450,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             if (!v || !*v) continue;
             char *end = NULL;
             const long n = strtol(v, &end, 10);
-            const long p2 = k_knobs[i].pow2;
+            const long p2 = k_knobs[i].pow2_min;
             if (*end || n < 0 || n > k_knobs[i].max || (p2 && n && ((n & (n - 1)) || n < p2))) {
                 free(st);
                 if (p2)
