@@ -27,7 +27,10 @@
  * (correct, ptxas clean) but ran the GEMMs 5-24 % slower at M = 4096, 9-11 % per MMA on full
  * blocks. Its stages carry 1.46x the bytes per MMA, but half the activation bytes buy this kernel
  * only 2-5 %, and ncu shows the form waiting more, not saturating L2. This kernel keeps the tensor
- * pipe 84-85 % busy on Mixtral-8x7B's full blocks.
+ * pipe 84-85 % busy on Mixtral-8x7B's full blocks. The 32-column tail items are bound by the
+ * decode's instruction issue (ncu, DeepSeek-V3 GEMM1 at M = 4096: 319 instructions per warp and
+ * k tile, a tile 0.6 of a full one); not faster there (2026-12-07-h100-narrow-items.md): 8-step
+ * wgmma groups on narrow items, an L2 prefetch of their weight chunks ahead of the bulk copies.
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
@@ -447,6 +450,24 @@ __device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
     return ((uint64_t)kDescHi << 32) | (uint64_t)lo;
 }
 
+// A tile's descriptor low word as lane 0 holds it (NVFP4MOE_HOPPER_UDESC = 1; 0 for A/B runs): a
+// value ptxas then knows to be the same in every lane, so the wgmma descriptors are built on the
+// uniform datapath. Computed per thread, each wgmma's descriptor cost a vector add, a move of the
+// constant high word and two register-to-uniform moves. H100, DeepSeek-V3 GEMM1 at M = 4096 (ncu):
+// 20 fewer instructions per warp and k tile (349 -> 329 on 128 token columns, 339 -> 319 on 32,
+// where the decode's instructions are the limit); the GEMMs alone 2-8 % faster at M = 1024
+// (bench/results/2026-12-07-h100-narrow-items.md).
+#ifndef NVFP4MOE_HOPPER_UDESC
+#define NVFP4MOE_HOPPER_UDESC 1
+#endif
+__device__ __forceinline__ uint32_t desc_uniform(uint32_t lo) {
+#if NVFP4MOE_HOPPER_UDESC
+    return __shfl_sync(0xffffffffu, lo, 0);
+#else
+    return lo;
+#endif
+}
+
 // The K split count, the same in every thread of the grid: the s with the shortest estimated
 // time, waves(s) x (k tiles per split + kItemTiles + (s > 1 ? kSplitTiles : 0)), ties to the
 // smaller s. An item's fixed cost (drain, epilogue) and a split's (fp32 red.add of its partial
@@ -812,7 +833,7 @@ struct Kernel {
         fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
 #endif
         const uint32_t sbase = smem0 + st * C::STAGE;
-        const uint32_t dlo = dlo0 + st * (uint32_t)(C::STAGE / 16);
+        const uint32_t dlo = desc_uniform(dlo0 + st * (uint32_t)(C::STAGE / 16));
         if constexpr (RH == 2) {
             // Four groups; each loads only its own codes (one LDS.128: 4 steps) and scales (one
             // LDS.64) before its wait, so no more than one group's words are live at a time
