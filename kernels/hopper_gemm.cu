@@ -455,8 +455,8 @@ __device__ __forceinline__ uint64_t desc_of(uint32_t lo) {
 // uniform datapath. Computed per thread, each wgmma's descriptor cost a vector add, a move of the
 // constant high word and two register-to-uniform moves. H100, DeepSeek-V3 GEMM1 at M = 4096 (ncu):
 // 20 fewer instructions per warp and k tile (349 -> 329 on 128 token columns, 339 -> 319 on 32,
-// where the decode's instructions are the limit); the GEMMs alone 2-8 % faster at M = 1024
-// (bench/results/2026-12-07-h100-narrow-items.md).
+// where the decode's instructions are the limit); the GEMMs alone 2-6 % faster at M = 1024 and
+// 4096 (bench/results/2026-12-07-h100-narrow-items.md). Used by the KS = 1 kernels (see tile).
 #ifndef NVFP4MOE_HOPPER_UDESC
 #define NVFP4MOE_HOPPER_UDESC 1
 #endif
@@ -833,7 +833,10 @@ struct Kernel {
         fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
 #endif
         const uint32_t sbase = smem0 + st * C::STAGE;
-        const uint32_t dlo = desc_uniform(dlo0 + st * (uint32_t)(C::STAGE / 16));
+        const uint32_t dlo0s = dlo0 + st * (uint32_t)(C::STAGE / 16);
+        // KS = 2 (block_m 8..32) keeps the per-thread form: its GEMMs ran 3-4 % slower with the
+        // uniform one at block_m 8 (H100, M = 64, bench/results/2026-12-07-h100-narrow-items.md).
+        const uint32_t dlo = KS == 1 ? desc_uniform(dlo0s) : dlo0s;
         if constexpr (RH == 2) {
             // Four groups; each loads only its own codes (one LDS.128: 4 steps) and scales (one
             // LDS.64) before its wait, so no more than one group's words are live at a time
