@@ -523,7 +523,11 @@ static int bench_preset(const preset *p, const int *Ms, int nM, long long hot_to
         for (int bi = 0; bi < g_nbe; bi++) {
             nvfp4moe_plan_options po = {.backend = g_be[bi], .weights_on_device = true};
             if (nvfp4moe_plan_create(&cfg, &dw, &po, &plans[bi]) != NVFP4MOE_OK) {
-                fprintf(stderr, "nvfp4moe bench: %s: %s\n", g_be[bi], nvfp4moe_last_error());
+                /* the backend's own messages already start with its name */
+                const char *msg = nvfp4moe_last_error();
+                const size_t bl = strlen(g_be[bi]);
+                const bool named = strncmp(msg, g_be[bi], bl) == 0 && msg[bl] == ':';
+                fprintf(stderr, "nvfp4moe bench: %s%s%s\n", named ? "" : g_be[bi], named ? "" : ": ", msg);
                 plans[bi] = NULL;
                 goto fail;
             }
