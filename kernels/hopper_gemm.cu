@@ -31,6 +31,9 @@
  * decode's instruction issue (ncu, DeepSeek-V3 GEMM1 at M = 4096: 319 instructions per warp and
  * k tile, a tile 0.6 of a full one); not faster there (2026-12-07-h100-narrow-items.md): 8-step
  * wgmma groups on narrow items, an L2 prefetch of their weight chunks ahead of the bulk copies.
+ * Nor (2026-12-07-h100-shared-addresses.md): the stage and barrier addresses held per item instead
+ * of rebuilt from SR_CgaCtaId at every k tile's head (-1.4 to +2.1 %; the head's stalls are the
+ * loop's back edge and the stage wait), the proxy fence in the producer (PFENCE = 1: 1-7 % slower).
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
