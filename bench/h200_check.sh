@@ -5,7 +5,9 @@
 # Here (no GPU), before the call:
 #     bench/h200_check.sh pack            # build (BUILD=build-dev), strip, bundle into .devbin/bins.tgz,
 #                                         # copy the triton_kernels anchor into .anchors/triton_moe
-#                                         # (PACK_LEAN=1: binaries only, see below)
+#                                         # (PACK_LEAN=1: binaries only, see below); a new pack
+#                                         # replaces everything in .devbin but the call scripts
+#                                         # kept there (.devbin/*.sh)
 # Then, as the device command (carry .devbin and .anchors):
 #     bench/h200_check.sh run [STEPS]     # STEPS: comma list of decode,sanitize,stream,ncu,stalls,sass,gputest,
 #                                         # others,python,bench,hot,triton,torch,gemm (default: all of them);
@@ -48,7 +50,8 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = pack ]; then
     set -e
     make -j"$(nproc)" BUILD=build-dev build-all >/dev/null
-    rm -rf .devbin && mkdir -p .devbin/b
+    [ -d .devbin ] && find .devbin -mindepth 1 -maxdepth 1 ! -name '*.sh' -exec rm -rf {} +
+    mkdir -p .devbin/b
     cp build-dev/nvfp4moe build-dev/tests/test_cpu_fast build-dev/tests/gpu_test build-dev/tests/gpu_hopper_decode \
        build-dev/tests/gpu_hopper_gemm build-dev/tests/gpu_marlin_gemm build-dev/tests/gpu_ep_loopback \
        build-dev/tests/gpu_emulation .devbin/b/
