@@ -296,6 +296,15 @@ static int enqueue_gemm(void *ctx, cudaStream_t s) {
 
 // ---- our backends' forward ----
 
+/* "nvfp4moe bench: BACKEND[ WHAT]: MESSAGE" for the library's last error, naming the backend once:
+ * the backends' own messages already start with "BACKEND: ". */
+static void backend_error(const char *backend, const char *what) {
+    const char *msg = nvfp4moe_last_error();
+    const size_t bl = strlen(backend);
+    if (strncmp(msg, backend, bl) == 0 && msg[bl] == ':') msg += bl + (msg[bl + 1] == ' ' ? 2 : 1);
+    fprintf(stderr, "nvfp4moe bench: %s%s%s: %s\n", backend, what ? " " : "", what ? what : "", msg);
+}
+
 typedef struct fwd_ctx {
     nvfp4moe_plan *plan;
     nvfp4moe_io io;
@@ -304,7 +313,7 @@ static int enqueue_forward(void *ctx, cudaStream_t s) {
     fwd_ctx *m = ctx;
     nvfp4moe_status st = nvfp4moe_plan_forward(m->plan, &m->io, s);
     if (st != NVFP4MOE_OK)
-        fprintf(stderr, "nvfp4moe bench: %s forward: %s\n", nvfp4moe_plan_backend(m->plan), nvfp4moe_last_error());
+        backend_error(nvfp4moe_plan_backend(m->plan), "forward");
     return st == NVFP4MOE_OK ? 0 : -1;
 }
 
@@ -523,11 +532,7 @@ static int bench_preset(const preset *p, const int *Ms, int nM, long long hot_to
         for (int bi = 0; bi < g_nbe; bi++) {
             nvfp4moe_plan_options po = {.backend = g_be[bi], .weights_on_device = true};
             if (nvfp4moe_plan_create(&cfg, &dw, &po, &plans[bi]) != NVFP4MOE_OK) {
-                /* the backend's own messages already start with its name */
-                const char *msg = nvfp4moe_last_error();
-                const size_t bl = strlen(g_be[bi]);
-                const bool named = strncmp(msg, g_be[bi], bl) == 0 && msg[bl] == ':';
-                fprintf(stderr, "nvfp4moe bench: %s%s%s\n", named ? "" : g_be[bi], named ? "" : ": ", msg);
+                backend_error(g_be[bi], NULL);
                 plans[bi] = NULL;
                 goto fail;
             }
