@@ -76,7 +76,7 @@ typedef struct nvfp4moe_decode_combine {
 } nvfp4moe_decode_combine;
 
 /* The most token-expert pairs per expert, on average, that the decode regime takes; beyond it
- * the wgmma GEMM runs, at block_m 64 (nvfp4moe_hopper_block_m starts there). */
+ * the wgmma GEMM runs, at block_m 32 or 64 (nvfp4moe_hopper_block_m starts there). */
 #define NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT 3
 
 /* block_m of the decode regime for P pairs over E experts: 8 (one 8-token MMA column) up to

@@ -33,7 +33,9 @@
  * wgmma groups on narrow items, an L2 prefetch of their weight chunks ahead of the bulk copies.
  * Nor (2026-12-07-h100-shared-addresses.md): the stage and barrier addresses held per item instead
  * of rebuilt from SR_CgaCtaId at every k tile's head (-1.4 to +2.1 %; the head's stalls are the
- * loop's back edge and the stage wait), the proxy fence in the producer (PFENCE = 1: 1-7 % slower).
+ * loop's back edge and the stage wait), the proxy fence in the producer (PFENCE = 1: 1-7 % slower),
+ * nor that k-tile loop unrolled twice (within the rounds' spread of up to 8 %, 11 % more code;
+ * 2026-12-07-h100-narrow-ctas.md, which also gives block_m 32 its two CTAs per SM).
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
@@ -67,7 +69,8 @@
  * 1024 B (8-row group pitch) in bits 32..45, layout type 1 (128B swizzle) in bits 62..63, base
  * offset 0 (every atom is 1024-byte aligned).
  *
- * Pipeline. One CTA per SM: warpgroup 0 is the producer (setmaxnreg.dec to 40), 2*KS consumer
+ * Pipeline. One CTA per SM (two at block_m 32, CtasPerSm: half the stages, producer at 32 and
+ * consumers at 104 registers): warpgroup 0 is the producer (setmaxnreg.dec to 40), 2*KS consumer
  * warpgroups follow. KS = 1 (block_m > NVFP4MOE_HOPPER_KS2_MAX_BM): 384 threads, 2 consumer
  * warpgroups (setmaxnreg.inc to 232), each 64 weight rows x all 8 k16 steps of a k tile. KS = 2
  * (small block_m): 640 threads, 4 consumer warpgroups (104 registers each): warpgroups wg and
@@ -97,7 +100,7 @@
  *     of one half overlaps the tensor-core work of the other and A registers are never
  *     rewritten while a wgmma may still read them. Descriptors are the low 32-bit word only
  *     (one add per k16 step), the high word is a constant.
- * Two weight tiles per item (RT = 2, block_m 64 and 128 by default; kernels/hopper_gemm.h
+ * Two weight tiles per item (RT = 2, block_m 32, 64 and 128 by default; kernels/hopper_gemm.h
  * row_tiles): a stage holds the activations and the chunks of n tiles nt and nt + 1 (two bulk
  * copies, one expect_tx), consumer warpgroup wg takes all 128 rows of tile nt + wg as two 64-row
  * halves with one accumulator set each, so every stage of gathered token rows feeds 256 weight
@@ -116,14 +119,14 @@
  * +1 % at M = 4096 (bench/results/2026-12-06-h100-token-widths.md). The epilogue's per-item
  * values (expert scales, row scales, bias) wait in the item's queue slot during the k loop
  * (ItemSlot, loaded by the producer): in registers they made ptxas spill at block_m 128. The
- * KS = 2 kernels (block_m 8..32) load them into registers.
+ * KS = 2 kernels (block_m 8 and 16) load them into registers.
  * GEMM1 with SiLU-and-mul fused (GU, two tiles per item where args->act_out asks for it and the
  * gate/up halves are stacked): the item's chunks are gate tile nt and up tile nt + n_tiles/2, and
  * warpgroup wg takes rows 64*wg .. of both, so each thread holds a gate value and its up value
  * for the same token and the epilogue writes silu(gate) * up [P, N/2] instead of C, rounding both
  * to the 16-bit type first exactly as the activation kernel would read them back.
  * Scheduler. Persistent: every CTA reads num_blocks on the device; work items are (block, n tile
- * group, k split). At block_m 64 and 128 the producer warpgroup's thread 0 claims items from a
+ * group, k split). At block_m 32, 64 and 128 the producer warpgroup's thread 0 claims items from a
  * counter in the workspace (atomicAdd, one item ahead so the round trip overlaps the copies), and
  * hands each to the consumers with its coordinates, its block's pair ids and row scales, its
  * expert's scales and its rows' bias through a 4-slot queue in shared memory (ItemQueue, its own
@@ -131,7 +134,7 @@
  * with no memory latency on the consumers' side: a CTA that drew narrow or short items takes more,
  * so the kernel ends with its average CTA, not its slowest (H100, GEMMs alone: 3-11 % faster
  * than round robin at M = 1024 and 4096, bench/results/2026-12-06-h100-item-claims.md). Without
- * a workspace, and always at block_m 8..32, both sides walk item = blockIdx.x + i * gridDim.x.
+ * a workspace, and always at block_m 8 and 16, both sides walk item = blockIdx.x + i * gridDim.x.
  * Both sides see the same item sequence, so the stage counter (stage, phase) stays in lock step
  * across items. The
  * K split count is chosen on the device from the real unit count (blocks x n tiles) and the grid
@@ -193,9 +196,11 @@ constexpr size_t kSchedBytes = 16;  // the workspace's item counter (Params::sch
 // Consumer k groups per block_m: KS = 2 splits every k tile's 8 k16 steps between two pairs of
 // consumer warpgroups (4 consumer warpgroups, 16 consumer warps: 4 per scheduler instead of 2, to
 // hide the decode's latency), each pair with its own accumulators, summed through shared memory
-// once per work item. KS = 1: the original 2 consumer warpgroups, each over all 8 steps.
+// once per work item. KS = 1: the original 2 consumer warpgroups, each over all 8 steps. Block_m
+// 8 and 16 run KS = 2, block_m 32 KS = 1 on two CTAs per SM (CtasPerSm; 32 for A/B runs of its
+// KS = 2 form).
 #ifndef NVFP4MOE_HOPPER_KS2_MAX_BM
-#define NVFP4MOE_HOPPER_KS2_MAX_BM 32
+#define NVFP4MOE_HOPPER_KS2_MAX_BM 16
 #endif
 // 1: the epilogue's stores predicated in place of a branch around each (for A/B runs)
 #ifndef NVFP4MOE_HOPPER_PRED_ST
@@ -220,10 +225,27 @@ template <int BM>
 struct KSplit {
     static constexpr int value = BM <= NVFP4MOE_HOPPER_KS2_MAX_BM ? 2 : 1;
 };
+// CTAs per SM of the block_m 32 kernel where it runs KS = 1 (NVFP4MOE_HOPPER_KS2_MAX_BM < 32): 2
+// halves its stages (4 of 26 KB, two weight tiles each) and its registers (producer 32, consumers
+// 104) so that two CTAs share an SM, each with the item hand-over, two weight tiles per stage and
+// the fused SiLU; 1: one CTA per SM (for A/B runs). H100, the whole layer with block_m 32 on two
+// CTAs against block_m 64 on one: Qwen3-30B-A3B -4.5 / -4.4 / -12.0 % at M = 64 / 128 / 256 (4,
+// 8, 16 pairs per expert), Qwen3-235B-A22B -1.1 / -2.1 / -2.0 %; the GEMMs alone on one CTA per SM
+// gained less (Qwen3-30B-A3B M = 256 -6.2 % against -8.4 % on two). Where items are long (K 2048
+// and up for GEMM2: DeepSeek-V3, Kimi-K2, gpt-oss-120b) -0.2 to +0.9 %, so the rule
+// (nvfp4moe_hopper_block_m) takes it for short items only (bench/results/2026-12-07-h100-narrow-ctas.md).
+#ifndef NVFP4MOE_HOPPER_MINB32
+#define NVFP4MOE_HOPPER_MINB32 2
+#endif
+template <int BM>
+struct CtasPerSm {
+    static constexpr int value = BM == 32 && KSplit<BM>::value == 1 ? NVFP4MOE_HOPPER_MINB32 : 1;
+    static_assert(value == 1 || value == 2, "one or two CTAs per SM");
+};
 
 // Token tile widths (see Kernel::NW): a KS = 1 block runs each item on the narrowest of the
 // widths BM >> (SH * j), j < NW, that holds the block's pairs, or (token_subtiles 1) always on
-// BM; KS = 2 blocks (block_m <= 32) are one width. NW and SH per block_m: block_m 64 64/32/16,
+// BM; KS = 2 blocks (block_m 8, 16) and block_m 32 are one width. NW and SH per block_m: block_m 64 64/32/16,
 // block_m 128 128/32 (H100: 128/64/32 made ptxas serialize the wgmmas of the two-tile kernel
 // and ran 4-18 % slower; 128/64 spilled in its k loop).
 #ifndef NVFP4MOE_HOPPER_NW64
@@ -251,12 +273,14 @@ struct TokenWidths {
 template <int BM, int RT = 1>
 struct Cfg {
     static constexpr int KS = KSplit<BM>::value;
+    static constexpr int MINB = CtasPerSm<BM>::value;   // CTAs per SM
     static constexpr int THREADS = 128 * (1 + 2 * KS);  // producer warpgroup + 2*KS consumers
     static constexpr int ACT = BM * kTK * 2;            // activation bytes per stage
     static constexpr int STAGE = ACT + RT * kWChunk;    // activations + RT weight chunks
     static constexpr int NACC = BM / 2;                 // fp32 accumulators per thread
     static constexpr int RED = KS == 2 ? 2 * NACC * 128 * 4 : 0;  // k-group reduction buffer
-    static constexpr int S0 = (kSmemBudget - RED) / STAGE;
+    static constexpr int BUDGET = MINB == 2 ? 104 * 1024 : kSmemBudget;  // two CTAs: 228 KB per SM
+    static constexpr int S0 = (BUDGET - RED) / STAGE;
     static constexpr int STAGES = S0 > 16 ? 16 : S0;
     static constexpr int SMEM = STAGES * STAGE + RED + 1024;  // + slack to align the base to 1024
     static constexpr int CPT = BM * (kTK / 8) / 128;    // 16-byte activation chunks per producer thread
@@ -291,7 +315,6 @@ struct Params {
     nvfp4moe_gpu_act_params ap;
 };
 
-#if NVFP4MOE_HOPPER_DEVICE
 #ifndef NVFP4MOE_HOPPER_PRODUCER_REGS
 #define NVFP4MOE_HOPPER_PRODUCER_REGS 40
 #endif
@@ -302,12 +325,27 @@ constexpr int kProducerRegs = NVFP4MOE_HOPPER_PRODUCER_REGS;
 // the consumers at 224 spilled in the block_m 128 two-tile kernels: H100, 4-14 % slower). KS = 2:
 // launch 640 x 96 (the __launch_bounds__(640, 1) cap), 128*40 + 512*104 <= 640*96 = 61440
 // (112 per consumer, the first version, needed 64512 and hung in setmaxnreg.inc).
-template <int KS>
-struct ConsumerRegs {
-    static constexpr int value = KS == 2 ? 104 : (384 * 168 - 128 * kProducerRegs) / 256 / 8 * 8;
+// Two CTAs per SM (CtasPerSm): launch 384 x 80 (65536 / 768, in steps of 8), the producer at
+// NVFP4MOE_HOPPER_PRODUCER_REGS2, the consumers at what that leaves: 32 -> 104.
+#ifndef NVFP4MOE_HOPPER_PRODUCER_REGS2
+#define NVFP4MOE_HOPPER_PRODUCER_REGS2 32
+#endif
+template <int MINB>
+struct ProducerRegs {
+    static constexpr int value = MINB == 2 ? NVFP4MOE_HOPPER_PRODUCER_REGS2 : kProducerRegs;
 };
+template <int KS, int MINB = 1>
+struct ConsumerRegs {
+    static constexpr int value = KS == 2     ? 104
+                                 : MINB == 2 ? (384 * 80 - 128 * ProducerRegs<2>::value) / 256 / 8 * 8
+                                             : (384 * 168 - 128 * kProducerRegs) / 256 / 8 * 8;
+};
+static_assert(128 * ProducerRegs<2>::value + 256 * ConsumerRegs<1, 2>::value <= 384 * 80,
+              "two-CTA register budget");
 static_assert(128 * kProducerRegs + 256 * ConsumerRegs<1>::value <= 384 * 168, "KS = 1 register budget");
 static_assert(128 * kProducerRegs + 512 * 104 <= 640 * 96, "KS = 2 register budget");
+
+#if NVFP4MOE_HOPPER_DEVICE
 
 // ---- wgmma wrappers (generated) -----------------------------------------------------------
 #include "hopper_wgmma.cuh"
@@ -534,7 +572,7 @@ struct ItemSlot {
 #if NVFP4MOE_HOPPER_LEAN_EPI
     // row r's output: the element offset of its row in C (or, GU, in the activation's output) as
     // two words (-1: no pair there), its row scale as bits, its pair id: one 16-byte load (only
-    // the hand-off kernels use the slots: block_m <= 32 keeps one entry, within its shared memory)
+    // the hand-off kernels use the slots: block_m 8 and 16 keep one entry, within their shared memory)
     int4 ro[KSplit<BM>::value == 1 ? BM : 1];
 #endif
 };
@@ -553,7 +591,7 @@ struct Kernel {
     static constexpr int kNtStep = GU ? 1 : RT;
 
     // Items handed from the producer to the consumers through ItemQueue (claimed from the
-    // workspace counter where there is one): KS = 1. KS = 2 kernels (block_m 8..32) keep the
+    // workspace counter where there is one): KS = 1. KS = 2 kernels (block_m 8 and 16) keep the
     // round-robin walk of both sides with the ids loaded one item ahead: with the hand-over,
     // claimed or round robin, the whole layer ran 4-8 % slower at M = 64..256 (H100).
     static constexpr bool kHandOff = KSplit<BM>::value == 1;
@@ -584,7 +622,7 @@ struct Kernel {
         // takes more of them), else every gridDim.x-th, and reach the consumers through the
         // queue. Thread 0 claims one item ahead, so the atomic's round trip overlaps an item's
         // copies.
-        // KS = 2 (block_m 8..32) deals its items round robin without the hand-over (kHandOff).
+        // KS = 2 (block_m 8 and 16) deals its items round robin without the hand-over (kHandOff).
         int next = 0;
         if (kHandOff && tid == 0) next = p.sched ? atomicAdd(p.sched, 1) : (int)blockIdx.x;
         for (uint32_t qi = 0;; qi++) {
@@ -837,7 +875,7 @@ struct Kernel {
 #endif
         const uint32_t sbase = smem0 + st * C::STAGE;
         const uint32_t dlo0s = dlo0 + st * (uint32_t)(C::STAGE / 16);
-        // KS = 2 (block_m 8..32) keeps the per-thread form: its GEMMs ran 3-4 % slower with the
+        // KS = 2 (block_m 8 and 16) keeps the per-thread form: its GEMMs ran 3-4 % slower with the
         // uniform one at block_m 8 (H100, M = 64, bench/results/2026-12-07-h100-narrow-items.md).
         const uint32_t dlo = KS == 1 ? desc_uniform(dlo0s) : dlo0s;
         if constexpr (RH == 2) {
@@ -1426,10 +1464,10 @@ struct Kernel {
         const int items = units * splits;
 
         if (threadIdx.x < 128) {
-            setmaxnreg_dec<kProducerRegs>();
+            setmaxnreg_dec<ProducerRegs<C::MINB>::value>();
             produce(p, smem, bars, items, splits, q);
         } else {
-            setmaxnreg_inc<ConsumerRegs<C::KS>::value>();
+            setmaxnreg_inc<ConsumerRegs<C::KS, C::MINB>::value>();
             consume(p, smem, bars, items, splits, s_flag, q);
         }
     }
@@ -1437,7 +1475,7 @@ struct Kernel {
 #endif  // NVFP4MOE_HOPPER_DEVICE
 
 template <int BM, bool BF16, int NW, int RT, bool GU>
-__global__ void __launch_bounds__(Cfg<BM>::THREADS, 1) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(Cfg<BM>::THREADS, Cfg<BM>::MINB) hopper_moe_gemm_kernel(const __grid_constant__ Params p) {
 #if NVFP4MOE_HOPPER_DEVICE
     Kernel<BM, BF16, NW, RT, GU>::run(p);
 #elif defined(__CUDA_ARCH__)
@@ -1553,6 +1591,13 @@ cudaError_t prepare() {
         state = 2;
         return cudaErrorNoKernelImageForDevice;
     }
+    // setmaxnreg only moves registers inside the launch allocation: an image compiled to fewer
+    // registers per thread than the producer and the consumers take together would block in
+    // setmaxnreg.inc forever, so refuse it rather than launch it.
+    using C = Cfg<BM, RT>;
+    const long long need = 128LL * ProducerRegs<C::MINB>::value +
+                           (long long)(C::THREADS - 128) * ConsumerRegs<C::KS, C::MINB>::value;
+    if ((long long)attr.numRegs * C::THREADS < need) return cudaErrorLaunchOutOfResources;
     err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<BM, RT>::SMEM);
     if (err != cudaSuccess) return err;
     state = 1;
@@ -1591,8 +1636,8 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.max_splits = 1;
     if (args->workspace) {
         size_t clear = 0;
-        // Claimed items at block_m 64 and 128 (H100, GEMMs alone: 3-11 % faster at M = 1024 and
-        // 4096); block_m 8..32 keep round robin (Kernel::kHandOff).
+        // Claimed items at block_m 32, 64 and 128 (H100, GEMMs alone: 3-11 % faster at M = 1024
+        // and 4096); block_m 8 and 16 keep round robin (Kernel::kHandOff).
         if (NVFP4MOE_HOPPER_DYNAMIC && Cfg<BM, RT>::KS == 1) {
             p.sched = static_cast<int32_t *>(args->workspace);
             clear = kSchedBytes;
@@ -1612,7 +1657,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     // Persistent grid from upper bounds only (graph capture): one CTA per SM, fewer when even
     // the largest possible item count is smaller.
     long long most = (long long)args->max_blocks * p.n_groups * p.max_splits;
-    int grid = args->sm_count > 0 ? args->sm_count : 1;
+    int grid = args->sm_count > 0 ? args->sm_count * Cfg<BM, RT>::MINB : 1;
     if (most < grid) grid = (int)most;
     hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>
         <<<grid, Cfg<BM, RT>::THREADS, Cfg<BM, RT>::SMEM, stream>>>(p);
@@ -1620,7 +1665,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
 }
 
 // Weight tiles per work item (Kernel's RT): two (256 weight rows against one activation stage)
-// at block_m 64 and 128 unless args->row_tiles forces one; always one where KS = 2. At block_m
+// at block_m 32, 64 and 128 unless args->row_tiles forces one; always one where KS = 2. At block_m
 // 128 two weight tiles went with one m64n128 token tile when each item ran one width.
 // H100, the GEMMs alone at M = 1024 (block_m 64): two tiles 7-9 % faster on DeepSeek-V3,
 // Qwen3-30B-A3B and gpt-oss-120b. At M = 4096 (block_m 128) two tiles with two m64n64 token
@@ -1768,7 +1813,7 @@ extern "C" int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args) {
     }
 }
 
-extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E) {
+extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E, int32_t I) {
     // Measured on an H100, the GEMMs alone at block_m 8 / 16 / 32 / 64 / 128 on six layers
     // (bench/results/2026-12-06-h100-block-m.md, 2026-12-06-h100-one-launch.md). Since a block runs
     // the narrowest token tile that holds its pairs and CTAs claim their items, block_m 64 is the
@@ -1781,10 +1826,19 @@ extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E) {
     // even, at 1.1 x 64. Not with fewer than 32 experts below 16 pairs each: Mixtral-8x7B at 5 and
     // 8 per expert ran 299 and 314 us at block_m 8 and 16 against 377 and 380 at 64. Up to 3
     // pairs per expert the decode regime runs (a GEMM forced there keeps the small block_m); from
-    // there on this GEMM (nvfp4moe_hopper_decode_block_m).
+    // there on this GEMM (nvfp4moe_hopper_decode_block_m). Block_m 32 on two CTAs per SM (CtasPerSm)
+    // from there up to 24 pairs per expert where the intermediate size I (GEMM2's K) is at most
+    // 1536 with 32 experts or more: Qwen3-30B-A3B (I 768) and Qwen3-235B-A22B (I 1536) ran the
+    // layer 1.1-12 % faster at 4, 8 and 16 pairs per expert, I = 2048 and 2880 -0.2 to +0.9 %, and
+    // at 32 pairs per expert the GEMMs alone 8-17 % slower (a second block for most experts).
+    // Nothing was measured between 16 and 32: at 24 about 4 % of the experts need a second block
+    // of 32 under uniform routing (bench/results/2026-12-07-h100-narrow-ctas.md).
     if (E <= 0) return 128;
     const double per_expert = (double)P / E;
     if (per_expert >= 1.1 * 64) return 128;
+    if (CtasPerSm<32>::value == 2 && per_expert > NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT && per_expert <= 24.0 &&
+        E >= 32 && I > 0 && I <= 1536)
+        return 32;
     if (per_expert > NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT && (E >= 32 || per_expert >= 16.0)) return 64;
     static const int32_t kSmall[] = {8, 16, 32};
     for (int i = 0; i < 3; i++)

@@ -40,14 +40,14 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
 /* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
  * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128. The workspace must
  * hold nvfp4moe_hopper_workspace_bytes and serve one launch at a time (the GEMM clears and
- * rewrites it). With it, at block_m 64 and 128 the CTAs claim work items from a counter in it as
- * they free up (a CTA that drew short items takes more), and K may be split; block_m 8..32 deal
- * the items round robin. A NULL workspace deals them round robin and never splits K.
+ * rewrites it). With it, at block_m 32, 64 and 128 the CTAs claim work items from a counter in it
+ * as they free up (a CTA that drew short items takes more), and K may be split; block_m 8 and 16
+ * deal the items round robin. Block_m 32 runs two CTAs per multiprocessor, the others one. A NULL workspace deals them round robin and never splits K.
  * token_subtiles is this GEMM's alone: at block_m 64 and 128 each work
  * item runs on the narrowest token tile that holds its block's pairs (block_m 64: 64, 32 or 16
  * token columns; block_m 128: 128 or 32), so an expert's last, mostly empty block costs a narrow
  * tile. 0 (the glue's zeroed default) and 2 choose so; 1 forces one tile of block_m columns, for
- * tests and benchmarks. block_m 8..32 are always one tile. */
+ * tests and benchmarks. block_m 8, 16 and 32 are always one tile. */
 typedef nvfp4moe_marlin_args nvfp4moe_hopper_args;
 
 /* Workspace bytes the GEMM uses at these sizes: a 16-byte item counter, plus the split-K partial
@@ -73,10 +73,10 @@ cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t 
 int32_t nvfp4moe_hopper_token_subtiles(const nvfp4moe_hopper_args *args);
 
 /* The 128-row weight tiles per work item that nvfp4moe_hopper_gemm(args) runs (1 or 2; 0 for a
- * block_m it does not take, or for a row_tiles the GEMM refuses). With 2 (block_m 64 and 128) a
- * CTA multiplies 256 weight rows with each stage of gathered token rows, half the activation
+ * block_m it does not take, or for a row_tiles the GEMM refuses). With 2 (block_m 32, 64 and 128)
+ * a CTA multiplies 256 weight rows with each stage of gathered token rows, half the activation
  * traffic per MMA of 1. row_tiles 0 chooses (2), 1 or 2 force it (for tests and benchmarks;
- * block_m 8..32 always run 1). Reads block_m and row_tiles only. */
+ * block_m 8 and 16 always run 1). Reads block_m and row_tiles only. */
 int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
 
 /* 1 when nvfp4moe_hopper_gemm(args) applies GEMM1's gated activation itself: args->act_out and
@@ -88,11 +88,12 @@ int32_t nvfp4moe_hopper_row_tiles(const nvfp4moe_hopper_args *args);
  * untouched; otherwise (0) it writes C and ignores act_out. */
 int32_t nvfp4moe_hopper_fuses_activation(const nvfp4moe_hopper_args *args);
 
-/* The block_m the GEMM prefers for P pairs over E experts: 128 from P/E >= 1.1 * 64; 64 from
- * more than 3 pairs per expert (with fewer than 32 experts, from 16); below that the first of 8,
- * 16, 32 with P/E/block_m < 0.9 (up to 3 pairs per expert the decode regime runs unless the GEMM
- * is forced). */
-int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E);
+/* The block_m the GEMM prefers for P pairs over E experts of intermediate size I (GEMM2's K): 128
+ * from P/E >= 1.1 * 64; 32 from more than 3 up to 24 pairs per expert with 32 experts or more and
+ * 0 < I <= 1536; else 64 from more than 3 pairs per expert (with fewer than 32 experts, from 16);
+ * below that the first of 8, 16, 32 with P/E/block_m < 0.9 (up to 3 pairs per expert the decode
+ * regime runs unless the GEMM is forced). */
+int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E, int32_t I);
 
 #ifdef __cplusplus
 }

@@ -394,7 +394,7 @@ static void side_init(bench_side *sd, int marlin, const int32_t *ids, int P, int
                       int N2, int K2, int topk, void *a1, void *a2, void *c1, void *c2, float *rs,
                       float *s2, int sm_count) {
     memset(sd, 0, sizeof *sd);
-    sd->bm = marlin ? nvfp4moe_marlin_block_m(P, E) : nvfp4moe_hopper_block_m(P, E);
+    sd->bm = marlin ? nvfp4moe_marlin_block_m(P, E) : nvfp4moe_hopper_block_m(P, E, K2);
     const char *force = marlin ? NULL : getenv("HOPPER_BENCH_BLOCK_M");  // tuning experiments
     if (force && atoi(force) > 0) sd->bm = atoi(force);
     grouping g = make_grouping(ids, P, E, sd->bm);
@@ -718,6 +718,13 @@ int main(int argc, char **argv) {
         // block_m 128 tails of 22 pairs without the activation: fp16, bias, gate/up scales, an odd
         // tile count (the last item's second tile absent on a narrow item too)
         {"bm128 width 32 tails fp16 bias odd n tiles", 4, 640, 1024, 150, 4, 128, 1, 0, 1, 0, 4, 0, 0, 1, 0, 0, 0},
+        // block_m 32 (a built form where it runs one k group: two weight tiles, the item
+        // hand-over, two CTAs per SM): fused SiLU on experts of 40 pairs (a block of 32 and a tail
+        // of 8), an odd tile count with a K split on fp16 with gate/up scales, fused SiLU with a
+        // limit in a graph
+        {"bm32 fused silu bias", 4, 512, 1024, 40, 4, 32, 1, 0, 1, 1, 4, 0, 0, 0, 0, 0, 1},
+        {"bm32 odd n tiles K split fp16 halves rs", 6, 640, 4096, 12, 4, 32, 1, 1, 1, 0, 6, 0, 0, 1, 0, 0, 0},
+        {"graph bm32 fused silu limit fp16 halves", 6, 768, 640, 30, 4, 32, 1, 0, 1, 0, 6, 0, 1, 1, 0, 0, 2},
     };
     // Cases again on a grid of 2 or 3 CTAs (the GEMM sizes its persistent grid from sm_count): each
     // CTA then walks many items, so the stage ring wraps across items, an item whose second weight
@@ -725,7 +732,8 @@ int main(int argc, char **argv) {
     // barriers are reused. --case ncases + j runs rerun j alone.
     static const struct {
         int idx, sms;
-    } reruns[] = {{14, 2}, {22, 3}, {24, 2}, {33, 2}, {34, 3}, {35, 2}, {36, 3}, {38, 2}, {39, 3}, {47, 2}};
+    } reruns[] = {{14, 2}, {22, 3}, {24, 2}, {33, 2}, {34, 3}, {35, 2}, {36, 3}, {38, 2}, {39, 3}, {47, 2},
+                  {48, 2}, {49, 3}};
     const size_t ncases = sizeof cases / sizeof cases[0];
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);

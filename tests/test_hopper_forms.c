@@ -18,8 +18,8 @@
 /* The rules of kernels/hopper_gemm.h, written out independently of the implementation. */
 static int want_row_tiles(int bm, int row_tiles) {
     if (row_tiles < 0 || row_tiles > 2) return 0;
-    if (bm == 8 || bm == 16 || bm == 32) return 1;
-    if (bm == 64 || bm == 128) return row_tiles ? row_tiles : 2;
+    if (bm == 8 || bm == 16) return 1;
+    if (bm == 32 || bm == 64 || bm == 128) return row_tiles ? row_tiles : 2;
     return 0;
 }
 static int want_token_subtiles(int bm, int P, int E, int token_subtiles, int row_tiles) {
@@ -31,13 +31,15 @@ static int want_token_subtiles(int bm, int P, int E, int token_subtiles, int row
     if (bm == 128) return token_subtiles == 1 ? 1 : 2;  /* 128, 32 */
     return 0;
 }
-/* The decode kernels up to 3 pairs per expert on average; the GEMM beyond at block_m 64 (with
- * fewer than 32 experts from 16 pairs per expert, the first of 8, 16, 32 with P/E/block_m < 0.9
- * below that), 128 from 1.9 * 64. */
+/* The decode kernels up to 3 pairs per expert on average; the GEMM beyond at block_m 32 up to 24
+ * pairs per expert with 32 experts or more and an intermediate size of at most 1536, else at 64
+ * (with fewer than 32 experts from 16 pairs per expert, the first of 8, 16, 32 with
+ * P/E/block_m < 0.9 below that), 128 from 1.1 * 64. */
 static int want_decode_block_m(long long P, int E) { return P * 1.0 / E <= 3.0 ? 8 : 0; }
-static int want_block_m(long long P, int E) {
+static int want_block_m(long long P, int E, int I) {
     const double pe = (double)P / E;
     if (pe >= 1.1 * 64) return 128;
+    if (pe > 3.0 && pe <= 24.0 && E >= 32 && I > 0 && I <= 1536) return 32;
     if (pe > 3.0 && (E >= 32 || pe >= 16.0)) return 64;
     return pe / 8 < 0.9 ? 8 : pe / 16 < 0.9 ? 16 : pe / 32 < 0.9 ? 32 : 64;
 }
@@ -105,20 +107,28 @@ int main(void) {
                 CHECK(bad == 0, "block_m %d row_tiles %d: %d mismatches", bm, rt, bad);
             }
     static const int Es[] = {8, 16, 32, 64, 128, 256, 384};
-    for (size_t ie = 0; ie < sizeof Es / sizeof Es[0]; ie++) {
-        T_CASE("decode regime / GEMM block_m");
-        const int E = Es[ie];
-        int bad = 0, gemm64 = 0;
-        for (long long P = 1; P <= 300LL * E; P += 1 + P / 16) {
-            const int d = nvfp4moe_hopper_decode_block_m(P, E), b = nvfp4moe_hopper_block_m(P, E);
-            const int wd = want_decode_block_m(P, E), wb = want_block_m(P, E);
-            if ((d != wd || b != wb) && bad++ < 3)
-                fprintf(stderr, "  P %lld E %d: decode block_m %d, GEMM block_m %d; want %d, %d\n", P, E, d, b, wd, wb);
-            gemm64 += d == 0 && b == 64;
+    static const int Is[] = {0, 768, 1536, 1544, 2048, 2880};
+    for (size_t ie = 0; ie < sizeof Es / sizeof Es[0]; ie++)
+        for (size_t ii = 0; ii < sizeof Is / sizeof Is[0]; ii++) {
+            T_CASE("decode regime / GEMM block_m");
+            const int E = Es[ie], I = Is[ii];
+            int bad = 0, gemm32 = 0, gemm64 = 0;
+            for (long long P = 1; P <= 300LL * E; P += 1 + P / 16) {
+                const int d = nvfp4moe_hopper_decode_block_m(P, E), b = nvfp4moe_hopper_block_m(P, E, I);
+                const int wd = want_decode_block_m(P, E), wb = want_block_m(P, E, I);
+                if ((d != wd || b != wb) && bad++ < 3)
+                    fprintf(stderr, "  P %lld E %d I %d: decode block_m %d, GEMM block_m %d; want %d, %d\n", P, E, I,
+                            d, b, wd, wb);
+                gemm32 += d == 0 && b == 32;
+                gemm64 += d == 0 && b == 64;
+            }
+            CHECK(bad == 0, "E %d I %d: %d mismatches", E, I, bad);
+            /* where the decode regime stops the GEMM takes over at block_m 32 (short items) or 64 */
+            const bool short_items = E >= 32 && I > 0 && I <= 1536;
+            CHECK(short_items ? gemm32 > 0 : gemm64 > 0, "E %d I %d: the GEMM never takes block_m %d where the decode "
+                  "regime stops", E, I, short_items ? 32 : 64);
+            CHECK(gemm64 > 0, "E %d I %d: the GEMM never takes block_m 64", E, I);
         }
-        CHECK(bad == 0, "E %d: %d mismatches", E, bad);
-        CHECK(gemm64 > 0, "E %d: the GEMM never takes block_m 64 where the decode regime stops", E);
-    }
     T_CASE("some launches fuse");
     CHECK(a > 0, "no combination fuses");
 #endif

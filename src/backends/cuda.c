@@ -52,7 +52,7 @@ typedef struct w4a16_gemm {
     size_t (*workspace_bytes)(int32_t P, int32_t N, int32_t K, int32_t max_blocks, int32_t block_m,
                               int32_t sm_count);
     cudaError_t (*gemm)(const nvfp4moe_marlin_args *args, cudaStream_t stream);
-    int32_t (*block_m)(int64_t P, int32_t E);
+    int32_t (*block_m)(int64_t P, int32_t E, int32_t I);  /* I: the intermediate size */
     bool has_decode;              /* a fused small-batch path (kernels/hopper_decode.h) on the same weights */
     /* whether GEMM1 with these arguments writes act(C) to args->act_out itself, or NULL: never */
     int32_t (*fuses_activation)(const nvfp4moe_marlin_args *args);
@@ -65,9 +65,15 @@ static cudaError_t marlin_repack(const uint8_t *w, const uint8_t *sf, int32_t E,
     return nvfp4moe_marlin_repack(w, sf, E, N, K, out, stream);
 }
 
+/* MARLIN's block_m rule (vLLM's) does not look at the intermediate size. */
+static int32_t marlin_block_m(int64_t P, int32_t E, int32_t I) {
+    (void)I;
+    return nvfp4moe_marlin_block_m(P, E);
+}
+
 static const w4a16_gemm k_marlin_gemm = {
     "MARLIN", nvfp4moe_marlin_packed_bytes, marlin_repack,
-    nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, nvfp4moe_marlin_block_m, false, NULL};
+    nvfp4moe_marlin_workspace_bytes, nvfp4moe_marlin_gemm, marlin_block_m, false, NULL};
 static const w4a16_gemm k_hopper_gemm = {
     "HOPPER_WGMMA", nvfp4moe_hopper_packed_bytes, nvfp4moe_hopper_repack,
     nvfp4moe_hopper_workspace_bytes, nvfp4moe_hopper_gemm, nvfp4moe_hopper_block_m, true,
@@ -167,7 +173,7 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
     L.decode = dbm != 0;
     L.block_m = L.decode          ? dbm
                 : st->gemm_block_m ? st->gemm_block_m
-                : st->w4a16        ? st->gemm->block_m(L.P, st->E)
+                : st->w4a16        ? st->gemm->block_m(L.P, st->E, st->I)
                                    : NVFP4MOE_EMUL_BLOCK_M;
     L.cap = nvfp4moe_group_capacity(L.P, st->E, L.block_m);
     L.max_blocks = (int32_t)(L.cap / L.block_m);
