@@ -42,7 +42,8 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
  * hold nvfp4moe_hopper_workspace_bytes and serve one launch at a time (the GEMM clears and
  * rewrites it). With it, at block_m 32, 64 and 128 the CTAs claim work items from a counter in it
  * as they free up (a CTA that drew short items takes more), and K may be split; block_m 8 and 16
- * deal the items round robin. Block_m 32 runs two CTAs per multiprocessor, the others one. A NULL workspace deals them round robin and never splits K.
+ * deal the items round robin. A NULL workspace deals them round robin and never splits K.
+ * Block_m 32 runs two CTAs per multiprocessor, the others one.
  * token_subtiles is this GEMM's alone: at block_m 64 and 128 each work
  * item runs on the narrowest token tile that holds its block's pairs (block_m 64: 64, 32 or 16
  * token columns; block_m 128: 128 or 32), so an expert's last, mostly empty block costs a narrow
