@@ -245,9 +245,9 @@ struct CtasPerSm {
 
 // Token tile widths (see Kernel::NW): a KS = 1 block runs each item on the narrowest of the
 // widths BM >> (SH * j), j < NW, that holds the block's pairs, or (token_subtiles 1) always on
-// BM; KS = 2 blocks (block_m 8, 16) and block_m 32 are one width. NW and SH per block_m: block_m 64 64/32/16,
-// block_m 128 128/32 (H100: 128/64/32 made ptxas serialize the wgmmas of the two-tile kernel
-// and ran 4-18 % slower; 128/64 spilled in its k loop).
+// BM; KS = 2 blocks (block_m 8, 16) and block_m 32 are one width. NW and SH per block_m:
+// block_m 64 64/32/16, block_m 128 128/32 (H100: 128/64/32 made ptxas serialize the wgmmas of the
+// two-tile kernel and ran 4-18 % slower; 128/64 spilled in its k loop).
 #ifndef NVFP4MOE_HOPPER_NW64
 #define NVFP4MOE_HOPPER_NW64 3
 #endif
@@ -1654,7 +1654,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
             if (err != cudaSuccess) return err;
         }
     }
-    // Persistent grid from upper bounds only (graph capture): one CTA per SM, fewer when even
+    // Persistent grid from upper bounds only (graph capture): MINB CTAs per SM, fewer when even
     // the largest possible item count is smaller.
     long long most = (long long)args->max_blocks * p.n_groups * p.max_splits;
     int grid = args->sm_count > 0 ? args->sm_count * Cfg<BM, RT>::MINB : 1;
