@@ -260,6 +260,13 @@ __global__ void __launch_bounds__(256) gemm_kernel(nvfp4moe_emul_args a) {
     }
 }
 
+// ---- the division's reciprocal, for the host model of the QDQ ----
+
+__global__ void __launch_bounds__(kThreads) triton_rcp_kernel(const float *b, float *out, int32_t n) {
+    const int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) out[i] = triton_div(1.0f, b[i]);
+}
+
 }  // namespace
 
 typedef __nv_bfloat16 B;
@@ -292,4 +299,20 @@ extern "C" cudaError_t nvfp4moe_emul_activation(const void *in, void *out, int64
     if (is_bf16) activation_kernel<B><<<g, kThreads, 0, stream>>>((const B *)in, (B *)out, rows, I, N1, *ap, gs);
     else activation_kernel<F><<<g, kThreads, 0, stream>>>((const F *)in, (F *)out, rows, I, N1, *ap, gs);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t nvfp4moe_emul_triton_rcp(const float *b, float *out, int32_t n) {
+    if (n <= 0) return cudaSuccess;
+    float *d = NULL;
+    const size_t bytes = sizeof(float) * (size_t)n;
+    cudaError_t e = cudaMalloc(&d, 2 * bytes);
+    if (e != cudaSuccess) return e;
+    e = cudaMemcpy(d, b, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) {
+        triton_rcp_kernel<<<grid_for(n, kThreads), kThreads>>>(d, d + n, n);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(out, d + n, bytes, cudaMemcpyDeviceToHost);
+    const cudaError_t f = cudaFree(d);
+    return e != cudaSuccess ? e : f;
 }

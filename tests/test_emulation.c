@@ -497,6 +497,104 @@ static void split_gate_up_scales(void) {
     }
 }
 
+// ---- the GPU's divisions, modelled (nvfp4moe_qdq_row_triton) ----
+
+/* The F32 quantize-dequantize of a block whose scale decodes to s at global scale gs and whose
+ * second value quantizes to E2M1 1: that value is the dequantization step itself. */
+static float qdq_step(float gs, float s, const float *rcp) {
+    float x[16] = {0}, out[16];
+    x[0] = 6.0f * s / gs;
+    x[1] = x[0] / 6.0f;
+    uint8_t p[8], sc;
+    CHECK_OK(nvfp4moe_quantize_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, 1, 16, gs, p, &sc));
+    CHECK(nvfp4moe_e4m3_decode(sc) == s && (p[0] >> 4) == 2, "gs %a s %a: the block's scale is %a, code %d", (double)gs,
+          (double)s, (double)nvfp4moe_e4m3_decode(sc), p[0] >> 4);
+    nvfp4moe_qdq_row_triton(x, 16, gs, rcp, NVFP4MOE_DTYPE_F32, out);
+    return out[1];
+}
+
+/* The model divides s / gs as s times the reciprocal given (NULL: IEEE), gs / s as gs times the
+ * correctly rounded 1 / s; the figures of the layer gpu_test failed on (a1_gs 0x1.323e34p+9, whose
+ * reciprocal the H100 computes one ulp up); a bf16 tie that the step's ulp moves, and a code that
+ * the output scale's moves. */
+static void triton_division_model(void) {
+    T_CASE("qdq_row_triton: the step is s times the reciprocal given");
+    float gs[24] = {0x1.323e34p+9f, 2688.0f / 4.5f, 1792.0f / 3.0f, 1.0f + 0x1p-23f, 3.0f * (1.0f + 0x1p-22f), 1.0f};
+    uint64_t r = 17;
+    for (int i = 6; i < 24; i++) gs[i] = (float)exp2(-12.0 + 24.0 * nvfp4moe_rand_uniform(&r));
+    int rn_differs = 0, bad_rn = 0, bad_up = 0, bad_ieee = 0;
+    for (int g = 0; g < 24; g++)
+        for (int code = 1; code < 0x7F; code++) {
+            const float s = nvfp4moe_e4m3_decode((uint8_t)code), rn = 1.0f / gs[g], up = nextafterf(rn, INFINITY);
+            bad_rn += qdq_step(gs[g], s, &rn) != s * rn;
+            bad_up += qdq_step(gs[g], s, &up) != s * up;
+            bad_ieee += qdq_step(gs[g], s, NULL) != s / gs[g];
+            rn_differs += s * rn != s / gs[g];
+        }
+    CHECK(bad_rn == 0 && bad_up == 0, "%d steps are not s * RN(1/gs), %d not s * (RN(1/gs) + 1 ulp)", bad_rn, bad_up);
+    CHECK(bad_ieee == 0, "%d steps without a reciprocal are not s / gs", bad_ieee);
+    CHECK(rn_differs > 0, "s * RN(1/gs) is s / gs for every E4M3 s and these global scales");
+    printf("test_emulation: s * RN(1/gs) != s / gs for %d of %d (s, gs)\n", rn_differs, 24 * 126);
+
+    T_CASE("qdq_row_triton: the H100's reciprocal of 0x1.323e34p+9");
+    const float a1 = 0x1.323e34p+9f, hw = 0x1.ac0002p-10f;
+    const float probe[4][2] = {{0x1.6p+8f, 0x1.264002p-1f}, {0x1.8p+8f, 0x1.410002p-1f},
+                               {0x1.ap+8f, 0x1.5bc002p-1f}, {0x1.cp+8f, 0x1.768002p-1f}};
+    CHECK(hw == nextafterf(1.0f / a1, INFINITY), "the probe's reciprocal is RN + 1 ulp");
+    for (int i = 0; i < 4; i++) {
+        const float got = qdq_step(a1, probe[i][0], &hw);
+        CHECK(got == probe[i][1], "s %a: step %a, the GPU's %a", (double)probe[i][0], (double)got, (double)probe[i][1]);
+    }
+    CHECK(qdq_step(a1, 0x1.6p+8f, NULL) == 0x1.264p-1f && qdq_step(a1, 0x1.8p+8f, NULL) == 0x1.41p-1f,
+          "IEEE steps %a %a", (double)qdq_step(a1, 0x1.6p+8f, NULL), (double)qdq_step(a1, 0x1.8p+8f, NULL));
+
+    T_CASE("qdq_row_triton: one ulp of the step moves a bf16 tie");
+    {
+        /* s = 384: the IEEE step 0x1.41p-1 (= s * RN(1/gs)) is a bf16 tie, rounded to even
+         * 0x1.4p-1; the GPU's step one ulp above rounds up to 0x1.42p-1 */
+        float x[16] = {0}, ieee[16], rn_out[16], gpu[16];
+        x[0] = 6.0f * 384.0f / a1;
+        x[1] = x[0] / 6.0f;
+        const float rn = 1.0f / a1;
+        nvfp4moe_qdq_row_triton(x, 16, a1, NULL, NVFP4MOE_DTYPE_BF16, ieee);
+        nvfp4moe_qdq_row_triton(x, 16, a1, &rn, NVFP4MOE_DTYPE_BF16, rn_out);
+        nvfp4moe_qdq_row_triton(x, 16, a1, &hw, NVFP4MOE_DTYPE_BF16, gpu);
+        CHECK(ieee[1] == 0x1.4p-1f && rn_out[1] == 0x1.4p-1f && gpu[1] == 0x1.42p-1f,
+              "the tie: IEEE %a, RN reciprocal %a, the GPU's %a", (double)ieee[1], (double)rn_out[1], (double)gpu[1]);
+        CHECK(!memcmp(ieee, rn_out, sizeof ieee) && !memcmp(ieee + 2, gpu + 2, sizeof(float) * 14) && ieee[0] == gpu[0],
+              "other values moved");
+    }
+
+    T_CASE("qdq_row_triton: the output scale is gs times RN(1/s)");
+    {
+        /* where fl(gs * RN(1/s)) != gs / s, a value next to the 1.25 threshold takes E2M1 1 with one
+         * and 1.5 with the other; with the reciprocal RN(1/gs) the steps are equal, so the output
+         * differs by half a step exactly there */
+        const float rn = 1.0f / a1;
+        int found = 0, wrong = 0;
+        for (int code = 1; code < 0x7F; code++) {
+            const float s = nvfp4moe_e4m3_decode((uint8_t)code), im = a1 * (1.0f / s), ii = a1 / s;
+            if (im == ii) continue;
+            float x[16] = {0}, out_m[16], out_i[16];
+            x[0] = 6.0f * s / a1;
+            for (int d = -64; d <= 64; d++) {
+                float v = 1.25f / ii;
+                for (int k = 0; k < (d < 0 ? -d : d); k++) v = nextafterf(v, d < 0 ? 0.0f : INFINITY);
+                if ((v * im > 1.25f) == (v * ii > 1.25f)) continue;
+                x[1] = v;
+                nvfp4moe_qdq_row_triton(x, 16, a1, &rn, NVFP4MOE_DTYPE_F32, out_m);
+                nvfp4moe_qdq_row_triton(x, 16, a1, NULL, NVFP4MOE_DTYPE_F32, out_i);
+                const float step = s * rn;
+                found++;
+                wrong += out_m[1] != (v * im > 1.25f ? 1.5f : 1.0f) * step ||
+                         out_i[1] != (v * ii > 1.25f ? 1.5f : 1.0f) * (s / a1);
+            }
+        }
+        CHECK(found > 0, "no value whose E2M1 code the output scale's ulp moves");
+        CHECK(wrong == 0, "%d of %d values off the model", wrong, found);
+    }
+}
+
 int main(void) {
     snprintf(g_root, sizeof g_root, "/tmp/nvfp4moe-emulation.XXXXXX");
     if (!mkdtemp(g_root)) {
@@ -512,5 +610,6 @@ int main(void) {
     remove_tree();
     quantizer_disagreement();
     split_gate_up_scales();
+    triton_division_model();
     return t_finish("test_emulation");
 }

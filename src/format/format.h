@@ -12,6 +12,15 @@
  * In place (out == x) is safe. */
 void nvfp4moe_qdq_row_as(nvfp4moe_quantizer q, const float *x, int64_t n, float ts, nvfp4moe_dtype out_dt,
                          float *out);
+/* The VLLM_TRITON quantize-dequantize with its two divisions as the GPU computes them (Triton's '/'
+ * is div.full.f32: one reciprocal of the divisor, then one correctly rounded product, as measured
+ * on the H100): the output scale ts / s as fl(ts * fl(1 / s)) (the GPU's reciprocal of an E4M3
+ * value is the correctly rounded one) and the step s / ts as fl(s * *rcp_ts), rcp_ts being the
+ * GPU's reciprocal of ts (correctly rounded or one ulp off: only the GPU says which;
+ * kernels/emulation.h nvfp4moe_emul_triton_rcp asks it). rcp_ts NULL: IEEE divisions, the
+ * quantizer's own (nvfp4moe_qdq_row_as). For judging the GPU's EMULATION path. */
+void nvfp4moe_qdq_row_triton(const float *x, int64_t n, float ts, const float *rcp_ts, nvfp4moe_dtype out_dt,
+                             float *out);
 /* MXFP8 (E4M3 elements, E8M0 scale per 32) quantize-dequantize of one row (n % 32 == 0). */
 void nvfp4moe_mxfp8_qdq_row(const float *x, int64_t n, float *out);
 

@@ -111,8 +111,10 @@ static uint8_t modelopt_e2m1(float x) {
 
 /* Quantizes one block of 16 with quantizer q and tensor scale ts: returns the scale code, writes
  * the 16 E2M1 codes and, when step is not NULL, the dequantization step (x_hat = e2m1 * step) in
- * the source's form: s / gs for vLLM's quantizers, sf * scale_2 for ModelOpt's. */
-static uint8_t quantize_block(nvfp4moe_quantizer q, const float *x, float ts, uint8_t *codes, float *step) {
+ * the source's form: s / gs for vLLM's quantizers, sf * scale_2 for ModelOpt's. rcp_ts (VLLM_TRITON
+ * only, else NULL): divide as the GPU's div.full.f32 does (nvfp4moe_qdq_row_triton). */
+static uint8_t quantize_block(nvfp4moe_quantizer q, const float *x, float ts, const float *rcp_ts, uint8_t *codes,
+                              float *step) {
     const float amax = block_amax(x);
     if (q == NVFP4MOE_QUANTIZER_MODELOPT) {
         const float six_s2 = 6.0f * ts;
@@ -129,8 +131,9 @@ static uint8_t quantize_block(nvfp4moe_quantizer q, const float *x, float ts, ui
     const float s = nvfp4moe_e4m3_decode(sf);
     float inv;
     if (q == NVFP4MOE_QUANTIZER_VLLM_TRITON) {
-        /* output_scale = where(scale == 0, 0, global_scale / scale) */
-        inv = s == 0.0f ? 0.0f : ts / s;
+        /* output_scale = where(scale == 0, 0, global_scale / scale); div.full.f32 multiplies by the
+         * reciprocal of s, which is the correctly rounded one for every E4M3 value */
+        inv = s == 0.0f ? 0.0f : rcp_ts ? ts * (1.0f / s) : ts / s;
     } else {
         /* output_scale = get_reciprocal(scale * get_reciprocal(global_scale)), where
          * get_reciprocal(t) = 1 / (t + (t == 0) * 1e8) on tensors */
@@ -138,7 +141,7 @@ static uint8_t quantize_block(nvfp4moe_quantizer q, const float *x, float ts, ui
         inv = 1.0f / (t == 0.0f ? 1e8f : t);
     }
     for (int i = 0; i < 16; i++) codes[i] = e2m1_encode(clamp_keep_nan(x[i] * inv, -6.0f, 6.0f));
-    if (step) *step = s / ts;
+    if (step) *step = rcp_ts ? s * *rcp_ts : s / ts;
     return sf;
 }
 
@@ -178,7 +181,7 @@ nvfp4moe_status nvfp4moe_quantize_as(nvfp4moe_quantizer q, const float *x, int64
     uint8_t c[16];
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t b = 0; b < cols / 16; b++) {
-            scales[r * (cols / 16) + b] = quantize_block(q, x + r * cols + b * 16, tensor_scale, c, NULL);
+            scales[r * (cols / 16) + b] = quantize_block(q, x + r * cols + b * 16, tensor_scale, NULL, c, NULL);
             uint8_t *p = packed + r * (cols / 2) + b * 8;
             for (int i = 0; i < 8; i++) p[i] = (uint8_t)(c[2 * i] | (c[2 * i + 1] << 4));
         }
@@ -260,17 +263,27 @@ nvfp4moe_status nvfp4moe_unswizzle_scales(const uint8_t *swizzled, int64_t rows,
 
 // ---- activation quantize-dequantize (reference layer) ----
 
-void nvfp4moe_qdq_row_as(nvfp4moe_quantizer q, const float *x, int64_t n, float ts, nvfp4moe_dtype out_dt,
-                         float *out) {
+static void qdq_row(nvfp4moe_quantizer q, const float *x, int64_t n, float ts, const float *rcp_ts,
+                    nvfp4moe_dtype out_dt, float *out) {
     uint8_t c[16];
     float step;
     for (int64_t b = 0; b < n / 16; b++) {
-        quantize_block(q, x + b * 16, ts, c, &step);
+        quantize_block(q, x + b * 16, ts, rcp_ts, c, &step);
         /* the dequantized block is a tensor of the input dtype (ref_nvfp4_quant_dequant's .to,
          * the Triton kernel's store); F32 keeps it as float32 computes it */
         for (int i = 0; i < 16; i++)
             out[b * 16 + i] = nvfp4moe_round_to_dtype(out_dt, nvfp4moe_e2m1_decode(c[i]) * step);
     }
+}
+
+void nvfp4moe_qdq_row_as(nvfp4moe_quantizer q, const float *x, int64_t n, float ts, nvfp4moe_dtype out_dt,
+                         float *out) {
+    qdq_row(q, x, n, ts, NULL, out_dt, out);
+}
+
+void nvfp4moe_qdq_row_triton(const float *x, int64_t n, float ts, const float *rcp_ts, nvfp4moe_dtype out_dt,
+                             float *out) {
+    qdq_row(NVFP4MOE_QUANTIZER_VLLM_TRITON, x, n, ts, rcp_ts, out_dt, out);
 }
 
 /* OCP MX: a shared power-of-two scale 2^(floor(log2(amax)) - 8) per 32 elements (8 = the largest

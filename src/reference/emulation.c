@@ -34,6 +34,12 @@
  * ulp of that; Triton's tl.exp and its division are approximate); divisions are IEEE (Triton's
  * '/' is div.full.f32). Biases, which vLLM's EMULATION rejects, are added in float32 before the
  * top-k weight.
+ *
+ * nvfp4moe_emulation_forward_host_rcp divides the two QDQs as the GPU does instead (format.h,
+ * nvfp4moe_qdq_row_triton), given the GPU's reciprocals of a1_gs and a2_gs: the step s / gs lands
+ * e2m1 * step on bf16/fp16 rounding ties for some global scales, and there one ulp of the step
+ * moves the value one step of T. The activations' Triton divisions (swiglustep's sigmoid) are not
+ * modelled: Triton's exp differs from the host's anyway.
  */
 #include "format/format.h"
 #include "reference/reference.h"
@@ -173,6 +179,11 @@ static float dot_f32(const float *a, const float *w, int64_t K) {
 
 nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                                 const nvfp4moe_io *io) {
+    return nvfp4moe_emulation_forward_host_rcp(cfg, w, io, NULL);
+}
+
+nvfp4moe_status nvfp4moe_emulation_forward_host_rcp(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                                    const nvfp4moe_io *io, const float rcp_gs[2]) {
     NVFP4MOE_TRY(nvfp4moe_config_validate(cfg));
     NVFP4MOE_RETURN_IF(cfg->scheme != NVFP4MOE_SCHEME_W4A4, NVFP4MOE_ERR_UNSUPPORTED,
                        "EMULATION: scheme=%s is not supported: EMULATION runs W4A4 only",
@@ -211,7 +222,7 @@ nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, cons
         for (int64_t i = 0; i < M * H; i++)
             x[i] = nvfp4moe_round_to_dtype(dt, x[i] * nvfp4moe_round_to_dtype(dt, wts[i / H]));
     for (int64_t t = 0; t < M; t++)
-        nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, x + t * H, H, a1_gs, dt, x + t * H);
+        nvfp4moe_qdq_row_triton(x + t * H, H, a1_gs, rcp_gs ? &rcp_gs[0] : NULL, dt, x + t * H);
 
     for (int64_t e = 0; e < E; e++) {
         if (start[e] == start[e + 1]) continue;
@@ -230,7 +241,7 @@ nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, cons
                 h[n] = nvfp4moe_round_to_dtype(dt, v);
             }
             nvfp4moe_emulation_activation(cfg, &ap, dt, h, act);
-            nvfp4moe_qdq_row_as(NVFP4MOE_QUANTIZER_VLLM_TRITON, act, I, a2_gs, dt, act);
+            nvfp4moe_qdq_row_triton(act, I, a2_gs, rcp_gs ? &rcp_gs[1] : NULL, dt, act);
             for (int64_t n = 0; n < H; n++) {
                 float v = dot_f32(act, w2 + n * I, I);
                 if (cfg->has_bias) v += w->w2_bias[e * H + n];

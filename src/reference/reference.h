@@ -89,5 +89,11 @@ void nvfp4moe_emulation_moe_sum(const float *y, int64_t M, int64_t K, int64_t H,
  * W4A4 with bf16 or fp16 hidden states only (UNSUPPORTED otherwise). */
 nvfp4moe_status nvfp4moe_emulation_forward_host(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
                                                 const nvfp4moe_io *io);
+/* The same with the two QDQs dividing as the GPU's EMULATION kernels do (format.h,
+ * nvfp4moe_qdq_row_triton): rcp_gs holds the GPU's reciprocals of a1_gs and a2_gs
+ * (nvfp4moe_w4a4_global_scales; kernels/emulation.h nvfp4moe_emul_triton_rcp computes them). NULL:
+ * IEEE divisions, nvfp4moe_emulation_forward_host. What tests judge the GPU backend against. */
+nvfp4moe_status nvfp4moe_emulation_forward_host_rcp(const nvfp4moe_config *cfg, const nvfp4moe_weights *w,
+                                                    const nvfp4moe_io *io, const float rcp_gs[2]);
 
 #endif // NVFP4MOE_REFERENCE_H
