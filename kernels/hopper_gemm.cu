@@ -1832,12 +1832,18 @@ extern "C" int32_t nvfp4moe_hopper_block_m(int64_t P, int32_t E, int32_t I) {
     // layer 1.1-12 % faster at 4, 8 and 16 pairs per expert, I = 2048 and 2880 -0.2 to +0.9 %, and
     // at 32 pairs per expert the GEMMs alone 8-17 % slower (a second block for most experts).
     // Nothing was measured between 16 and 32: at 24 about 4 % of the experts need a second block
-    // of 32 under uniform routing (bench/results/2026-12-07-h100-narrow-ctas.md).
+    // of 32 under uniform routing (bench/results/2026-12-07-h100-narrow-ctas.md). With fewer than
+    // 32 experts, block_m 32 on two CTAs from 4.5 up to 24 pairs per expert whatever I: there a
+    // few experts hold many more pairs than the average, and a block_m of 8 or 16 sized to the
+    // average gives them a second block and a second pass over their weights. Mixtral-8x7B (I
+    // 14336), the whole layer against block_m 8 / 16 / 16 / 64 at 6 / 8 / 12 / 16 pairs per
+    // expert: -11.8 / -1.3 / -16.8 / -2.5 %; at 4 block_m 8 stays 3 % faster
+    // (bench/results/2026-12-07-h100-few-experts.md).
     if (E <= 0) return 128;
     const double per_expert = (double)P / E;
     if (per_expert >= 1.1 * 64) return 128;
     if (CtasPerSm<32>::value == 2 && per_expert > NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT && per_expert <= 24.0 &&
-        E >= 32 && I > 0 && I <= 1536)
+        ((E >= 32 && I > 0 && I <= 1536) || (E < 32 && per_expert > 4.5)))
         return 32;
     if (per_expert > NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT && (E >= 32 || per_expert >= 16.0)) return 64;
     static const int32_t kSmall[] = {8, 16, 32};

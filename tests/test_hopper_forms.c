@@ -32,14 +32,15 @@ static int want_token_subtiles(int bm, int P, int E, int token_subtiles, int row
     return 0;
 }
 /* The decode kernels up to 3 pairs per expert on average; the GEMM beyond at block_m 32 up to 24
- * pairs per expert with 32 experts or more and an intermediate size of at most 1536, else at 64
- * (with fewer than 32 experts from 16 pairs per expert, the first of 8, 16, 32 with
- * P/E/block_m < 0.9 below that), 128 from 1.1 * 64. */
+ * pairs per expert with 32 experts or more and an intermediate size of at most 1536, or with
+ * fewer than 32 experts from 4.5 pairs per expert on; else at 64 (with fewer than 32 experts
+ * from 16 pairs per expert, the first of 8, 16, 32 with P/E/block_m < 0.9 below that), 128 from
+ * 1.1 * 64. */
 static int want_decode_block_m(long long P, int E) { return P * 1.0 / E <= 3.0 ? 8 : 0; }
 static int want_block_m(long long P, int E, int I) {
     const double pe = (double)P / E;
     if (pe >= 1.1 * 64) return 128;
-    if (pe > 3.0 && pe <= 24.0 && E >= 32 && I > 0 && I <= 1536) return 32;
+    if (pe > 3.0 && pe <= 24.0 && ((E >= 32 && I > 0 && I <= 1536) || (E < 32 && pe > 4.5))) return 32;
     if (pe > 3.0 && (E >= 32 || pe >= 16.0)) return 64;
     return pe / 8 < 0.9 ? 8 : pe / 16 < 0.9 ? 16 : pe / 32 < 0.9 ? 32 : 64;
 }
@@ -123,9 +124,9 @@ int main(void) {
                 gemm64 += d == 0 && b == 64;
             }
             CHECK(bad == 0, "E %d I %d: %d mismatches", E, I, bad);
-            /* short items (32 experts or more, I <= 1536) run block_m 32 from where the decode regime
-             * stops; every layer reaches block_m 64 */
-            if (E >= 32 && I > 0 && I <= 1536) CHECK(gemm32 > 0, "E %d I %d: the GEMM never takes block_m 32", E, I);
+            /* short items (32 experts or more, I <= 1536) and few experts run block_m 32 past the
+             * decode regime; every layer reaches block_m 64 */
+            if (E < 32 || (I > 0 && I <= 1536)) CHECK(gemm32 > 0, "E %d I %d: the GEMM never takes block_m 32", E, I);
             CHECK(gemm64 > 0, "E %d I %d: the GEMM never takes block_m 64", E, I);
         }
     T_CASE("some launches fuse");
