@@ -35,7 +35,12 @@
  * of rebuilt from SR_CgaCtaId at every k tile's head (-1.4 to +2.1 %; the head's stalls are the
  * loop's back edge and the stage wait), the proxy fence in the producer (PFENCE = 1: 1-7 % slower),
  * nor that k-tile loop unrolled twice (within the rounds' spread of up to 8 %, 11 % more code;
- * 2026-12-07-h100-narrow-ctas.md, which also gives block_m 32 its two CTAs per SM).
+ * 2026-12-07-h100-narrow-ctas.md, which also gives block_m 32 its two CTAs per SM), nor the last
+ * wave's units in pieces along K where nothing else splits (Qwen3-30B-A3B's layer 11-13 % slower
+ * at M = 64-128: a piece of 4 k tiles pays a whole item's overhead and the split's;
+ * 2026-12-07-h100-last-wave.md). In the decode range (Qwen3-30B-A3B, block_m 32, M = 256) the
+ * consumers wait a quarter of their k loop for a stage's bytes while the producer waits for a
+ * free stage: the ring's bytes in flight, not the decode, bound the stream there.
  * History: v1 -> v2
  * (bench/results/2026-12-02-h200-hopper-gemm-v2.md), two weight tiles per item
  * (2026-12-06-h100-row-tiles.md), fitted token widths (2026-12-06-h100-token-widths.md), claimed
@@ -345,6 +350,31 @@ static_assert(128 * ProducerRegs<2>::value + 256 * ConsumerRegs<1, 2>::value <= 
 static_assert(128 * kProducerRegs + 256 * ConsumerRegs<1>::value <= 384 * 168, "KS = 1 register budget");
 static_assert(128 * kProducerRegs + 512 * 104 <= 640 * 96, "KS = 2 register budget");
 
+// The K split count, the same in every thread of the grid: the s with the shortest estimated
+// time, waves(s) x (k tiles per split + kItemTiles + (s > 1 ? kSplitTiles : 0)), ties to the
+// smaller s. An item's fixed cost (drain, epilogue) and a split's (fp32 red.add of its partial
+// sums, the election, the re-read) are counted in k tiles: the first rule, the best-filled last
+// wave alone, split K = 2048 GEMMs at 10 waves for a 5 % fuller last wave and ran them 2.2x
+// slower (H200, Qwen3-30B-A3B GEMM1 at M = 1024: 525 against 235 us).
+constexpr int kItemTiles = 2;
+constexpr int kSplitTiles = 4;
+__host__ __device__ __forceinline__ int choose_splits(int units, int grid, int k_tiles, int max_splits) {
+    int best = 1;
+    long long best_cost = -1;
+    for (int s = 1; s <= max_splits; s++) {
+        if (s > 1 && k_tiles / s < kMinTilesPerSplit) break;
+        const long long items = (long long)units * s;
+        const long long waves = (items + grid - 1) / grid;
+        const long long cost =
+            waves * ((k_tiles + s - 1) / s + kItemTiles + (s > 1 ? kSplitTiles : 0));
+        if (best_cost < 0 || cost < best_cost) {
+            best_cost = cost;
+            best = s;
+        }
+    }
+    return best;
+}
+
 #if NVFP4MOE_HOPPER_DEVICE
 
 // ---- wgmma wrappers (generated) -----------------------------------------------------------
@@ -507,31 +537,6 @@ __device__ __forceinline__ uint32_t desc_uniform(uint32_t lo) {
 #else
     return lo;
 #endif
-}
-
-// The K split count, the same in every thread of the grid: the s with the shortest estimated
-// time, waves(s) x (k tiles per split + kItemTiles + (s > 1 ? kSplitTiles : 0)), ties to the
-// smaller s. An item's fixed cost (drain, epilogue) and a split's (fp32 red.add of its partial
-// sums, the election, the re-read) are counted in k tiles: the first rule, the best-filled last
-// wave alone, split K = 2048 GEMMs at 10 waves for a 5 % fuller last wave and ran them 2.2x
-// slower (H200, Qwen3-30B-A3B GEMM1 at M = 1024: 525 against 235 us).
-constexpr int kItemTiles = 2;
-constexpr int kSplitTiles = 4;
-__device__ __forceinline__ int choose_splits(int units, int grid, int k_tiles, int max_splits) {
-    int best = 1;
-    long long best_cost = -1;
-    for (int s = 1; s <= max_splits; s++) {
-        if (s > 1 && k_tiles / s < kMinTilesPerSplit) break;
-        const long long items = (long long)units * s;
-        const long long waves = (items + grid - 1) / grid;
-        const long long cost =
-            waves * ((k_tiles + s - 1) / s + kItemTiles + (s > 1 ? kSplitTiles : 0));
-        if (best_cost < 0 || cost < best_cost) {
-            best_cost = cost;
-            best = s;
-        }
-    }
-    return best;
 }
 
 struct Item {
@@ -1568,6 +1573,25 @@ bool split_allowed(int P, int N, int K, int block_m, int sm_count) {
 }
 size_t counters_count(int N, int max_blocks) { return (size_t)max_blocks * n_tiles_of(N) * 2; }
 
+// Whether choose_splits, on a grid of `grid` CTAs, splits K for any unit count this launch can
+// reach: ceil(P / block_m) blocks at least, max_blocks at most, n_groups units each. Where it
+// cannot, the launch clears no partial sums: split_allowed alone cleared P x N fp32 on every
+// launch that K never split (6.3 MB at Qwen3-30B-A3B's GEMM1 at M = 128, 8.4 MB at
+// Qwen3-235B-A22B's GEMM2 at M = 64). Only unit counts below grid * (k_tiles + kItemTiles) / (kItemTiles + 2 *
+// kSplitTiles) can split: above, even the fullest waves of s >= 2 splits cost more than one pass
+// with a last wave of one more item. Where pairs are dropped (ids outside [0, E)), fewer blocks
+// than ceil(P / block_m) may run, and they run unsplit, as split_allowed's bound from P already
+// has it.
+bool may_split(int P, int n_groups, int max_blocks, int block_m, int grid, int k_tiles) {
+    const long long lo = ((long long)P + block_m - 1) / block_m * n_groups;
+    long long hi = (long long)max_blocks * n_groups;
+    const long long most = (long long)grid * (k_tiles + kItemTiles) / (kItemTiles + 2 * kSplitTiles) + 1;
+    if (hi > most) hi = most;
+    for (long long u = lo; u <= hi; u++)
+        if (choose_splits((int)u, grid, k_tiles, kMaxSplits) > 1) return true;
+    return false;
+}
+
 // The image of the kernel must be sm_90a code and the device compute capability 9.0.
 template <int BM, bool BF16, int NW, int RT, bool GU>
 cudaError_t prepare() {
@@ -1642,7 +1666,12 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
             p.sched = static_cast<int32_t *>(args->workspace);
             clear = kSchedBytes;
         }
-        if (split_allowed(args->P, args->N, args->K, BM, args->sm_count)) {
+        // the grid below with max_splits = kMaxSplits, which choose_splits would see
+        long long split_grid = args->sm_count > 0 ? (long long)args->sm_count * Cfg<BM, RT>::MINB : 1;
+        if ((long long)args->max_blocks * p.n_groups * kMaxSplits < split_grid)
+            split_grid = (long long)args->max_blocks * p.n_groups * kMaxSplits;
+        if (split_allowed(args->P, args->N, args->K, BM, args->sm_count) && split_grid > 0 &&
+            may_split(args->P, p.n_groups, args->max_blocks, BM, (int)split_grid, p.k_tiles)) {
             p.ws = reinterpret_cast<float *>(static_cast<uint8_t *>(args->workspace) + kSchedBytes);
             p.counters = reinterpret_cast<int32_t *>(p.ws + (size_t)args->P * args->N);
             p.max_splits = kMaxSplits;
