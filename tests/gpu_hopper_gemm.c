@@ -725,6 +725,11 @@ int main(int argc, char **argv) {
         {"bm32 fused silu bias", 4, 512, 1024, 40, 4, 32, 1, 0, 1, 1, 4, 0, 0, 0, 0, 0, 1},
         {"bm32 odd n tiles K split fp16 halves rs", 6, 640, 4096, 12, 4, 32, 1, 1, 1, 0, 6, 0, 0, 1, 0, 0, 0},
         {"graph bm32 fused silu limit fp16 halves", 6, 768, 640, 30, 4, 32, 1, 0, 1, 0, 6, 0, 1, 1, 0, 0, 2},
+        // a layer's shape: more units than CTAs, claimed, with a workspace that K may split
+        // (Qwen3-30B-A3B's GEMM1 at M = 64 with the fused SiLU at block_m 32; 64 experts of 16
+        // pairs at block_m 64, fp16, row scales, gate/up scales)
+        {"bm32 qwen3-30b GEMM1 M=64 fused silu", 128, 1536, 2048, 64, 8, 32, 1, 0, 1, 1, 128, 0, 0, 0, 0, 0, 1},
+        {"bm64 64 experts fp16 rs halves", 64, 1024, 2048, 128, 8, 64, 1, 1, 1, 0, 64, 0, 0, 1, 0, 0, 0},
     };
     // Cases again on a grid of 2 or 3 CTAs (the GEMM sizes its persistent grid from sm_count): each
     // CTA then walks many items, so the stage ring wraps across items, an item whose second weight
