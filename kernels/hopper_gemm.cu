@@ -223,6 +223,15 @@ constexpr size_t kSchedBytes = 16;  // the workspace's item counter (Params::sch
 // Where the cp.async -> wgmma proxy fence sits: 1 = in the producer, after its copies of a stage
 // have landed and before it arrives on the stage's full barrier; 0 = in every consumer thread
 // after the full barrier, once per tile.
+// The producer's L2 prefetch (KS = 1, thread 0) of weight chunks this many k tiles ahead of
+// their bulk copies, and of the next claimed item's first ones at an item's head; 0: none (the
+// default, for A/B runs). In the decode range (Qwen3-30B-A3B at block_m 32, M = 256) the
+// consumers wait a quarter of their k loop for a stage's bytes while the producer waits for a
+// free stage (bench/results/2026-12-07-h100-last-wave.md): L2 holds bytes in flight that the
+// shared-memory ring cannot.
+#ifndef NVFP4MOE_HOPPER_WPF
+#define NVFP4MOE_HOPPER_WPF 0
+#endif
 #ifndef NVFP4MOE_HOPPER_PFENCE
 #define NVFP4MOE_HOPPER_PFENCE 0
 #endif
@@ -434,6 +443,12 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
         "l"(src), "r"(bytes), "r"(bar)
         : "memory");
 }
+#if NVFP4MOE_HOPPER_WPF > 0
+// A fire-and-forget bulk prefetch of [p, p + bytes) into L2 (bytes a multiple of 16).
+__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
+#endif
 // 16-byte async copy; src_bytes = 0 zero-fills the destination without reading src.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, uint32_t src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -658,6 +673,15 @@ struct Kernel {
             // last item one tile); GU: the up tile of gate tile nt, n_tiles / 2 further on.
             const int nw = RT == 1 ? 1 : GU || w.nt + 1 < p.n_tiles ? 2 : 1;
             const size_t w2off = (size_t)(GU ? p.n_tiles / 2 : 1) * p.k_tiles * kWChunk;
+#if NVFP4MOE_HOPPER_WPF > 0
+            // L2 prefetch: the item's chunks past its first, up to WPF k tiles, at its head; in the
+            // k loop each tile's chunks WPF tiles ahead of its bulk copies.
+            if (kHandOff && tid == 0)
+                for (int kp = w.kt0 + 1; kp < w.kt0 + NVFP4MOE_HOPPER_WPF && kp < w.kt1; kp++) {
+                    prefetch_l2(wsrc + (size_t)kp * kWChunk, kWChunk);
+                    if (RT == 2 && nw == 2) prefetch_l2(wsrc + w2off + (size_t)kp * kWChunk, kWChunk);
+                }
+#endif
             uint32_t roff[C::CPT];  // ~0u: row r0 + 8j is a sentinel
 #pragma unroll
             for (int j = 0; j < C::CPT; j++) {
@@ -705,6 +729,13 @@ struct Kernel {
                     fence_proxy_async();
                     mbar_arrive(bars + 8 * pending);
                     pending = -1;
+                }
+#endif
+#if NVFP4MOE_HOPPER_WPF > 0
+                if (kHandOff && tid == 0 && kt + NVFP4MOE_HOPPER_WPF < w.kt1) {  // before any wait
+                    const size_t kp = (size_t)(kt + NVFP4MOE_HOPPER_WPF) * kWChunk;
+                    prefetch_l2(wsrc + kp, kWChunk);
+                    if (RT == 2 && nw == 2) prefetch_l2(wsrc + w2off + kp, kWChunk);
                 }
 #endif
                 mbar_wait(empty, ph ^ 1);  // the first pass finds the previous parity complete
