@@ -448,6 +448,12 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t
 __device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
+// k tile kt's weight chunk at src and, when `two`, the item's second chunk w2off further on.
+__device__ __forceinline__ void prefetch_chunks(const uint8_t *src, size_t w2off, int kt, bool two) {
+    const uint8_t *c = src + (size_t)kt * kWChunk;
+    prefetch_l2(c, kWChunk);
+    if (two) prefetch_l2(c + w2off, kWChunk);
+}
 #endif
 // 16-byte async copy; src_bytes = 0 zero-fills the destination without reading src.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, uint32_t src_bytes) {
@@ -677,10 +683,8 @@ struct Kernel {
             // L2 prefetch: the item's chunks past its first, up to WPF k tiles, at its head; in the
             // k loop each tile's chunks WPF tiles ahead of its bulk copies.
             if (kHandOff && tid == 0)
-                for (int kp = w.kt0 + 1; kp < w.kt0 + NVFP4MOE_HOPPER_WPF && kp < w.kt1; kp++) {
-                    prefetch_l2(wsrc + (size_t)kp * kWChunk, kWChunk);
-                    if (RT == 2 && nw == 2) prefetch_l2(wsrc + w2off + (size_t)kp * kWChunk, kWChunk);
-                }
+                for (int kp = w.kt0 + 1; kp < w.kt0 + NVFP4MOE_HOPPER_WPF && kp < w.kt1; kp++)
+                    prefetch_chunks(wsrc, w2off, kp, RT == 2 && nw == 2);
 #endif
             uint32_t roff[C::CPT];  // ~0u: row r0 + 8j is a sentinel
 #pragma unroll
@@ -732,11 +736,8 @@ struct Kernel {
                 }
 #endif
 #if NVFP4MOE_HOPPER_WPF > 0
-                if (kHandOff && tid == 0 && kt + NVFP4MOE_HOPPER_WPF < w.kt1) {  // before any wait
-                    const size_t kp = (size_t)(kt + NVFP4MOE_HOPPER_WPF) * kWChunk;
-                    prefetch_l2(wsrc + kp, kWChunk);
-                    if (RT == 2 && nw == 2) prefetch_l2(wsrc + w2off + kp, kWChunk);
-                }
+                if (kHandOff && tid == 0 && kt + NVFP4MOE_HOPPER_WPF < w.kt1)  // before any wait
+                    prefetch_chunks(wsrc, w2off, kt + NVFP4MOE_HOPPER_WPF, RT == 2 && nw == 2);
 #endif
                 mbar_wait(empty, ph ^ 1);  // the first pass finds the previous parity complete
                 uint8_t *stage = smem + st * C::STAGE;
@@ -1623,6 +1624,14 @@ bool may_split(int P, int n_groups, int max_blocks, int block_m, int grid, int k
     return false;
 }
 
+// The persistent grid, from upper bounds only (graph capture): minb CTAs per SM, fewer when even
+// the largest possible item count (max_blocks x n_groups x max_splits) is smaller.
+int persistent_grid(const nvfp4moe_hopper_args *args, int minb, int n_groups, int max_splits) {
+    const long long most = (long long)args->max_blocks * n_groups * max_splits;
+    const int grid = args->sm_count > 0 ? args->sm_count * minb : 1;
+    return most < grid ? (int)most : grid;
+}
+
 // The image of the kernel must be sm_90a code and the device compute capability 9.0.
 template <int BM, bool BF16, int NW, int RT, bool GU>
 cudaError_t prepare() {
@@ -1697,12 +1706,10 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
             p.sched = static_cast<int32_t *>(args->workspace);
             clear = kSchedBytes;
         }
-        // the grid below with max_splits = kMaxSplits, which choose_splits would see
-        long long split_grid = args->sm_count > 0 ? (long long)args->sm_count * Cfg<BM, RT>::MINB : 1;
-        if ((long long)args->max_blocks * p.n_groups * kMaxSplits < split_grid)
-            split_grid = (long long)args->max_blocks * p.n_groups * kMaxSplits;
+        // the grid launched with max_splits = kMaxSplits, which choose_splits would see
+        const int split_grid = persistent_grid(args, Cfg<BM, RT>::MINB, p.n_groups, kMaxSplits);
         if (split_allowed(args->P, args->N, args->K, BM, args->sm_count) && split_grid > 0 &&
-            may_split(args->P, p.n_groups, args->max_blocks, BM, (int)split_grid, p.k_tiles)) {
+            may_split(args->P, p.n_groups, args->max_blocks, BM, split_grid, p.k_tiles)) {
             p.ws = reinterpret_cast<float *>(static_cast<uint8_t *>(args->workspace) + kSchedBytes);
             p.counters = reinterpret_cast<int32_t *>(p.ws + (size_t)args->P * args->N);
             p.max_splits = kMaxSplits;
@@ -1714,11 +1721,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
             if (err != cudaSuccess) return err;
         }
     }
-    // Persistent grid from upper bounds only (graph capture): MINB CTAs per SM, fewer when even
-    // the largest possible item count is smaller.
-    long long most = (long long)args->max_blocks * p.n_groups * p.max_splits;
-    int grid = args->sm_count > 0 ? args->sm_count * Cfg<BM, RT>::MINB : 1;
-    if (most < grid) grid = (int)most;
+    const int grid = persistent_grid(args, Cfg<BM, RT>::MINB, p.n_groups, p.max_splits);
     hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>
         <<<grid, Cfg<BM, RT>::THREADS, Cfg<BM, RT>::SMEM, stream>>>(p);
     return cudaGetLastError();

@@ -47,21 +47,23 @@ static void to_host(void *dst, const void *d, size_t n) {
     CUDA_OK(cudaMemcpy(dst, d, n, cudaMemcpyDeviceToHost));
 }
 
-/* n values of dtype dt (bit patterns) against want (floats already of dtype dt): mismatches. */
-/* Values of got (n of dtype dt) unlike want's: bit for bit, or (zero_sign 0) with -0 == +0, the
- * zeros whose sign differs then counted in *zeros (the QDQ kernel rounds to +0 where the host keeps
- * the sign of a value too small for E2M1: the same number). */
+/* n values of dtype dt (bit patterns) against want (floats already of dtype dt): mismatches, bit
+ * for bit, or (zero_sign 0) with -0 == +0, the zeros whose sign differs then counted in *zeros
+ * (the QDQ kernel rounds to +0 where the host keeps the sign of a value too small for E2M1: the
+ * same number). */
 static int64_t count_diff_z(nvfp4moe_dtype dt, const void *got, const float *want, int64_t n, const char *what,
                             int zero_sign, int64_t *zeros) {
     float *g = malloc(sizeof(float) * (size_t)n);
     nvfp4moe_to_float(dt, got, n, g);
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (g[i] == want[i] && signbit(g[i]) != signbit(want[i]) && !zero_sign) {
-            if (zeros) (*zeros)++;
-            continue;
+        if (g[i] == want[i]) {
+            if (signbit(g[i]) == signbit(want[i])) continue;
+            if (!zero_sign) {  /* equal with signs apart: two zeros */
+                if (zeros) (*zeros)++;
+                continue;
+            }
         }
-        if (g[i] == want[i] && signbit(g[i]) == signbit(want[i])) continue;
         if (isnan(g[i]) && isnan(want[i])) continue;
         if (bad++ < 5 && what)
             fprintf(stderr, "  [%s] %s [%lld]: gpu %.9g host %.9g\n", t_case, what, (long long)i, (double)g[i],
