@@ -224,7 +224,7 @@ constexpr size_t kSchedBytes = 16;  // the workspace's item counter (Params::sch
 // have landed and before it arrives on the stage's full barrier; 0 = in every consumer thread
 // after the full barrier, once per tile.
 // The producer's L2 prefetch (KS = 1, thread 0) of weight chunks this many k tiles ahead of
-// their bulk copies, and of the next claimed item's first ones at an item's head; 0: none (the
+// their bulk copies, and of an item's first ones past its first at the item's head; 0: none (the
 // default, for A/B runs). In the decode range (Qwen3-30B-A3B at block_m 32, M = 256) the
 // consumers wait a quarter of their k loop for a stage's bytes while the producer waits for a
 // free stage (bench/results/2026-12-07-h100-last-wave.md): L2 holds bytes in flight that the
