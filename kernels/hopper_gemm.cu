@@ -170,6 +170,7 @@
 #include "hopper_decode.h"  // NVFP4MOE_DECODE_MAX_PAIRS_PER_EXPERT
 #include "hopper_gemm.h"
 #include "hopper_layout.cuh"
+#include "pdl.cuh"
 
 // The device code uses sm_90a-only instructions (wgmma, setmaxnreg): compiled only where the
 // architecture-specific feature set is available.
@@ -327,6 +328,8 @@ struct Params {
     int halves;            // scale_2: 0 [E]; 1 [E, 2] stacked gate/up halves; 2 [E, 2] interleaved
     uint16_t *act;         // GU: the activation's output [P, N/2] in place of C
     nvfp4moe_gpu_act_params ap;
+    int32_t *next_sched;   // the item counter of the GEMM launched next with PDL, zeroed here, or NULL
+    int pdl;               // launched with PDL after the GEMM that zeroed sched (Kernel::produce)
 };
 
 #ifndef NVFP4MOE_HOPPER_PRODUCER_REGS
@@ -641,6 +644,7 @@ struct Kernel {
         const uint32_t dst0 = (uint32_t)((cc / 8) * BM * 128 + r0 * 128 + (((cc % 8) ^ (r0 & 7)) * 16));
         const uint32_t row16 = (uint32_t)p.K / 8;  // a row's length in 16-byte units
         uint32_t it = 0;
+        uint32_t pre = 0;  // thread 0, p.pdl: stages of the first item whose weights were issued early
 #if NVFP4MOE_HOPPER_PFENCE
         int pending = -1;  // stage whose copies were issued but whose full barrier waits on them
 #endif
@@ -722,6 +726,28 @@ struct Kernel {
                 }
                 mbar_arrive(smem_u32(&q.full[slot]));  // release: the item, its ids and values
             }
+            if (p.pdl && qi == 0) {
+                // Launched with PDL behind GEMM1 (args->pdl): everything above reads what was
+                // complete before GEMM1 started (the grouping, the router weights, the weights'
+                // scales and bias). The first item's weight chunks for the ring's first stages
+                // need no wait either (the first pass over the ring finds every stage free): they
+                // stream while GEMM1's last CTAs finish. GEMM1's output, the activations, only
+                // after the wait.
+                if (tid == 0) {
+                    pre = (uint32_t)min(C::STAGES, w.kt1 - w.kt0);
+                    for (uint32_t s = 0; s < pre; s++) {
+                        const uint32_t full = bars + 8 * s;
+                        uint8_t *stage = smem + s * C::STAGE;
+                        mbar_arrive_expect_tx(full, nw * kWChunk);
+                        bulk_g2s(smem_u32(stage + C::ACT), wsrc + (size_t)(w.kt0 + s) * kWChunk, kWChunk, full);
+                        if (RT == 2 && nw == 2)
+                            bulk_g2s(smem_u32(stage + C::ACT + kWChunk),
+                                     wsrc + w2off + (size_t)(w.kt0 + s) * kWChunk, kWChunk, full);
+                    }
+                }
+                nvfp4moe_pdl::wait();
+                nvfp4moe_pdl::trigger();  // after the wait: what the kernels ahead wrote is complete
+            }
             for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
                 const uint32_t st = it % C::STAGES;
                 const uint32_t ph = (it / C::STAGES) & 1;
@@ -741,7 +767,7 @@ struct Kernel {
 #endif
                 mbar_wait(empty, ph ^ 1);  // the first pass finds the previous parity complete
                 uint8_t *stage = smem + st * C::STAGE;
-                if (tid == 0) {
+                if (tid == 0 && it >= pre) {  // (the first stages of a PDL launch's first item: above)
                     mbar_arrive_expect_tx(full, nw * kWChunk);
                     bulk_g2s(smem_u32(stage + C::ACT), wsrc + (size_t)kt * kWChunk, kWChunk, full);
                     if (RT == 2 && nw == 2)  // the second tile's chunk
@@ -1492,8 +1518,16 @@ struct Kernel {
             }
             // Make the initialized barriers visible to the async proxy (the bulk copies).
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+            // The next GEMM's item counter (args->next_workspace), zero before any CTA signals
+            // that GEMM (launched with PDL) may start: it claims items before it waits for us.
+            if (p.next_sched && blockIdx.x == 0) {
+                *reinterpret_cast<volatile int32_t *>(p.next_sched) = 0;
+                __threadfence();
+            }
         }
         __syncthreads();
+        // A PDL launch signals its dependents in the producer, after its wait (produce).
+        if (!p.pdl) nvfp4moe_pdl::trigger();
 
         const int nb = *p.num_blocks;
         const int units = nb * p.n_groups;
@@ -1698,6 +1732,8 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.ws = nullptr;
     p.counters = nullptr;
     p.max_splits = 1;
+    p.next_sched = static_cast<int32_t *>(args->next_workspace);
+    p.pdl = 0;
     if (args->workspace) {
         size_t clear = 0;
         // Claimed items at block_m 32, 64 and 128 (H100, GEMMs alone: 3-11 % faster at M = 1024
@@ -1716,15 +1752,26 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
             clear = kSchedBytes + (size_t)args->P * args->N * 4 +
                     counters_count(args->N, args->max_blocks) * sizeof(int32_t);
         }
-        if (clear) {
+        // PDL behind the GEMM that zeroed our item counter (args->pdl); a split-K area to clear
+        // makes it a plain launch (the clear sits between the kernels).
+        p.pdl = args->pdl && clear == kSchedBytes;
+        if (clear && !p.pdl) {
             err = cudaMemsetAsync(args->workspace, 0, clear, stream);
             if (err != cudaSuccess) return err;
         }
     }
     const int grid = persistent_grid(args, Cfg<BM, RT>::MINB, p.n_groups, p.max_splits);
-    hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>
-        <<<grid, Cfg<BM, RT>::THREADS, Cfg<BM, RT>::SMEM, stream>>>(p);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3(Cfg<BM, RT>::THREADS);
+    cfg.dynamicSmemBytes = Cfg<BM, RT>::SMEM;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = p.pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>, p);
 }
 
 // Weight tiles per work item (Kernel's RT): two (256 weight rows against one activation stage)

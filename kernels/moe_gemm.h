@@ -74,6 +74,16 @@ typedef struct nvfp4moe_marlin_args {
                                  gated activation itself and write act(C) [P, N/2] here instead of
                                  C, where nvfp4moe_hopper_fuses_activation says so; or NULL */
     const struct nvfp4moe_gpu_act_params *act;  /* that activation (kernels/pipeline.h), or NULL */
+    /* The Hopper GEMM only (MARLIN ignores both): launch overlap between GEMM1 and GEMM2.
+     * next_workspace: the workspace of the GEMM launched right after this one with pdl = 1 (a
+     * region apart from this launch's); this launch zeroes that GEMM's item counter before it lets
+     * a dependent start, or NULL. pdl = 1: launched as a programmatic dependent of the kernel
+     * ahead on the stream, a GEMM whose next_workspace was this workspace and which was itself
+     * launched after the grouping had finished; this launch then reads the grouping and issues
+     * its first weight copies before it waits for the kernel ahead, and clears no item counter.
+     * A launch that has to clear its split-K area is a plain one. */
+    void *next_workspace;
+    int32_t pdl;
 } nvfp4moe_marlin_args;
 
 /* Workspace the GEMM needs for these sizes (may be 0). */

@@ -7,7 +7,8 @@
  *   gpu_hopper_gemm            correctness grid against a CPU float64 reference; each case's
  *                              line ends with hash= (FNV-1a of C where its bits are defined,
  *                              "-" where K may be split), so two builds can be compared bit for bit
- *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer)
+ *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer; past the table: the reruns
+ *                              on 2-3 CTAs, then the reruns as a launch with PDL behind the same GEMM)
  *   gpu_hopper_gemm --bench [M,M..] [--sets N] [--model NAME|all] [--marlin]
  *                              GEMM1 + GEMM2 of a model's routed experts (deepseek-v3 default;
  *                              qwen3-30b-a3b, mixtral-8x7b, gpt-oss-120b, kimi-k2,
@@ -156,7 +157,11 @@ static double col_scale(const float *s2, int halves, int e, int n, int N) {
     return s2[2 * e + up];
 }
 
-static void run_case(const test_case *tc, int sm_count) {
+// pdl: the case runs twice in a row on one stream, the second launch a programmatic dependent
+// of the first (args.pdl = 1) with a workspace of its own, poisoned, whose item counter the first
+// launch zeroes (args.next_workspace), into a second poisoned C: that C is the one checked, and it
+// must equal the first launch's bit for bit where bits are defined.
+static void run_case(const test_case *tc, int sm_count, int pdl) {
     const int E = tc->E, N = tc->N, K = tc->K, M = tc->M, topk = tc->topk, bm = tc->block_m;
     const int P = M * topk;
     const int div = tc->gather ? topk : 1;
@@ -206,6 +211,15 @@ static void run_case(const test_case *tc, int sm_count) {
     CUDA_OK(cudaMalloc((void **)&d_nb, sizeof(int32_t)));
     size_t wsb = nvfp4moe_hopper_workspace_bytes(P, N, K, g.max_blocks, bm, sm_count);
     if (wsb && !tc->no_ws) CUDA_OK(cudaMalloc(&d_ws, wsb));
+    void *d_ws2 = NULL, *d_c2 = NULL;
+    if (pdl) {
+        if (d_ws) {
+            CUDA_OK(cudaMalloc(&d_ws2, wsb));
+            CUDA_OK(cudaMemset(d_ws2, 0xFF, wsb));  // the first launch must zero its item counter
+        }
+        CUDA_OK(cudaMalloc(&d_c2, sizeof(uint16_t) * (size_t)(P + guard) * N));
+        CUDA_OK(cudaMemset(d_c2, 0xFF, sizeof(uint16_t) * (size_t)(P + guard) * N));
+    }
     CUDA_OK(cudaMemcpy(d_w, w, wbytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_sf, sf, sbytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(d_a, a, sizeof(uint16_t) * (size_t)a_rows * K, cudaMemcpyHostToDevice));
@@ -245,6 +259,13 @@ static void run_case(const test_case *tc, int sm_count) {
     args.scale_2_halves = tc->halves;
     args.token_subtiles = tc->subtiles;
     args.row_tiles = tc->rowtiles;
+    nvfp4moe_hopper_args args2 = args;  // pdl: the dependent launch
+    if (pdl) {
+        args.next_workspace = d_ws2;
+        args2.c = d_c2;
+        args2.workspace = d_ws2;
+        args2.pdl = 1;
+    }
     if (tc->graph) {
         // Graph capture: no host synchronization or allocation may happen inside the GEMM call.
         cudaStream_t st;
@@ -256,6 +277,7 @@ static void run_case(const test_case *tc, int sm_count) {
         CUDA_OK(cudaDeviceSynchronize());
         CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         CUDA_OK(nvfp4moe_hopper_gemm(&args, st));
+        if (pdl) CUDA_OK(nvfp4moe_hopper_gemm(&args2, st));
         CUDA_OK(cudaStreamEndCapture(st, &graph));
         CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
         CUDA_OK(cudaGraphLaunch(exec, st));  // twice: a replay must give the same result
@@ -264,6 +286,14 @@ static void run_case(const test_case *tc, int sm_count) {
         CUDA_OK(cudaGraphExecDestroy(exec));
         CUDA_OK(cudaGraphDestroy(graph));
         CUDA_OK(cudaStreamDestroy(st));
+    } else if (pdl) {
+        cudaStream_t st;
+        CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(nvfp4moe_hopper_gemm(&args, st));
+        CUDA_OK(nvfp4moe_hopper_gemm(&args2, st));
+        CUDA_OK(cudaStreamSynchronize(st));
+        CUDA_OK(cudaStreamDestroy(st));
     } else {
         CUDA_OK(nvfp4moe_hopper_gemm(&args, 0));
     }
@@ -271,7 +301,20 @@ static void run_case(const test_case *tc, int sm_count) {
     CUDA_OK(cudaDeviceSynchronize());
 
     uint16_t *c = malloc(sizeof(uint16_t) * (size_t)(P + guard) * N);
-    CUDA_OK(cudaMemcpy(c, d_c, sizeof(uint16_t) * (size_t)(P + guard) * N, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(c, pdl ? d_c2 : d_c, sizeof(uint16_t) * (size_t)(P + guard) * N, cudaMemcpyDeviceToHost));
+    size_t pdl_unlike = 0;  // pdl: elements where the two launches differ, where bits are defined
+    if (pdl && bits_defined(&args)) {
+        uint16_t *c1 = malloc(sizeof(uint16_t) * (size_t)P * N);
+        CUDA_OK(cudaMemcpy(c1, d_c, sizeof(uint16_t) * (size_t)P * N, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < (size_t)P * N; i++) {
+            if (c1[i] == c[i]) continue;
+            if (pdl_unlike < 5)
+                fprintf(stderr, "  [%s, pdl] C[%zu, %zu]: 0x%04x, first launch 0x%04x\n", tc->name, i / N, i % N,
+                        c[i], c1[i]);
+            pdl_unlike++;
+        }
+        free(c1);
+    }
 
     // Reference in double: dequantize one (expert, column) row at a time.
     double *wrow = malloc(sizeof(double) * (size_t)K);
@@ -317,9 +360,9 @@ static void run_case(const test_case *tc, int sm_count) {
     }
     int guard_bad = 0;
     for (size_t i = (size_t)P * N; i < (size_t)(P + guard) * N; i++) guard_bad += c[i] != 0xFFFF;
-    if (tc->act) check_fused_act(tc, &args, d_c, c, P, N, guard);
+    if (tc->act && !pdl) check_fused_act(tc, &args, d_c, c, P, N, guard);
     double rel = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
-    int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2;
+    int ok = bad == 0 && guard_bad == 0 && rel <= 1e-2 && pdl_unlike == 0;
     t_record(ok);
     // FNV-1a of C where its bits are defined (no K split: the same roundings in the same order every
     // run), so two builds of the kernel can be compared bit for bit; "-" where K may be split
@@ -327,17 +370,19 @@ static void run_case(const test_case *tc, int sm_count) {
     if (bits_defined(&args))
         snprintf(hash, sizeof hash, "%016llx", (unsigned long long)t_fnv1a(c, sizeof(uint16_t) * (size_t)P * N));
     printf("%-4s %-34s E=%-3d N=%-5d K=%-5d M=%-4d top%d bm=%-3d div=%d rs=%d bias=%d %s ws=%d "
-           "graph=%d halves=%d sub=%d rt=%d blocks=%d rel=%.2e bad=%d guard=%d hash=%s\n",
+           "graph=%d halves=%d sub=%d rt=%d blocks=%d rel=%.2e bad=%d guard=%d%s hash=%s\n",
            ok ? "ok" : "FAIL", tc->name, E, N, K, M, topk, bm, div, tc->row_scale, tc->bias,
            tc->bf16 ? "bf16" : "fp16", d_ws != NULL, tc->graph, tc->halves,
            nvfp4moe_hopper_token_subtiles(&args), nvfp4moe_hopper_row_tiles(&args), g.num_blocks,
-           rel, bad, guard_bad, hash);
+           rel, bad, guard_bad, pdl ? (pdl_unlike ? " pdl=UNLIKE" : " pdl=same") : "", hash);
 
     free(ids); free(g.sorted_ids); free(g.block_expert); free(w); free(sf); free(s2); free(bias);
     free(rs); free(a); free(ad); free(c); free(wrow); free(ref); free(expert_of);
     cudaFree(d_w); cudaFree(d_sf); cudaFree(d_b); cudaFree(d_a); cudaFree(d_c); cudaFree(d_s2);
     cudaFree(d_bias); cudaFree(d_rs); cudaFree(d_sorted); cudaFree(d_bexp); cudaFree(d_nb);
     if (d_ws) cudaFree(d_ws);
+    if (d_ws2) cudaFree(d_ws2);
+    if (d_c2) cudaFree(d_c2);
 }
 
 // ---- microbenchmark: DeepSeek-V3 GEMM1 ([2I, H]) + GEMM2 ([H, I]) ----
@@ -734,23 +779,39 @@ int main(int argc, char **argv) {
     // Cases again on a grid of 2 or 3 CTAs (the GEMM sizes its persistent grid from sm_count): each
     // CTA then walks many items, so the stage ring wraps across items, an item whose second weight
     // tile is absent (idle warpgroup) is followed by full ones, and the split-K election's flags and
-    // barriers are reused. --case ncases + j runs rerun j alone.
+    // barriers are reused. --case ncases + j runs rerun j alone (and ncases + reruns + j PDL rerun j).
     static const struct {
         int idx, sms;
     } reruns[] = {{14, 2}, {22, 3}, {24, 2}, {33, 2}, {34, 3}, {35, 2}, {36, 3}, {38, 2}, {39, 3}, {47, 2},
                   {48, 2}, {49, 3}};
+    // Cases again as a launch with PDL behind the same GEMM (run_case's pdl): block_m 32 (two CTAs
+    // per SM), 64 and 128, claimed items with a graph, one that may split K (a plain launch then),
+    // one without a workspace, a layer's shape, and the 32 case on 2 CTAs.
+    static const struct {
+        int idx, sms;
+    } pdl_reruns[] = {{4, 0}, {6, 0}, {14, 0}, {17, 0}, {22, 0}, {24, 0}, {28, 0}, {35, 0}, {51, 0}, {52, 0},
+                      {4, 2}};
     const size_t ncases = sizeof cases / sizeof cases[0];
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
     for (size_t i = 0; i < ncases; i++)
-        if (only < 0 || (size_t)only == i) run_case(&cases[i], sm_count);
+        if (only < 0 || (size_t)only == i) run_case(&cases[i], sm_count, 0);
     for (size_t j = 0; j < sizeof reruns / sizeof reruns[0]; j++) {
         if (only >= 0 && (size_t)only != ncases + j) continue;
         test_case tc = cases[reruns[j].idx];
         char name[64];
         snprintf(name, sizeof name, "%.24s [%d CTAs]", tc.name, reruns[j].sms);
         tc.name = name;
-        run_case(&tc, reruns[j].sms);
+        run_case(&tc, reruns[j].sms, 0);
+    }
+    const size_t nreruns = sizeof reruns / sizeof reruns[0];
+    for (size_t j = 0; j < sizeof pdl_reruns / sizeof pdl_reruns[0]; j++) {
+        if (only >= 0 && (size_t)only != ncases + nreruns + j) continue;
+        test_case tc = cases[pdl_reruns[j].idx];
+        char name[64];
+        snprintf(name, sizeof name, "%.24s [pdl%s]", tc.name, pdl_reruns[j].sms == 2 ? ", 2 CTAs" : "");
+        tc.name = name;
+        run_case(&tc, pdl_reruns[j].sms ? pdl_reruns[j].sms : sm_count, 1);
     }
     return t_finish("gpu_hopper_gemm");
 }

@@ -105,6 +105,7 @@ typedef struct cuda_state {
     int32_t gemm_row_tiles;       /* HOPPER_WGMMA larger batches: 128-row weight tiles per item (0: the GEMM's choice) */
     int32_t gemm_token_tiles;     /* and its token tile form: 1 one width, 0 the GEMM's choice */
     int32_t gemm_fused_act;       /* HOPPER_WGMMA larger batches: GEMM1 applies the activation where it can */
+    int32_t gemm_pdl;             /* HOPPER_WGMMA larger batches: GEMM2 launched with PDL behind GEMM1 */
     int32_t gemm_block_m;         /* HOPPER_WGMMA larger batches: the GEMM's block_m (0: its rule) */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
@@ -136,7 +137,7 @@ typedef struct ws_layout {
     int32_t block_m, max_blocks;
     bool decode;                  /* the fused small-batch kernels run (HOPPER_WGMMA) */
     int64_t cap;
-    size_t ids, wts, sorted, bexp, nblk, a1, c1, act, gemm_ws, partial, counters, total;
+    size_t ids, wts, sorted, bexp, nblk, a1, c1, act, gemm_ws, gemm_ws2, partial, counters, total;
 } ws_layout;
 
 static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -204,6 +205,12 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
         size_t g2 = st->gemm->workspace_bytes((int32_t)L.P, st->H, st->I, L.max_blocks, L.block_m,
                                               st->sm_count);
         off += align_up(NVFP4MOE_MAX(g1, g2));
+        /* GEMM2 launched with PDL behind GEMM1 claims items while GEMM1's last CTAs still run:
+         * a workspace of its own (GEMM1 zeroes its item counter) */
+        if (st->gemm_pdl && st->gemm->has_decode) {
+            L.gemm_ws2 = off;
+            off += align_up(g2);
+        }
     }
     L.total = off;
     return L;
@@ -419,7 +426,11 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * default where the GEMM can: nvfp4moe_hopper_fuses_activation). NVFP4MOE_HOPPER_TOKEN_TILES=1
      * runs every block of that GEMM on one token tile of block_m columns (0: the narrowest that
      * holds its pairs, nvfp4moe_hopper_token_subtiles). NVFP4MOE_HOPPER_BLOCK_M = 8, 16, 32, 64
-     * or 128 forces that GEMM's block_m (0: nvfp4moe_hopper_block_m's rule). */
+     * or 128 forces that GEMM's block_m (0: nvfp4moe_hopper_block_m's rule).
+     * NVFP4MOE_HOPPER_GEMM_PDL=1 launches that GEMM2 with programmatic dependent launch right
+     * behind a GEMM1 that applies the activation itself: GEMM2's CTAs take the multiprocessors
+     * GEMM1's last CTAs leave and stream their first weights before they wait for GEMM1 (off by
+     * default, not yet measured). */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
@@ -430,6 +441,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->gemm_row_tiles = 0;
     st->gemm_token_tiles = 0;
     st->gemm_fused_act = 1;
+    st->gemm_pdl = 0;
     st->gemm_block_m = 0;
     if (w4a16 && gemm->has_decode) {
         static const struct {
@@ -449,6 +461,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_ROW_TILES", 2, offsetof(cuda_state, gemm_row_tiles), 0},
             {"NVFP4MOE_HOPPER_TOKEN_TILES", 2, offsetof(cuda_state, gemm_token_tiles), 0},
             {"NVFP4MOE_HOPPER_FUSED_ACT", 1, offsetof(cuda_state, gemm_fused_act), 0},
+            {"NVFP4MOE_HOPPER_GEMM_PDL", 1, offsetof(cuda_state, gemm_pdl), 0},
             {"NVFP4MOE_HOPPER_BLOCK_M", 128, offsetof(cuda_state, gemm_block_m), 8},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
@@ -701,6 +714,8 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         /* GEMM1 applies the activation itself where it can (then no activation kernel) */
         fused_act = st->gemm_fused_act && st->gemm->fuses_activation && st->gemm->fuses_activation(&g);
         if (!fused_act) g.act_out = NULL, g.act = NULL;
+        /* GEMM2 right behind GEMM1 (no activation kernel between): launched with PDL */
+        if (fused_act && L.gemm_ws2) g.next_workspace = ws + L.gemm_ws2;
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM1");
     } else {
         nvfp4moe_emul_args g = {
@@ -727,6 +742,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
             .P = P, .N = st->H, .K = st->I, .E = st->E, .block_m = L.block_m, .max_blocks = L.max_blocks,
             .is_bf16 = st->is_bf16, .workspace = ws + L.gemm_ws, .sm_count = st->sm_count,
             .row_tiles = st->gemm_row_tiles, .token_subtiles = st->gemm_token_tiles};
+        if (fused_act && L.gemm_ws2) g.workspace = ws + L.gemm_ws2, g.pdl = 1;
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM2");
     } else {
         nvfp4moe_emul_args g = {
