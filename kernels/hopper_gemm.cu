@@ -148,7 +148,11 @@
  * ceil(P / block_m) blocks at least) K is never split. Split
  * partial sums go to an fp32 workspace [P, N] with red.add; per (block, n tile, warpgroup) a
  * counter elects the last arriving split, which applies the epilogue. The launcher clears the
- * item counter and the split-K area with one cudaMemsetAsync (graph-capturable).
+ * item counter and the split-K area with one cudaMemsetAsync (graph-capturable). GEMM2 may instead
+ * be launched with PDL right behind GEMM1 (args->pdl; NVFP4MOE_HOPPER_GEMM_PDL in the backend):
+ * GEMM1 zeroes its counter, and its CTAs take the multiprocessors GEMM1's last CTAs leave, each
+ * issuing its first item (item blockIdx.x) and that item's first stages of weight chunks before it
+ * waits for GEMM1 (Kernel::produce); it claims further items only after the wait.
  * Epilogue: acc * 128 * scale_2[e] (+ bias[e, n]) (* row_scale[p]) stored as bf16/fp16 at
  * C[p, n], two adjacent columns per 4-byte store; rows past N (padding) and sentinel pairs are
  * skipped. The ids it needs are in registers, the expert scales, row scales and bias loaded
@@ -317,7 +321,8 @@ struct Params {
     const int32_t *sorted_ids;
     const int32_t *block_expert;
     const int32_t *num_blocks;
-    int32_t *sched;        // the next unclaimed work item, zeroed by the launcher, or NULL
+    int32_t *sched;        // the next unclaimed work item, zeroed by the launcher (a PDL launch: by
+                           // the GEMM ahead, args->next_workspace), or NULL
     float *ws;             // split-K partial sums [P, N], zeroed by the launcher, or NULL
     int32_t *counters;     // split-K arrivals per (block, n tile, warpgroup), zeroed, or NULL
     int a_row_div;
@@ -653,16 +658,21 @@ struct Kernel {
         // queue. Thread 0 claims one item ahead, so the atomic's round trip overlaps an item's
         // copies.
         // KS = 2 (block_m 8 and 16) deals its items round robin without the hand-over (kHandOff).
+        // A PDL launch (p.pdl) touches the counter only after its wait (the kernel ahead zeroes
+        // it; only the wait makes that visible): CTA b's first item is b, the counter then hands
+        // out items from gridDim.x on.
         int next = 0;
-        if (kHandOff && tid == 0) next = p.sched ? atomicAdd(p.sched, 1) : (int)blockIdx.x;
+        const int claim_base = p.pdl ? (int)gridDim.x : 0;
+        if (kHandOff && tid == 0) next = p.sched && !p.pdl ? atomicAdd(p.sched, 1) : (int)blockIdx.x;
         for (uint32_t qi = 0;; qi++) {
             int item = (int)(blockIdx.x + qi * gridDim.x);
             const uint32_t slot = qi % kQueue;
             if constexpr (kHandOff) {
                 if (tid == 0) {
                     q.claim[qi & 1] = next;
-                    if (next < items)
-                        next = p.sched ? atomicAdd(p.sched, 1) : (int)(blockIdx.x + (qi + 1) * gridDim.x);
+                    if (next < items && !(p.pdl && qi == 0))  // (a PDL launch's: after its wait)
+                        next = p.sched ? claim_base + atomicAdd(p.sched, 1)
+                                       : (int)(blockIdx.x + (qi + 1) * gridDim.x);
                 }
                 producer_barrier();
                 item = *reinterpret_cast<volatile int *>(&q.claim[qi & 1]);
@@ -747,6 +757,8 @@ struct Kernel {
                 }
                 nvfp4moe_pdl::wait();
                 nvfp4moe_pdl::trigger();  // after the wait: what the kernels ahead wrote is complete
+                if (kHandOff && tid == 0 && next < items)  // the one-ahead claim, held back above
+                    next = p.sched ? claim_base + atomicAdd(p.sched, 1) : (int)(blockIdx.x + gridDim.x);
             }
             for (int kt = w.kt0; kt < w.kt1; kt++, it++) {
                 const uint32_t st = it % C::STAGES;
@@ -1518,8 +1530,8 @@ struct Kernel {
             }
             // Make the initialized barriers visible to the async proxy (the bulk copies).
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-            // The next GEMM's item counter (args->next_workspace), zero before any CTA signals
-            // that GEMM (launched with PDL) may start: it claims items before it waits for us.
+            // The next GEMM's item counter (args->next_workspace): that GEMM, launched with PDL,
+            // claims from it only after its wait for this kernel.
             if (p.next_sched && blockIdx.x == 0) {
                 *reinterpret_cast<volatile int32_t *>(p.next_sched) = 0;
                 __threadfence();

@@ -81,7 +81,8 @@ typedef struct nvfp4moe_marlin_args {
      * ahead on the stream, a GEMM whose next_workspace was this workspace and which was itself
      * launched after the grouping had finished; this launch then reads the grouping and issues
      * its first weight copies before it waits for the kernel ahead, and clears no item counter.
-     * A launch that has to clear its split-K area is a plain one. */
+     * Where the GEMM has no item counter to claim from (no workspace, block_m 8 or 16) or has to
+     * clear its split-K area, the launch is a plain one. */
     void *next_workspace;
     int32_t pdl;
 } nvfp4moe_marlin_args;

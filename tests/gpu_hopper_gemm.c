@@ -215,7 +215,9 @@ static void run_case(const test_case *tc, int sm_count, int pdl) {
     if (pdl) {
         if (d_ws) {
             CUDA_OK(cudaMalloc(&d_ws2, wsb));
-            CUDA_OK(cudaMemset(d_ws2, 0xFF, wsb));  // the first launch must zero its item counter
+            // the first launch must zero the item counter: left at 0x7F7F7F7F, the second launch
+            // would run only each CTA's first item and leave the rest of C2 poisoned
+            CUDA_OK(cudaMemset(d_ws2, 0x7F, wsb));
         }
         CUDA_OK(cudaMalloc(&d_c2, sizeof(uint16_t) * (size_t)(P + guard) * N));
         CUDA_OK(cudaMemset(d_c2, 0xFF, sizeof(uint16_t) * (size_t)(P + guard) * N));
@@ -281,6 +283,8 @@ static void run_case(const test_case *tc, int sm_count, int pdl) {
         CUDA_OK(cudaStreamEndCapture(st, &graph));
         CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
         CUDA_OK(cudaGraphLaunch(exec, st));  // twice: a replay must give the same result
+        if (pdl)  // (and the replay's dependent launch must write all of C2 again)
+            CUDA_OK(cudaMemsetAsync(d_c2, 0xFF, sizeof(uint16_t) * (size_t)(P + guard) * N, st));
         CUDA_OK(cudaGraphLaunch(exec, st));
         CUDA_OK(cudaStreamSynchronize(st));
         CUDA_OK(cudaGraphExecDestroy(exec));
@@ -785,12 +789,13 @@ int main(int argc, char **argv) {
     } reruns[] = {{14, 2}, {22, 3}, {24, 2}, {33, 2}, {34, 3}, {35, 2}, {36, 3}, {38, 2}, {39, 3}, {47, 2},
                   {48, 2}, {49, 3}};
     // Cases again as a launch with PDL behind the same GEMM (run_case's pdl): block_m 32 (two CTAs
-    // per SM), 64 and 128, claimed items with a graph, one that may split K (a plain launch then),
-    // one without a workspace, a layer's shape, and the 32 case on 2 CTAs.
+    // per SM), 64 and 128, claimed items with a graph, ones that may split K and one without a
+    // workspace (plain launches then), a layer's shape, and on 2-3 CTAs (later items claimed after
+    // the wait; case 6's first item shorter than the ring).
     static const struct {
         int idx, sms;
     } pdl_reruns[] = {{4, 0}, {6, 0}, {14, 0}, {17, 0}, {22, 0}, {24, 0}, {28, 0}, {35, 0}, {51, 0}, {52, 0},
-                      {4, 2}};
+                      {4, 2}, {6, 2}, {14, 2}, {28, 3}};
     const size_t ncases = sizeof cases / sizeof cases[0];
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
@@ -809,7 +814,9 @@ int main(int argc, char **argv) {
         if (only >= 0 && (size_t)only != ncases + nreruns + j) continue;
         test_case tc = cases[pdl_reruns[j].idx];
         char name[64];
-        snprintf(name, sizeof name, "%.24s [pdl%s]", tc.name, pdl_reruns[j].sms == 2 ? ", 2 CTAs" : "");
+        char ctas[16] = "";
+        if (pdl_reruns[j].sms) snprintf(ctas, sizeof ctas, ", %d CTAs", pdl_reruns[j].sms);
+        snprintf(name, sizeof name, "%.24s [pdl%s]", tc.name, ctas);
         tc.name = name;
         run_case(&tc, pdl_reruns[j].sms ? pdl_reruns[j].sms : sm_count, 1);
     }
