@@ -37,7 +37,7 @@
 # bench --cpu --profile, the kernel alone (--stream: a prefetch sweep over 1, 2, 4 .. nproc threads),
 # the decode layers per prefetch setting and per thread count.
 # Environment: SAN_MEMCHECK, SAN_RACECHECK (gpu_hopper_decode cases under compute-sanitizer),
-# GPUTEST_MODES (default "auto decode gemm rt1 nofuse bm32 bm64 bm128 gpdl pdl"), VARIANT_M, VARIANT_NCU (a variant whose stalls ncu
+# GPUTEST_MODES (default "auto decode gemm rt1 nofuse bm32 bm64 bm128 nopdl pdl"), VARIANT_M, VARIANT_NCU (a variant whose stalls ncu
 # reads beside the built kernel's), GSAN_MEMCHECK, GSAN_RACECHECK (gpu_hopper_gemm cases of the gsan
 # step), AB_M, ENV_AB, ENVAB_M, GEMM_AB, GEMMAB_M, DECPROF_PRESETS, DECPROF_M, DECPROF_SRC_PRESET, BENCH_PRESETS (the gemm and hot steps; default deepseek-v3,qwen3-30b-a3b), BENCH_M
 # (default 1,4,16,64,256), TRITON_MS (default 1,16,64,256,1024,4096), TORCH_PRESETS (default
@@ -243,7 +243,7 @@ if has sass; then
          END{for (k in n) print k, n[k]}' "$R/hopper_decode.sass" | sort >"$R/sass_hist.txt"
     log "sass: $(grep -c 'Function :' "$R/hopper_decode.sass") functions; HMUL2 with selectors: $(grep -cE 'HMUL2.*\.H[01]_H[01]' "$R/hopper_decode.sass")"
 fi
-gmodes=" ${GPUTEST_MODES:-auto decode gemm rt1 nofuse bm32 bm64 bm128 gpdl pdl} "
+gmodes=" ${GPUTEST_MODES:-auto decode gemm rt1 nofuse bm32 bm64 bm128 nopdl pdl} "
 if has gputest; then
     for rg in auto decode gemm; do  # HOPPER_WGMMA's regime: chosen by the plan (auto), or forced
         [[ $gmodes == *" $rg "* ]] || continue
@@ -255,9 +255,9 @@ if has gputest; then
     # leaving one CTA slot per SM free, GEMM2's early expert prefetch): the plan's whole chain, graph replay included
     # the larger-batch GEMM's non-default forms through the whole layer: one weight tile per item
     # (rt1), and two without GEMM1's fused SiLU (nofuse), block_m forced to 32, 64 and 128 at every M,
-    # GEMM2 launched with PDL behind the fused GEMM1 (gpdl)
+    # GEMM2 launched only after GEMM1 has finished (nopdl: without PDL)
     for v in rt1:NVFP4MOE_HOPPER_ROW_TILES=1 nofuse:NVFP4MOE_HOPPER_FUSED_ACT=0 bm32:NVFP4MOE_HOPPER_BLOCK_M=32 \
-             bm64:NVFP4MOE_HOPPER_BLOCK_M=64 bm128:NVFP4MOE_HOPPER_BLOCK_M=128 gpdl:NVFP4MOE_HOPPER_GEMM_PDL=1; do
+             bm64:NVFP4MOE_HOPPER_BLOCK_M=64 bm128:NVFP4MOE_HOPPER_BLOCK_M=128 nopdl:NVFP4MOE_HOPPER_GEMM_PDL=0; do
         n=${v%%:*}
         [[ $gmodes == *" $n "* ]] || continue
         env NVFP4MOE_HOPPER_REGIME=gemm ${v#*:} timeout 120 $B/gpu_test >"$R/gpu_test_$n.txt" 2>&1

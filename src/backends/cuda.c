@@ -206,7 +206,8 @@ static ws_layout layout_for(const cuda_state *st, int64_t M) {
                                               st->sm_count);
         off += align_up(NVFP4MOE_MAX(g1, g2));
         /* GEMM2 launched with PDL behind GEMM1 claims items while GEMM1's last CTAs still run:
-         * a workspace of its own (GEMM1 zeroes its item counter) */
+         * a workspace of its own (GEMM1 zeroes its item counter); g2 is the 16-byte counter
+         * except at batches small enough for GEMM2 to split K */
         if (st->gemm_pdl && st->gemm->has_decode) {
             L.gemm_ws2 = off;
             off += align_up(g2);
@@ -427,10 +428,12 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * runs every block of that GEMM on one token tile of block_m columns (0: the narrowest that
      * holds its pairs, nvfp4moe_hopper_token_subtiles). NVFP4MOE_HOPPER_BLOCK_M = 8, 16, 32, 64
      * or 128 forces that GEMM's block_m (0: nvfp4moe_hopper_block_m's rule).
-     * NVFP4MOE_HOPPER_GEMM_PDL=1 launches that GEMM2 with programmatic dependent launch right
-     * behind a GEMM1 that applies the activation itself: GEMM2's CTAs take the multiprocessors
-     * GEMM1's last CTAs leave and stream their first weights before they wait for GEMM1 (off by
-     * default, not yet measured). */
+     * NVFP4MOE_HOPPER_GEMM_PDL (1, the default) launches that GEMM2 with programmatic dependent
+     * launch right behind a GEMM1 that applies the activation itself: GEMM2's CTAs take the
+     * multiprocessors GEMM1's last CTAs leave and stream their first weights before they wait
+     * for GEMM1 (H100, whole layer: Qwen3-30B-A3B 3-4 % faster at M = 64-1024, Qwen3-235B-A22B
+     * 1-2 %, the other presets within +-0.6 %: bench/results/2026-12-07-h100-gemm-pdl.md); 0
+     * launches it after GEMM1 has finished. */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
@@ -441,7 +444,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->gemm_row_tiles = 0;
     st->gemm_token_tiles = 0;
     st->gemm_fused_act = 1;
-    st->gemm_pdl = 0;
+    st->gemm_pdl = 1;
     st->gemm_block_m = 0;
     if (w4a16 && gemm->has_decode) {
         static const struct {
