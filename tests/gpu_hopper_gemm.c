@@ -8,7 +8,7 @@
  *                              line ends with hash= (FNV-1a of C where its bits are defined,
  *                              "-" where K may be split), so two builds can be compared bit for bit
  *   gpu_hopper_gemm --case I   case I alone (for compute-sanitizer; past the table: the reruns
- *                              on 2-3 CTAs, then the reruns as a launch with PDL behind the same GEMM)
+ *                              on 2-3 CTAs, then those as a launch with PDL behind the same GEMM)
  *   gpu_hopper_gemm --bench [M,M..] [--sets N] [--model NAME|all] [--marlin]
  *                              GEMM1 + GEMM2 of a model's routed experts (deepseek-v3 default;
  *                              qwen3-30b-a3b, mixtral-8x7b, gpt-oss-120b, kimi-k2,
@@ -783,19 +783,17 @@ int main(int argc, char **argv) {
     // Cases again on a grid of 2 or 3 CTAs (the GEMM sizes its persistent grid from sm_count): each
     // CTA then walks many items, so the stage ring wraps across items, an item whose second weight
     // tile is absent (idle warpgroup) is followed by full ones, and the split-K election's flags and
-    // barriers are reused. --case ncases + j runs rerun j alone (and ncases + reruns + j PDL rerun j).
+    // barriers are reused. Then cases again as a launch with PDL behind the same GEMM (run_case's
+    // pdl; sms 0: the device's grid): block_m 32 (two CTAs per SM), 64 and 128, claimed items with a
+    // graph, ones that may split K and one without a workspace (plain launches then), a layer's
+    // shape, and on 2-3 CTAs (later items claimed after the wait; case 6's first item shorter than
+    // the ring). --case ncases + j runs rerun j alone.
     static const struct {
-        int idx, sms;
-    } reruns[] = {{14, 2}, {22, 3}, {24, 2}, {33, 2}, {34, 3}, {35, 2}, {36, 3}, {38, 2}, {39, 3}, {47, 2},
-                  {48, 2}, {49, 3}};
-    // Cases again as a launch with PDL behind the same GEMM (run_case's pdl): block_m 32 (two CTAs
-    // per SM), 64 and 128, claimed items with a graph, ones that may split K and one without a
-    // workspace (plain launches then), a layer's shape, and on 2-3 CTAs (later items claimed after
-    // the wait; case 6's first item shorter than the ring).
-    static const struct {
-        int idx, sms;
-    } pdl_reruns[] = {{4, 0}, {6, 0}, {14, 0}, {17, 0}, {22, 0}, {24, 0}, {28, 0}, {35, 0}, {51, 0}, {52, 0},
-                      {4, 2}, {6, 2}, {14, 2}, {28, 3}};
+        int idx, sms, pdl;
+    } reruns[] = {{14, 2, 0}, {22, 3, 0}, {24, 2, 0}, {33, 2, 0}, {34, 3, 0}, {35, 2, 0}, {36, 3, 0},
+                  {38, 2, 0}, {39, 3, 0}, {47, 2, 0}, {48, 2, 0}, {49, 3, 0},
+                  {4, 0, 1},  {6, 0, 1},  {14, 0, 1}, {17, 0, 1}, {22, 0, 1}, {24, 0, 1}, {28, 0, 1},
+                  {35, 0, 1}, {51, 0, 1}, {52, 0, 1}, {4, 2, 1},  {6, 2, 1},  {14, 2, 1}, {28, 3, 1}};
     const size_t ncases = sizeof cases / sizeof cases[0];
     int only = -1;  // --case I runs case I alone (for compute-sanitizer)
     if (argc > 2 && strcmp(argv[1], "--case") == 0) only = atoi(argv[2]);
@@ -804,21 +802,11 @@ int main(int argc, char **argv) {
     for (size_t j = 0; j < sizeof reruns / sizeof reruns[0]; j++) {
         if (only >= 0 && (size_t)only != ncases + j) continue;
         test_case tc = cases[reruns[j].idx];
-        char name[64];
-        snprintf(name, sizeof name, "%.24s [%d CTAs]", tc.name, reruns[j].sms);
+        char name[64], ctas[16] = "";
+        if (reruns[j].sms) snprintf(ctas, sizeof ctas, reruns[j].pdl ? ", %d CTAs" : "%d CTAs", reruns[j].sms);
+        snprintf(name, sizeof name, "%.24s [%s%s]", tc.name, reruns[j].pdl ? "pdl" : "", ctas);
         tc.name = name;
-        run_case(&tc, reruns[j].sms, 0);
-    }
-    const size_t nreruns = sizeof reruns / sizeof reruns[0];
-    for (size_t j = 0; j < sizeof pdl_reruns / sizeof pdl_reruns[0]; j++) {
-        if (only >= 0 && (size_t)only != ncases + nreruns + j) continue;
-        test_case tc = cases[pdl_reruns[j].idx];
-        char name[64];
-        char ctas[16] = "";
-        if (pdl_reruns[j].sms) snprintf(ctas, sizeof ctas, ", %d CTAs", pdl_reruns[j].sms);
-        snprintf(name, sizeof name, "%.24s [pdl%s]", tc.name, ctas);
-        tc.name = name;
-        run_case(&tc, pdl_reruns[j].sms ? pdl_reruns[j].sms : sm_count, 1);
+        run_case(&tc, reruns[j].sms ? reruns[j].sms : sm_count, reruns[j].pdl);
     }
     return t_finish("gpu_hopper_gemm");
 }
