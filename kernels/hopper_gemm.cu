@@ -335,6 +335,7 @@ struct Params {
     nvfp4moe_gpu_act_params ap;
     int32_t *next_sched;   // the item counter of the GEMM launched next with PDL, zeroed here, or NULL
     int pdl;               // launched with PDL after the GEMM that zeroed sched (Kernel::produce)
+    int pdl_head;          // launched with PDL after the grouping (which zeroed sched): waits first
 };
 
 #ifndef NVFP4MOE_HOPPER_PRODUCER_REGS
@@ -1519,6 +1520,9 @@ struct Kernel {
         // guaranteed 16 (SMEM has 1024 bytes of slack for this).
         uint8_t *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
         const uint32_t bars = smem_u32(bars_mem);  // full[0..S), then empty[0..S)
+        // Launched with PDL behind the grouping (p.pdl_head): only the launch overlaps it;
+        // everything from here on may read what it wrote.
+        if (p.pdl_head) nvfp4moe_pdl::wait();
         if (threadIdx.x == 0) {
             for (int s = 0; s < C::STAGES; s++) {
                 mbar_init(bars + 8 * s, 128 + 1);           // 128 cp.async arrivals + expect_tx
@@ -1746,6 +1750,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     p.max_splits = 1;
     p.next_sched = static_cast<int32_t *>(args->next_workspace);
     p.pdl = 0;
+    p.pdl_head = 0;
     if (args->workspace) {
         size_t clear = 0;
         // Claimed items at block_m 32, 64 and 128 (H100, GEMMs alone: 3-11 % faster at M = 1024
@@ -1767,7 +1772,9 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
         // PDL behind the GEMM that zeroed our item counter (args->pdl); a split-K area to clear
         // makes it a plain launch (the clear sits between the kernels).
         p.pdl = args->pdl && clear == kSchedBytes;
-        if (clear && !p.pdl) {
+        // PDL behind the grouping that zeroed our item counter (args->pdl_head): the same rule.
+        p.pdl_head = !p.pdl && args->pdl_head && clear <= kSchedBytes;
+        if (clear && !p.pdl && !p.pdl_head) {
             err = cudaMemsetAsync(args->workspace, 0, clear, stream);
             if (err != cudaSuccess) return err;
         }
@@ -1782,7 +1789,7 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = p.pdl ? 1 : 0;
+    cfg.numAttrs = p.pdl || p.pdl_head ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>, p);
 }
 

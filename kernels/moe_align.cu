@@ -118,9 +118,11 @@ __device__ void group_pairs(const int32_t *ids, int64_t P64, int E, int bm, int3
 
 __global__ void __launch_bounds__(kGroupThreads)
 group_kernel(const int32_t *ids, int64_t P, int E, int bm, int32_t *sorted_ids,
-             int32_t *block_expert, int32_t *num_blocks, int max_blocks) {
+             int32_t *block_expert, int32_t *num_blocks, int max_blocks, int32_t *zero) {
     extern __shared__ int sm[];
     nvfp4moe_pdl::trigger();  // a kernel launched with PDL after this one may start (it waits for our writes)
+    nvfp4moe_pdl::wait();     // launched with PDL behind the routing grid: its ids complete
+    if (zero && threadIdx.x == 0) *zero = 0;
     group_pairs(ids, P, E, bm, sorted_ids, block_expert, num_blocks, max_blocks, sm);
 }
 
@@ -152,12 +154,14 @@ constexpr size_t multi_smem_ints(int E) { return (size_t)6 * E + kMultiWarps + 1
 template <int C>
 __global__ void __launch_bounds__(kMultiThreads)
 group_multi_kernel(const int32_t *ids, int P, int E, int bm, int chunk, int32_t *sorted_ids,
-                   int32_t *block_expert, int32_t *num_blocks, int max_blocks, int stash) {
+                   int32_t *block_expert, int32_t *num_blocks, int max_blocks, int stash, int32_t *zero) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
     if (C > 1) __trap();  // no clusters before sm_90: the host never launches this
 #endif
     extern __shared__ int sm[];
     nvfp4moe_pdl::trigger();  // as in group_kernel
+    nvfp4moe_pdl::wait();
+    if (zero && blockIdx.x == 0 && threadIdx.x == 0) *zero = 0;
     int *bin = sm;                     // [3][E] pairs counted here: before / in / after the own chunk
     int *tot = sm + 3 * E;             // [E] pairs of each expert
     int *cur = sm + 4 * E;             // [E] where this block's next pair of each expert goes
@@ -303,9 +307,10 @@ template <int VPL>
 __global__ void __launch_bounds__(kFusedThreads)
 route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, int32_t *ids,
                    float *weights, int bm, int32_t *sorted_ids, int32_t *block_expert,
-                   int32_t *num_blocks, int max_blocks, int route_warps) {
+                   int32_t *num_blocks, int max_blocks, int route_warps, int32_t *zero) {
     extern __shared__ int sm[];
     nvfp4moe_pdl::trigger();  // as in group_kernel
+    if (zero && threadIdx.x == 0) *zero = 0;  // (the first kernel of the chain: no wait)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // the routing scratch (doubles) starts 8-byte aligned after the grouping ints
     const int ints = (2 * rp.num_experts + 33 + 1) & ~1;
@@ -365,6 +370,25 @@ cudaLaunchConfig_t cluster_config(int G, int C, size_t smem, cudaStream_t stream
     return cfg;
 }
 
+// A grouping launch of G blocks without clusters, as a programmatic dependent of the kernel ahead
+// (the routing grid) when pdl is set: the kernels wait for it before they read the ids.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_grouping(void (*kernel)(KArgs...), int G, int threads, size_t smem, bool pdl,
+                            cudaStream_t stream, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)G);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+    return err != cudaSuccess ? err : cudaGetLastError();
+}
+
 // Whether the current device runs group_multi_kernel<kClusterBlocks>: code compiled for sm_90 or
 // later (ptxVersion too: a kernel JIT-compiled from older PTX reports the device's binaryVersion
 // but was built without clusters, and traps), and room for at least one cluster at the largest
@@ -402,11 +426,13 @@ bool clusters_ok() {
     return ok;
 }
 
-// G blocks (rounded up to a multiple of C), C blocks per cluster (1 or CL, CL the template's).
+// G blocks (rounded up to a multiple of C), C blocks per cluster (1 or CL, CL the template's);
+// without clusters, a programmatic dependent of the kernel ahead when pdl is set (cluster launches
+// stay plain: they come at tens of thousands of pairs, where a launch's latency is small).
 template <int CL>
 cudaError_t launch_group_multi(const int32_t *ids, int P, int E, int bm, int32_t *sorted_ids,
                                int32_t *block_expert, int32_t *num_blocks, int max_blocks, int G,
-                               bool cluster, cudaStream_t stream) {
+                               bool cluster, bool pdl, int32_t *zero, cudaStream_t stream) {
     const int C = cluster ? CL : 1;
     G = (G + C - 1) / C * C;
     const int chunk = (P + G - 1) / G;
@@ -414,15 +440,13 @@ cudaError_t launch_group_multi(const int32_t *ids, int P, int E, int bm, int32_t
     // the own chunk's ids kept in shared memory while they fit
     const int stash = smem + (size_t)chunk * sizeof(int) <= kMultiMaxSmem;
     if (stash) smem += (size_t)chunk * sizeof(int);
-    if (!cluster) {
-        group_multi_kernel<1><<<G, kMultiThreads, smem, stream>>>(ids, P, E, bm, chunk, sorted_ids, block_expert,
-                                                                  num_blocks, max_blocks, stash);
-        return cudaGetLastError();
-    }
+    if (!cluster)
+        return launch_grouping(group_multi_kernel<1>, G, kMultiThreads, smem, pdl, stream, ids, P, E, bm, chunk,
+                               sorted_ids, block_expert, num_blocks, max_blocks, stash, zero);
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg = cluster_config(G, CL, smem, stream, attr);
     cudaError_t err = cudaLaunchKernelEx(&cfg, group_multi_kernel<CL>, ids, P, E, bm, chunk, sorted_ids,
-                                         block_expert, num_blocks, max_blocks, stash);
+                                         block_expert, num_blocks, max_blocks, stash, zero);
     return err != cudaSuccess ? err : cudaGetLastError();
 }
 
@@ -433,8 +457,10 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
                                                     float *weights, int64_t M, int32_t top_k,
                                                     int32_t E, int32_t block_m, int32_t *sorted_ids,
                                                     int32_t *block_expert, int32_t *num_blocks,
-                                                    int32_t max_blocks, cudaStream_t stream) {
+                                                    int32_t max_blocks, const nvfp4moe_gpu_chain *chain,
+                                                    cudaStream_t stream) {
     if (E <= 0 || E > NVFP4MOE_GPU_MAX_EXPERTS || block_m <= 0 || top_k <= 0) return cudaErrorInvalidValue;
+    int32_t *zero = chain ? chain->zero : nullptr;
     const size_t group_smem = (size_t)((2 * E + 33 + 1) & ~1) * sizeof(int);
     if (rp && M <= kFusedMaxTokens) {
         // as many routing warps as fit next to the grouping arrays in 48 KB
@@ -446,7 +472,7 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
 #define NVFP4MOE_LAUNCH_FUSED(V)                                                                   \
     route_group_kernel<V><<<1, kFusedThreads, smem, stream>>>(*rp, logits, M, ids, weights, block_m,   \
                                                               sorted_ids, block_expert, num_blocks,    \
-                                                              max_blocks, route_warps)
+                                                              max_blocks, route_warps, zero)
             switch (nvfp4moe_rt::vpl_for(E)) {
             case 2: NVFP4MOE_LAUNCH_FUSED(2); break;
             case 4: NVFP4MOE_LAUNCH_FUSED(4); break;
@@ -462,14 +488,15 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
         cudaError_t err = nvfp4moe_gpu_route_grid(rp, logits, M, ids, weights, stream);
         if (err != cudaSuccess) return err;
     }
+    // The grouping right behind the routing grid (launched here) may start before that finishes.
+    const bool pdl = chain && chain->pdl && rp;
     const int64_t P = M * top_k;
     if (P >= kMultiMinPairs && P <= INT32_MAX / 2) {
         const bool cluster = P >= kClusterMinPairs && P >= kClusterMinPairsPerExpert * E && clusters_ok();
         const int G = cluster || P > kMultiBlocks ? kMultiBlocks : (int)P;
         return launch_group_multi<kClusterBlocks>(ids, (int)P, E, block_m, sorted_ids, block_expert, num_blocks,
-                                                  max_blocks, G, cluster, stream);
+                                                  max_blocks, G, cluster, pdl, zero, stream);
     }
-    group_kernel<<<1, kGroupThreads, group_smem, stream>>>(ids, P, E, block_m, sorted_ids, block_expert,
-                                                          num_blocks, max_blocks);
-    return cudaGetLastError();
+    return launch_grouping(group_kernel, 1, kGroupThreads, group_smem, pdl, stream, ids, P, E, block_m, sorted_ids,
+                           block_expert, num_blocks, max_blocks, zero);
 }

@@ -82,9 +82,14 @@ typedef struct nvfp4moe_marlin_args {
      * launched after the grouping had finished; this launch then reads the grouping and issues
      * its first weight copies before it waits for the kernel ahead, and clears no item counter.
      * Where the GEMM has no item counter to claim from (no workspace, block_m 8 or 16) or has to
-     * clear its split-K area, the launch is a plain one. */
+     * clear its split-K area, the launch is a plain one.
+     * pdl_head = 1 (the Hopper GEMM only): launched as a programmatic dependent of the grouping
+     * kernel, which zeroed this launch's item counter (nvfp4moe_gpu_chain.zero, kernels/pipeline.h);
+     * the launch waits for it before it reads anything. A launch that has to clear its split-K
+     * area does so and is a plain one. */
     void *next_workspace;
     int32_t pdl;
+    int32_t pdl_head;
 } nvfp4moe_marlin_args;
 
 /* Workspace the GEMM needs for these sizes (may be 0). */

@@ -6,6 +6,7 @@
 #include "pipeline.h"
 #include "emulation.h"
 #include "activation.cuh"
+#include "pdl.cuh"
 
 #include <math.h>
 
@@ -50,6 +51,7 @@ scale_kernel(const T *in, T *out, int64_t rows, int cols, const float *row_scale
 template <typename T, bool kVllmMoeSum>
 __global__ void __launch_bounds__(kThreads)
 combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, void *out, int out_dtype) {
+    nvfp4moe_pdl::wait();  // launched with PDL (nvfp4moe_gpu_combine): the kernel ahead complete
     const int vpr = H / 8;
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= M * vpr) return;
@@ -81,17 +83,26 @@ combine_kernel(const T *y, const int32_t *ids, int64_t M, int k, int E, int H, v
 
 template <bool kVllmMoeSum>
 cudaError_t launch_combine(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E, int32_t H,
-                           int32_t is_bf16, void *out, int32_t out_dtype, cudaStream_t stream) {
+                           int32_t is_bf16, void *out, int32_t out_dtype, bool pdl, cudaStream_t stream) {
     const int64_t n = M * (H / 8);
     if (n <= 0) return cudaSuccess;
-    const unsigned g = grid_for(n, kThreads);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid_for(n, kThreads));
+    cfg.blockDim = dim3(kThreads);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaError_t err;
     if (is_bf16)
-        combine_kernel<__nv_bfloat16, kVllmMoeSum><<<g, kThreads, 0, stream>>>((const __nv_bfloat16 *)y, ids, M,
-                                                                               top_k, E, H, out, out_dtype);
+        err = cudaLaunchKernelEx(&cfg, combine_kernel<__nv_bfloat16, kVllmMoeSum>, (const __nv_bfloat16 *)y, ids, M,
+                                 (int)top_k, (int)E, (int)H, out, (int)out_dtype);
     else
-        combine_kernel<__half, kVllmMoeSum><<<g, kThreads, 0, stream>>>((const __half *)y, ids, M, top_k, E, H, out,
-                                                                        out_dtype);
-    return cudaGetLastError();
+        err = cudaLaunchKernelEx(&cfg, combine_kernel<__half, kVllmMoeSum>, (const __half *)y, ids, M, (int)top_k,
+                                 (int)E, (int)H, out, (int)out_dtype);
+    return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 }  // namespace
@@ -121,15 +132,15 @@ extern "C" cudaError_t nvfp4moe_gpu_scale_rows(const void *in, void *out, int64_
 }
 
 extern "C" cudaError_t nvfp4moe_gpu_combine(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E,
-                                            int32_t H, int32_t is_bf16, void *out, int32_t out_dtype,
+                                            int32_t H, int32_t is_bf16, void *out, int32_t out_dtype, int32_t pdl,
                                             cudaStream_t stream) {
-    return launch_combine<false>(y, ids, M, top_k, E, H, is_bf16, out, out_dtype, stream);
+    return launch_combine<false>(y, ids, M, top_k, E, H, is_bf16, out, out_dtype, pdl != 0, stream);
 }
 
 extern "C" cudaError_t nvfp4moe_emul_moe_sum(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E,
                                              int32_t H, int32_t is_bf16, void *out, int32_t out_dtype,
                                              cudaStream_t stream) {
-    return launch_combine<true>(y, ids, M, top_k, E, H, is_bf16, out, out_dtype, stream);
+    return launch_combine<true>(y, ids, M, top_k, E, H, is_bf16, out, out_dtype, false, stream);
 }
 
 // ---- weight checks (plans over device-resident weights) ----

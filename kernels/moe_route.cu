@@ -1,6 +1,7 @@
 // moe_route.cu - GPU routing grid: router logits [M, E] -> top-k ids and weights, one warp per
 // token (the per-token logic is in moe_route.cuh, shared with the fused small-M kernel).
 #include "moe_route.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -13,6 +14,7 @@ route_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, int32_
     extern __shared__ double smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     double *sel = smem + (size_t)warp * rp.num_experts;
+    nvfp4moe_pdl::trigger();  // the grouping, launched with PDL behind this grid, may start (it waits)
     const int64_t t = (int64_t)blockIdx.x * kRouteWarps + warp;
     if (t >= M) return;  // whole warp leaves together
     nvfp4moe_rt::route_token<VPL>(rp, logits, t, sel, ids, weights, lane);

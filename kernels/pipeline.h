@@ -38,17 +38,31 @@ typedef struct nvfp4moe_gpu_route_params {
     uint64_t seed;                  /* simulated */
 } nvfp4moe_gpu_route_params;
 
+/* Launch overlap between the routing, the grouping and the kernel after them (programmatic
+ * dependent launch, sm_90; elsewhere plain launches).
+ *   pdl   the grouping is launched as a programmatic dependent of the routing grid (when there is
+ *         one), so it starts while the routing's last blocks finish, and waits for them
+ *   zero  an int32 the grouping sets to 0 before it finishes (the item counter of a GEMM launched
+ *         next with PDL, which then needs no clear of its own), or NULL
+ * Every grouping kernel lets a dependent launched with PDL start early; such a kernel must wait
+ * (griddepcontrol.wait) before it reads what the grouping writes. */
+typedef struct nvfp4moe_gpu_chain {
+    int32_t pdl;
+    int32_t *zero;
+} nvfp4moe_gpu_chain;
+
 /* Routing (when rp != NULL: logits [M, E] -> ids/weights [M, top_k], written here) followed by the
  * token grouping of the M*top_k (token, slot) pairs by expert into blocks of block_m rows. When rp
  * is NULL, ids (and weights) are the caller's precomputed top-k and are only read. Pairs whose id is
  * outside [0, E) are left out of the grouping. For small M both steps run in one single-block
  * kernel (one launch); otherwise a routing grid and a grouping kernel, one block for a few pairs
- * and a grid of blocks for more (kernels/moe_align.cu). */
+ * and a grid of blocks for more (kernels/moe_align.cu). chain: launch overlap, or NULL. */
 cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_params *rp, const void *logits,
                                          int32_t *ids, float *weights, int64_t M, int32_t top_k,
                                          int32_t E, int32_t block_m, int32_t *sorted_ids,
                                          int32_t *block_expert, int32_t *num_blocks,
-                                         int32_t max_blocks, cudaStream_t stream);
+                                         int32_t max_blocks, const nvfp4moe_gpu_chain *chain,
+                                         cudaStream_t stream);
 
 /* Resolved activation parameters (nvfp4moe_act_params plus the activation). */
 typedef struct nvfp4moe_gpu_act_params {
@@ -68,9 +82,11 @@ cudaError_t nvfp4moe_gpu_scale_rows(const void *in, void *out, int64_t rows, int
                                     int32_t is_bf16, cudaStream_t stream);
 
 /* out [M, H] (out_dtype: nvfp4moe_dtype) = sum over j of y[t*top_k + j, :] (16-bit, weights already
- * applied) for the pairs whose id is in [0, E), summed in float and rounded once. H % 8 == 0. */
+ * applied) for the pairs whose id is in [0, E), summed in float and rounded once. H % 8 == 0.
+ * pdl: launched as a programmatic dependent of the kernel ahead (sm_90), which it waits for
+ * before it reads anything; that kernel's CTAs may let it start as they finish. */
 cudaError_t nvfp4moe_gpu_combine(const void *y, const int32_t *ids, int64_t M, int32_t top_k, int32_t E, int32_t H,
-                                 int32_t is_bf16, void *out, int32_t out_dtype, cudaStream_t stream);
+                                 int32_t is_bf16, void *out, int32_t out_dtype, int32_t pdl, cudaStream_t stream);
 
 /* *first = the lowest index i < n whose E4M3 code sf[i] is NaN (0x7F or 0xFF), or ~0 when none
  * (device memory). Plans run it over device-resident block scales, which the host never reads. */

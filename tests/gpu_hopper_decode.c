@@ -140,7 +140,7 @@ static int run_case(const test_case *tc, int sm_count) {
         CUDA_OK(cudaMalloc(&d_s, sizeof(int32_t) * (size_t)cap));
         CUDA_OK(cudaMalloc(&d_b, sizeof(int32_t) * (size_t)max_blocks));
         CUDA_OK(cudaMalloc(&d_n, sizeof(int32_t)));
-        CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, d_logits, d_i, d_w, M, k, E, bm, d_s, d_b, d_n, max_blocks, 0));
+        CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, d_logits, d_i, d_w, M, k, E, bm, d_s, d_b, d_n, max_blocks, NULL, 0));
         rw_ref = malloc(sizeof(float) * (size_t)P);
         CUDA_OK(cudaMemcpy(ids, d_i, sizeof(int32_t) * (size_t)P, cudaMemcpyDeviceToHost));
         CUDA_OK(cudaMemcpy(rw_ref, d_w, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost));
@@ -809,7 +809,7 @@ static void route_bench(const char *name, int E, int H, int I, int k, int method
                 if (si == 0) ct_start(&ct);
                 if (what % 2 == 0) {
                     CUDA_OK(nvfp4moe_gpu_route_and_group(&rp, s->logits, s->ids, s->wts, M, k, E, bm, s->sorted,
-                                                         s->bexp, s->nb, max_blocks, 0));
+                                                         s->bexp, s->nb, max_blocks, NULL, 0));
                 } else {
                     nvfp4moe_decode_combine cb = {.topk_ids = s->ids, .M = M, .top_k = k, .H = H, .counters = s->cnt,
                                                   .out = s->out, .out_dtype = NVFP4MOE_DTYPE_BF16};

@@ -146,7 +146,7 @@ static void run_route_case(const route_case *rc, uint64_t seed) {
     const int64_t cap = nvfp4moe_group_capacity(P, E, bm);
     int32_t *sorted = malloc(sizeof(int32_t) * (size_t)cap), *bexp = malloc(sizeof(int32_t) * (size_t)(cap / bm));
     void *d_logits = NULL, *d_ids = NULL, *d_w = NULL, *d_sorted = NULL, *d_bexp = NULL, *d_nb = NULL,
-         *d_bias = NULL;
+         *d_bias = NULL, *d_zero = NULL;
     nvfp4moe_fill_normal(logits, rc->ldt, M * E, seed * 7 + 1);
     nvfp4moe_to_float(rc->ldt, logits, M * E, logf32);
     nvfp4moe_fill_normal(bias, NVFP4MOE_DTYPE_F32, E, seed * 7 + 2);
@@ -169,64 +169,80 @@ static void run_route_case(const route_case *rc, uint64_t seed) {
         if (!e) e = cudaMalloc(&d_bexp, sizeof(int32_t) * (size_t)(cap / bm));
         if (!e) e = cudaMalloc(&d_nb, sizeof(int32_t));
         if (!e) e = cudaMalloc(&d_bias, sizeof(float) * (size_t)E);
+        if (!e) e = cudaMalloc(&d_zero, sizeof(int32_t));
         if (!e) e = cudaMemcpy(d_logits, logits, (size_t)(M * E) * lsz, cudaMemcpyHostToDevice);
         if (!e) e = cudaMemcpy(d_bias, bias, sizeof(float) * (size_t)E, cudaMemcpyHostToDevice);
-        if (!e) e = cudaMemset(d_sorted, 0x7F, sizeof(int32_t) * (size_t)cap);
-        if (!e) e = cudaMemset(d_bexp, 0x7F, sizeof(int32_t) * (size_t)(cap / bm));
-        rp.correction_bias = rc->bias ? d_bias : NULL;
-        if (!e) e = nvfp4moe_gpu_route_and_group(&rp, d_logits, d_ids, d_w, M, (int32_t)K, (int32_t)E, bm,
-                                                 d_sorted, d_bexp, d_nb, (int32_t)(cap / bm), 0);
-        if (!e) e = cudaDeviceSynchronize();
-        int32_t nb = -1;
-        if (!e) e = cudaMemcpy(ids_gpu, d_ids, sizeof(int32_t) * (size_t)P, cudaMemcpyDeviceToHost);
-        if (!e) e = cudaMemcpy(w_gpu, d_w, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost);
-        if (!e) e = cudaMemcpy(sorted, d_sorted, sizeof(int32_t) * (size_t)cap, cudaMemcpyDeviceToHost);
-        if (!e) e = cudaMemcpy(bexp, d_bexp, sizeof(int32_t) * (size_t)(cap / bm), cudaMemcpyDeviceToHost);
-        if (!e) e = cudaMemcpy(&nb, d_nb, sizeof nb, cudaMemcpyDeviceToHost);
         pthread_mutex_unlock(&g_gpu);
-        if (e) {
-            logf_(&l, ": FAIL CUDA: %s\n", cudaGetErrorString(e));
-            l.failed = 1;
-            goto out;
-        }
-        int bad_ids = 0, bad_w = 0;
-        double max_wrel = 0;
-        for (int64_t i = 0; i < P; i++) {
-            if (ids_gpu[i] != ids_ref[i]) {
-                if (bad_ids < 3)
-                    logf_(&l, "\n    token %lld slot %lld: id %d, reference %d", (long long)(i / K),
-                          (long long)(i % K), ids_gpu[i], ids_ref[i]);
-                bad_ids++;
+        rp.correction_bias = rc->bias ? d_bias : NULL;
+        /* pass 0 plain launches; pass 1 the chain of the wgmma GEMM's layer (the grouping launched
+         * with PDL behind the routing grid, zeroing a poisoned counter), same checks */
+        for (int pass = 0; pass < 2 && !l.failed; pass++) {
+            const nvfp4moe_gpu_chain ch = {.pdl = 1, .zero = (int32_t *)d_zero};
+            pthread_mutex_lock(&g_gpu);
+            if (!e) e = cudaMemset(d_sorted, 0x7F, sizeof(int32_t) * (size_t)cap);
+            if (!e) e = cudaMemset(d_bexp, 0x7F, sizeof(int32_t) * (size_t)(cap / bm));
+            if (!e) e = cudaMemset(d_ids, 0x7F, sizeof(int32_t) * (size_t)P);
+            if (!e) e = cudaMemset(d_zero, 0x7F, sizeof(int32_t));
+            if (!e) e = nvfp4moe_gpu_route_and_group(&rp, d_logits, d_ids, d_w, M, (int32_t)K, (int32_t)E, bm,
+                                                     d_sorted, d_bexp, d_nb, (int32_t)(cap / bm), pass ? &ch : NULL, 0);
+            if (!e) e = cudaDeviceSynchronize();
+            int32_t nb = -1, zero = -1;
+            if (!e) e = cudaMemcpy(ids_gpu, d_ids, sizeof(int32_t) * (size_t)P, cudaMemcpyDeviceToHost);
+            if (!e) e = cudaMemcpy(w_gpu, d_w, sizeof(float) * (size_t)P, cudaMemcpyDeviceToHost);
+            if (!e) e = cudaMemcpy(sorted, d_sorted, sizeof(int32_t) * (size_t)cap, cudaMemcpyDeviceToHost);
+            if (!e) e = cudaMemcpy(bexp, d_bexp, sizeof(int32_t) * (size_t)(cap / bm), cudaMemcpyDeviceToHost);
+            if (!e) e = cudaMemcpy(&nb, d_nb, sizeof nb, cudaMemcpyDeviceToHost);
+            if (!e) e = cudaMemcpy(&zero, d_zero, sizeof zero, cudaMemcpyDeviceToHost);
+            pthread_mutex_unlock(&g_gpu);
+            if (pass == 1 && zero != 0) {
+                logf_(&l, "\n    chain: the counter to zero holds 0x%08x", (unsigned)zero);
+                l.failed = 1;
             }
-            double rel = fabs((double)w_gpu[i] - w_ref[i]) / fmax(fabs((double)w_ref[i]), 1e-30);
-            if (!(rel <= 1e-5)) {
-                if (bad_w < 3)
-                    logf_(&l, "\n    token %lld slot %lld: weight %.9g, reference %.9g", (long long)(i / K),
-                          (long long)(i % K), w_gpu[i], w_ref[i]);
-                bad_w++;
+            if (e) {
+                logf_(&l, ": FAIL CUDA: %s\n", cudaGetErrorString(e));
+                l.failed = 1;
+                goto out;
             }
-            if (rel > max_wrel) max_wrel = rel;
+            int bad_ids = 0, bad_w = 0;
+            double max_wrel = 0;
+            for (int64_t i = 0; i < P; i++) {
+                if (ids_gpu[i] != ids_ref[i]) {
+                    if (bad_ids < 3)
+                        logf_(&l, "\n    token %lld slot %lld: id %d, reference %d", (long long)(i / K),
+                              (long long)(i % K), ids_gpu[i], ids_ref[i]);
+                    bad_ids++;
+                }
+                double rel = fabs((double)w_gpu[i] - w_ref[i]) / fmax(fabs((double)w_ref[i]), 1e-30);
+                if (!(rel <= 1e-5)) {
+                    if (bad_w < 3)
+                        logf_(&l, "\n    token %lld slot %lld: weight %.9g, reference %.9g", (long long)(i / K),
+                              (long long)(i % K), w_gpu[i], w_ref[i]);
+                    bad_w++;
+                }
+                if (rel > max_wrel) max_wrel = rel;
+            }
+            /* grouping invariants: every pair exactly once, in a block of its expert, padding = P */
+            int bad_group = 0;
+            int64_t total = (int64_t)nb * bm;
+            if (nb < 0 || total > cap) bad_group = 1;
+            char *seen = calloc((size_t)P + 1, 1);
+            for (int64_t r = 0; !bad_group && r < total; r++) {
+                int32_t p = sorted[r], e2 = bexp[r / bm];
+                if (p == P) continue;
+                if (p < 0 || p > P || seen[p] || ids_gpu[p] != e2) bad_group = 2;
+                else seen[p] = 1;
+            }
+            for (int64_t p = 0; !bad_group && p < P; p++)
+                if (!seen[p]) bad_group = 3;
+            for (int64_t b = nb; !bad_group && b < cap / bm; b++)
+                if (bexp[b] != -1) bad_group = 4;
+            free(seen);
+            if (bad_group) logf_(&l, "\n    grouping invariant %d broken (num_blocks=%d)", bad_group, nb);
+            l.failed |= bad_ids || bad_w || bad_group;
+            if (l.failed || pass == 1)
+                logf_(&l, "%s: %s (ids %d/%lld differ, max weight rel err %.2e%s)\n", l.failed ? "\n   " : "",
+                      l.failed ? "FAIL" : "ok", bad_ids, (long long)P, max_wrel, pass ? "; chained launches too" : "");
         }
-        /* grouping invariants: every pair exactly once, in a block of its expert, padding = P */
-        int bad_group = 0;
-        int64_t total = (int64_t)nb * bm;
-        if (nb < 0 || total > cap) bad_group = 1;
-        char *seen = calloc((size_t)P + 1, 1);
-        for (int64_t r = 0; !bad_group && r < total; r++) {
-            int32_t p = sorted[r], e2 = bexp[r / bm];
-            if (p == P) continue;
-            if (p < 0 || p > P || seen[p] || ids_gpu[p] != e2) bad_group = 2;
-            else seen[p] = 1;
-        }
-        for (int64_t p = 0; !bad_group && p < P; p++)
-            if (!seen[p]) bad_group = 3;
-        for (int64_t b = nb; !bad_group && b < cap / bm; b++)
-            if (bexp[b] != -1) bad_group = 4;
-        free(seen);
-        if (bad_group) logf_(&l, "\n    grouping invariant %d broken (num_blocks=%d)", bad_group, nb);
-        l.failed = bad_ids || bad_w || bad_group;
-        logf_(&l, "%s: %s (ids %d/%lld differ, max weight rel err %.2e)\n", l.failed ? "\n   " : "",
-              l.failed ? "FAIL" : "ok", bad_ids, (long long)P, max_wrel);
     }
 out:
     pthread_mutex_lock(&g_gpu);
@@ -237,6 +253,7 @@ out:
     if (d_bexp) cudaFree(d_bexp);
     if (d_nb) cudaFree(d_nb);
     if (d_bias) cudaFree(d_bias);
+    if (d_zero) cudaFree(d_zero);
     pthread_mutex_unlock(&g_gpu);
     free(logits); free(logf32); free(bias); free(ids_ref); free(ids_gpu); free(w_ref); free(w_gpu);
     free(sorted); free(bexp);
@@ -312,7 +329,7 @@ static void run_group_case(const group_case *gc, uint64_t seed) {
         if (!e) e = cudaMemset(d_nb, 0x7F, sizeof(int32_t));
         if (!e) e = cudaDeviceSynchronize();
         if (!e) e = nvfp4moe_gpu_route_and_group(NULL, NULL, d_ids, NULL, M, (int32_t)K, (int32_t)E, (int32_t)bm,
-                                                 d_sorted, d_bexp, d_nb, (int32_t)max_blocks, 0);
+                                                 d_sorted, d_bexp, d_nb, (int32_t)max_blocks, NULL, 0);
         if (!e) e = cudaDeviceSynchronize();
         if (!e) e = cudaMemcpy(sorted, d_sorted, sizeof(int32_t) * (size_t)cap, cudaMemcpyDeviceToHost);
         if (!e) e = cudaMemcpy(bexp, d_bexp, sizeof(int32_t) * (size_t)max_blocks, cudaMemcpyDeviceToHost);

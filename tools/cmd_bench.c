@@ -389,14 +389,14 @@ static int enqueue_stage(void *ctx, cudaStream_t s) {
     cudaError_t e;
     if (c->which == 0)
         e = nvfp4moe_gpu_route_and_group(&c->rp, c->logits, c->ids, c->wts, c->M, c->k, c->E, c->bm, c->sorted,
-                                         c->bexp, c->nb, c->max_blocks, s);
+                                         c->bexp, c->nb, c->max_blocks, NULL, s);
     else if (c->which == 1)
         e = nvfp4moe_gpu_activation(c->c1, c->act, (int64_t)c->M * c->k, c->I, c->N1, &c->ap, 1, s);
     else if (c->which == 2)
-        e = nvfp4moe_gpu_combine(c->c1, c->ids, c->M, c->k, c->E, c->H, 1, c->out, NVFP4MOE_DTYPE_BF16, s);
+        e = nvfp4moe_gpu_combine(c->c1, c->ids, c->M, c->k, c->E, c->H, 1, c->out, NVFP4MOE_DTYPE_BF16, 0, s);
     else
         e = nvfp4moe_gpu_route_and_group(NULL, NULL, c->ids, c->wts, c->M, c->k, c->E, c->bm, c->sorted, c->bexp,
-                                         c->nb, c->max_blocks, s);
+                                         c->nb, c->max_blocks, NULL, s);
     return e == cudaSuccess ? 0 : -1;
 }
 
@@ -567,7 +567,7 @@ static int bench_preset(const preset *p, const int *Ms, int nM, long long hot_to
             nvfp4moe_gpu_route_params rp = {.method = cfg.routing, .logits_dtype = cfg.router_logits_dtype,
                                             .num_experts = E, .top_k = k, .n_group = 1, .topk_group = 1,
                                             .routed_scaling_factor = 1.0f};
-            CKM(nvfp4moe_gpu_route_and_group(&rp, logits, ids, wts, M, k, E, 1, sorted, bexp, nb, (int32_t)cap, t->s));
+            CKM(nvfp4moe_gpu_route_and_group(&rp, logits, ids, wts, M, k, E, 1, sorted, bexp, nb, (int32_t)cap, NULL, t->s));
             CKM(cudaStreamSynchronize(t->s));
         }
         h_ids = malloc(4 * (size_t)P);

@@ -106,6 +106,7 @@ typedef struct cuda_state {
     int32_t gemm_token_tiles;     /* and its token tile form: 1 one width, 0 the GEMM's choice */
     int32_t gemm_fused_act;       /* HOPPER_WGMMA larger batches: GEMM1 applies the activation where it can */
     int32_t gemm_pdl;             /* HOPPER_WGMMA larger batches: GEMM2 launched with PDL behind GEMM1 */
+    int32_t gemm_chain_pdl;       /* HOPPER_WGMMA larger batches: grouping, GEMM1 and combine launched with PDL */
     int32_t gemm_block_m;         /* HOPPER_WGMMA larger batches: the GEMM's block_m (0: its rule) */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
@@ -433,7 +434,10 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * multiprocessors GEMM1's last CTAs leave and stream their first weights before they wait
      * for GEMM1 (H100, whole layer: Qwen3-30B-A3B 3-4 % faster at M = 64-1024, Qwen3-235B-A22B
      * 1-2 %, the other presets within +-0.6 %: bench/results/2026-12-07-h100-gemm-pdl.md); 0
-     * launches it after GEMM1 has finished. */
+     * launches it after GEMM1 has finished. NVFP4MOE_HOPPER_CHAIN_PDL=1 launches the rest of that
+     * chain with programmatic dependent launch too: the grouping behind the routing grid, GEMM1
+     * behind the grouping (which zeroes GEMM1's item counter, so no clear runs between them) and
+     * the combine behind GEMM2; each waits for the kernel ahead before it reads its output. */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
@@ -445,6 +449,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->gemm_token_tiles = 0;
     st->gemm_fused_act = 1;
     st->gemm_pdl = 1;
+    st->gemm_chain_pdl = 0;
     st->gemm_block_m = 0;
     if (w4a16 && gemm->has_decode) {
         static const struct {
@@ -465,6 +470,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_TOKEN_TILES", 2, offsetof(cuda_state, gemm_token_tiles), 0},
             {"NVFP4MOE_HOPPER_FUSED_ACT", 1, offsetof(cuda_state, gemm_fused_act), 0},
             {"NVFP4MOE_HOPPER_GEMM_PDL", 1, offsetof(cuda_state, gemm_pdl), 0},
+            {"NVFP4MOE_HOPPER_CHAIN_PDL", 1, offsetof(cuda_state, gemm_chain_pdl), 0},
             {"NVFP4MOE_HOPPER_BLOCK_M", 128, offsetof(cuda_state, gemm_block_m), 8},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
@@ -648,10 +654,15 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
     const bool route_in_gemm1 = L.decode && st->decode_route && !needs_input_pass(st) && !st->decode_pdl &&
                                 !st->decode_prefetch && !st->decode_g1_room &&
                                 nvfp4moe_hopper_decode_can_route(M, st->K, st->E);
+    /* The wgmma GEMM's chain with programmatic dependent launch: the grouping behind the routing,
+     * GEMM1 behind the grouping (which zeroes GEMM1's item counter), the combine behind GEMM2.
+     * Not with an input pass between the grouping and GEMM1. */
+    const bool chain = st->gemm_chain_pdl && st->w4a16 && st->gemm->has_decode && !L.decode && !needs_input_pass(st);
+    const nvfp4moe_gpu_chain ch = {.pdl = chain, .zero = chain ? (int32_t *)(ws + L.gemm_ws) : NULL};
     if (!route_in_gemm1)
         CUDA_TRY(st, nvfp4moe_gpu_route_and_group(precomputed ? NULL : &st->route, io->router_logits, ids, wts,
                                                   M, st->K, st->E, L.block_m, sorted, bexp, nblk,
-                                                  L.max_blocks, stream),
+                                                  L.max_blocks, &ch, stream),
                  "routing and grouping");
 
     /* GEMM1's input: the hidden states, or their scaled and/or quantize-dequantized copy */
@@ -719,6 +730,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
         if (!fused_act) g.act_out = NULL, g.act = NULL;
         /* GEMM2 right behind GEMM1 (no activation kernel between): launched with PDL */
         if (fused_act && L.gemm_ws2) g.next_workspace = ws + L.gemm_ws2;
+        g.pdl_head = chain;
         CUDA_TRY(st, st->gemm->gemm(&g, stream), "GEMM1");
     } else {
         nvfp4moe_emul_args g = {
@@ -758,7 +770,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
 
     if (st->w4a16)
         CUDA_TRY(st, nvfp4moe_gpu_combine(c1, ids, M, st->K, st->E, st->H, st->is_bf16, io->output, st->cfg.out_dtype,
-                                          stream),
+                                          chain, stream),
                  "combine");
     else
         CUDA_TRY(st, nvfp4moe_emul_moe_sum(c1, ids, M, st->K, st->E, st->H, st->is_bf16, io->output, st->cfg.out_dtype,

@@ -108,7 +108,7 @@ nvfp4moe_status nvfp4moe_ep_forward_resident(nvfp4moe_ep_plan *p, const nvfp4moe
             d_wts = p->db[DB_WTS].p;
             e = nvfp4moe_gpu_route_and_group(&p->route, io->router_logits, (int32_t *)d_ids, (float *)d_wts, M,
                                              (int32_t)K, (int32_t)E, bm, p->db[DB_SORTED].p, p->db[DB_BEXP].p,
-                                             p->db[DB_NBLK].p, (int32_t)(cap / bm), s);
+                                             p->db[DB_NBLK].p, (int32_t)(cap / bm), NULL, s);
             if (e != cudaSuccess) st = cuda_err(e, "dispatch (routing on the device)");
         }
     }
