@@ -43,6 +43,7 @@ namespace {
 constexpr int kGroupThreads = 1024;
 constexpr int kFusedThreads = 256;     // 8 warps route, then all group
 constexpr int64_t kFusedMaxTokens = 8;
+constexpr int kFusedWideThreads = 1024;  // more tokens (nvfp4moe_gpu_chain.fused_tokens): 32 warps
 // Id loads in flight per thread: a block walking pairs is bound by load latency, not bandwidth.
 constexpr int kIdsInFlight = 8;
 
@@ -302,9 +303,11 @@ group_multi_kernel(const int32_t *ids, int P, int E, int bm, int chunk, int32_t 
 #endif
 }
 
-// Small M: route (one warp per token) and group in one launch.
-template <int VPL>
-__global__ void __launch_bounds__(kFusedThreads)
+// Small M: route (one warp per token, route_warps warps taking every route_warps-th token) and
+// group in one launch. Dynamic shared memory: the grouping's ints (2 E + 33, rounded up to even),
+// route_warps x E doubles of routing scratch, then the routed ids and weights (M top_k of each).
+template <int VPL, int NT>
+__global__ void __launch_bounds__(NT)
 route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, int32_t *ids,
                    float *weights, int bm, int32_t *sorted_ids, int32_t *block_expert,
                    int32_t *num_blocks, int max_blocks, int route_warps, int32_t *zero) {
@@ -316,9 +319,9 @@ route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, 
     const int ints = (2 * rp.num_experts + 33 + 1) & ~1;
     double *sel = (double *)(sm + ints) + (size_t)warp * rp.num_experts;
     // The routed ids stay in shared memory for the grouping (no global round trip on the critical
-    // path); their global copies are written alongside. M <= route_warps <= 8 and top_k <= 32.
-    __shared__ int32_t ids_s[8 * NVFP4MOE_GPU_MAX_TOPK];
-    __shared__ float w_s[8 * NVFP4MOE_GPU_MAX_TOPK];
+    // path); their global copies are written alongside.
+    int32_t *ids_s = (int32_t *)((double *)(sm + ints) + (size_t)route_warps * rp.num_experts);
+    float *w_s = (float *)(ids_s + M * rp.top_k);
     if (warp < route_warps)
         for (int64_t t = warp; t < M; t += route_warps)
             nvfp4moe_rt::route_token<VPL>(rp, logits, t, sel, ids_s, w_s, lane);
@@ -462,17 +465,26 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
     if (E <= 0 || E > NVFP4MOE_GPU_MAX_EXPERTS || block_m <= 0 || top_k <= 0) return cudaErrorInvalidValue;
     int32_t *zero = chain ? chain->zero : nullptr;
     const size_t group_smem = (size_t)((2 * E + 33 + 1) & ~1) * sizeof(int);
-    if (rp && M <= kFusedMaxTokens) {
-        // as many routing warps as fit next to the grouping arrays in 48 KB
-        int route_warps = (int)((48 * 1024 - group_smem) / ((size_t)E * sizeof(double)));
-        if (route_warps > kFusedThreads / 32) route_warps = kFusedThreads / 32;
-        if (route_warps > 8) route_warps = 8;
-        if (route_warps >= 1 && M <= route_warps) {  // one round: every token has its own warp
-            const size_t smem = group_smem + (size_t)route_warps * E * sizeof(double);
-#define NVFP4MOE_LAUNCH_FUSED(V)                                                                   \
-    route_group_kernel<V><<<1, kFusedThreads, smem, stream>>>(*rp, logits, M, ids, weights, block_m,   \
-                                                              sorted_ids, block_expert, num_blocks,    \
-                                                              max_blocks, route_warps, zero)
+    // One launch for routing and grouping: up to kFusedMaxTokens tokens, one round of 8 warps (one
+    // token each); with chain->fused_tokens, up to that many tokens on 32 warps, in rounds.
+    const int64_t fused_max = chain && chain->fused_tokens > kFusedMaxTokens ? chain->fused_tokens : kFusedMaxTokens;
+    if (rp && M <= fused_max) {
+        const bool wide = M > kFusedMaxTokens;
+        const int nt = wide ? kFusedWideThreads : kFusedThreads;
+        const size_t ids_smem = (size_t)M * top_k * (sizeof(int32_t) + sizeof(float));
+        // as many routing warps as fit next to the grouping arrays and the ids in 48 KB
+        const size_t room = 48 * 1024 - group_smem;
+        int route_warps = room > ids_smem ? (int)((room - ids_smem) / ((size_t)E * sizeof(double))) : 0;
+        if (route_warps > nt / 32) route_warps = nt / 32;
+        if (route_warps >= 1 && (wide || M <= route_warps)) {  // narrow: every token has its own warp
+            const size_t smem = group_smem + (size_t)route_warps * E * sizeof(double) + ids_smem;
+#define NVFP4MOE_LAUNCH_FUSED(V)                                                                         \
+    (wide ? route_group_kernel<V, kFusedWideThreads><<<1, kFusedWideThreads, smem, stream>>>(                \
+                *rp, logits, M, ids, weights, block_m, sorted_ids, block_expert, num_blocks, max_blocks,   \
+                route_warps, zero)                                                                       \
+          : route_group_kernel<V, kFusedThreads><<<1, kFusedThreads, smem, stream>>>(                      \
+                *rp, logits, M, ids, weights, block_m, sorted_ids, block_expert, num_blocks, max_blocks,   \
+                route_warps, zero))
             switch (nvfp4moe_rt::vpl_for(E)) {
             case 2: NVFP4MOE_LAUNCH_FUSED(2); break;
             case 4: NVFP4MOE_LAUNCH_FUSED(4); break;
