@@ -43,7 +43,9 @@ namespace {
 constexpr int kGroupThreads = 1024;
 constexpr int kFusedThreads = 256;     // 8 warps route, then all group
 constexpr int64_t kFusedMaxTokens = 8;
-constexpr int kFusedWideThreads = 1024;  // more tokens (nvfp4moe_gpu_chain.fused_tokens): 32 warps
+constexpr int kFusedWideThreads = 1024;  // more tokens (nvfp4moe_gpu_chain.fused_tokens): 32 warps,
+constexpr int kFusedMaxRounds = 4;       // at most 4 tokens each,
+constexpr int kFusedWideMaxVpl = 8;      // E <= 256 (ptxas: VPL 16 and 32 spill at 1024 threads)
 // Id loads in flight per thread: a block walking pairs is bound by load latency, not bandwidth.
 constexpr int kIdsInFlight = 8;
 
@@ -334,6 +336,22 @@ route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, 
     group_pairs(ids_s, P, rp.num_experts, bm, sorted_ids, block_expert, num_blocks, max_blocks, sm);
 }
 
+// The fused kernel on 8 warps (one round) or, wide, on 32 (rounds; only built for VPL <= 8).
+template <int VPL>
+void launch_fused(bool wide, size_t smem, cudaStream_t stream, const nvfp4moe_gpu_route_params &rp,
+                  const void *logits, int64_t M, int32_t *ids, float *weights, int bm, int32_t *sorted_ids,
+                  int32_t *block_expert, int32_t *num_blocks, int max_blocks, int route_warps, int32_t *zero) {
+    if constexpr (VPL <= kFusedWideMaxVpl) {
+        if (wide) {
+            route_group_kernel<VPL, kFusedWideThreads><<<1, kFusedWideThreads, smem, stream>>>(
+                rp, logits, M, ids, weights, bm, sorted_ids, block_expert, num_blocks, max_blocks, route_warps, zero);
+            return;
+        }
+    }
+    route_group_kernel<VPL, kFusedThreads><<<1, kFusedThreads, smem, stream>>>(
+        rp, logits, M, ids, weights, bm, sorted_ids, block_expert, num_blocks, max_blocks, route_warps, zero);
+}
+
 // The host's choice of kernel, from P and E alone. Measured on an H100 with a scratch bench (cold
 // L2, one graph replay each, median of 31, incl. ~3.5 us of launch; uniform random top-k ids),
 // the single block against this path:
@@ -388,8 +406,38 @@ cudaError_t launch_grouping(void (*kernel)(KArgs...), int G, int threads, size_t
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
     return err != cudaSuccess ? err : cudaGetLastError();
+}
+
+// Whether the grouping kernels on the current device wait for a kernel ahead (griddepcontrol, in
+// code compiled for sm_90 or later: pdl.cuh compiles it out below, and a kernel JIT-compiled from
+// older PTX would lack it), so they may be launched with PDL. Cached per device; a query that
+// fails answers no and leaves no error behind.
+bool pdl_ok() {
+    static std::atomic<signed char> cache[64];  // 0 unknown, 1 yes, -1 no
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    const bool cacheable = dev >= 0 && dev < 64;
+    if (cacheable) {
+        const signed char c = cache[dev].load(std::memory_order_relaxed);
+        if (c) return c > 0;
+    }
+    int major = 0;
+    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    bool ok = err == cudaSuccess && major >= 9;
+    const void *kernels[] = {(const void *)group_kernel, (const void *)group_multi_kernel<1>};
+    for (const void *k : kernels) {
+        cudaFuncAttributes attr;
+        if (ok) err = cudaFuncGetAttributes(&attr, k);
+        ok = ok && err == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
+    }
+    if (err != cudaSuccess) cudaGetLastError();
+    if (cacheable) cache[dev].store(ok ? 1 : -1, std::memory_order_relaxed);
+    return ok;
 }
 
 // Whether the current device runs group_multi_kernel<kClusterBlocks>: code compiled for sm_90 or
@@ -465,34 +513,40 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
     if (E <= 0 || E > NVFP4MOE_GPU_MAX_EXPERTS || block_m <= 0 || top_k <= 0) return cudaErrorInvalidValue;
     int32_t *zero = chain ? chain->zero : nullptr;
     const size_t group_smem = (size_t)((2 * E + 33 + 1) & ~1) * sizeof(int);
-    // One launch for routing and grouping: up to kFusedMaxTokens tokens, one round of 8 warps (one
-    // token each); with chain->fused_tokens, up to that many tokens on 32 warps, in rounds.
+    // One launch for routing and grouping: up to kFusedMaxTokens tokens on 8 warps, one token each;
+    // with chain->fused_tokens, up to that many tokens on 32 warps in at most kFusedMaxRounds
+    // rounds, where E <= 256 (at 1024 threads the larger VPL spill) and the ids fit.
     const int64_t fused_max = chain && chain->fused_tokens > kFusedMaxTokens ? chain->fused_tokens : kFusedMaxTokens;
     if (rp && M <= fused_max) {
-        const bool wide = M > kFusedMaxTokens;
-        const int nt = wide ? kFusedWideThreads : kFusedThreads;
+        // the kernel lays out its shared memory from rp: it must describe these ids
+        if (rp->top_k != top_k || rp->num_experts != E) return cudaErrorInvalidValue;
         const size_t ids_smem = (size_t)M * top_k * (sizeof(int32_t) + sizeof(float));
-        // as many routing warps as fit next to the grouping arrays and the ids in 48 KB
+        // routing warps that fit next to the grouping arrays and the ids in 48 KB
         const size_t room = 48 * 1024 - group_smem;
-        int route_warps = room > ids_smem ? (int)((room - ids_smem) / ((size_t)E * sizeof(double))) : 0;
-        if (route_warps > nt / 32) route_warps = nt / 32;
-        if (route_warps >= 1 && (wide || M <= route_warps)) {  // narrow: every token has its own warp
+        const int64_t fit = room > ids_smem ? (int64_t)((room - ids_smem) / ((size_t)E * sizeof(double))) : 0;
+        const int vpl = nvfp4moe_rt::vpl_for(E);
+        int nt = 0, route_warps = 0;
+        if (M <= kFusedMaxTokens && M <= fit && M <= kFusedThreads / 32) {  // every token its own warp
+            nt = kFusedThreads;
+            route_warps = (int)(fit < kFusedThreads / 32 ? fit : kFusedThreads / 32);
+        } else if (fused_max > kFusedMaxTokens && vpl <= kFusedWideMaxVpl && fit >= 1) {
+            const int w = (int)(fit < kFusedWideThreads / 32 ? fit : kFusedWideThreads / 32);
+            if (M <= (int64_t)w * kFusedMaxRounds) nt = kFusedWideThreads, route_warps = w;
+        }
+        if (nt) {
             const size_t smem = group_smem + (size_t)route_warps * E * sizeof(double) + ids_smem;
-#define NVFP4MOE_LAUNCH_FUSED(V)                                                                         \
-    (wide ? route_group_kernel<V, kFusedWideThreads><<<1, kFusedWideThreads, smem, stream>>>(                \
-                *rp, logits, M, ids, weights, block_m, sorted_ids, block_expert, num_blocks, max_blocks,   \
-                route_warps, zero)                                                                       \
-          : route_group_kernel<V, kFusedThreads><<<1, kFusedThreads, smem, stream>>>(                      \
-                *rp, logits, M, ids, weights, block_m, sorted_ids, block_expert, num_blocks, max_blocks,   \
-                route_warps, zero))
-            switch (nvfp4moe_rt::vpl_for(E)) {
-            case 2: NVFP4MOE_LAUNCH_FUSED(2); break;
-            case 4: NVFP4MOE_LAUNCH_FUSED(4); break;
-            case 8: NVFP4MOE_LAUNCH_FUSED(8); break;
-            case 16: NVFP4MOE_LAUNCH_FUSED(16); break;
-            default: NVFP4MOE_LAUNCH_FUSED(32); break;
+            const bool wide = nt == kFusedWideThreads;
+#define NVFP4MOE_FUSED(V)                                                                                   \
+    launch_fused<V>(wide, smem, stream, *rp, logits, M, ids, weights, block_m, sorted_ids, block_expert, num_blocks, \
+                    max_blocks, route_warps, zero)
+            switch (vpl) {
+            case 2: NVFP4MOE_FUSED(2); break;
+            case 4: NVFP4MOE_FUSED(4); break;
+            case 8: NVFP4MOE_FUSED(8); break;
+            case 16: NVFP4MOE_FUSED(16); break;
+            default: NVFP4MOE_FUSED(32); break;
             }
-#undef NVFP4MOE_LAUNCH_FUSED
+#undef NVFP4MOE_FUSED
             return cudaGetLastError();
         }
     }
@@ -501,7 +555,7 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
         if (err != cudaSuccess) return err;
     }
     // The grouping right behind the routing grid (launched here) may start before that finishes.
-    const bool pdl = chain && chain->pdl && rp;
+    const bool pdl = chain && chain->pdl && rp && pdl_ok();
     const int64_t P = M * top_k;
     if (P >= kMultiMinPairs && P <= INT32_MAX / 2) {
         const bool cluster = P >= kClusterMinPairs && P >= kClusterMinPairsPerExpert * E && clusters_ok();

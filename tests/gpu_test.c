@@ -185,6 +185,8 @@ static void run_route_case(const route_case *rc, uint64_t seed) {
             if (!e) e = cudaMemset(d_bexp, 0x7F, sizeof(int32_t) * (size_t)(cap / bm));
             if (!e) e = cudaMemset(d_ids, 0x7F, sizeof(int32_t) * (size_t)P);
             if (!e) e = cudaMemset(d_zero, 0x7F, sizeof(int32_t));
+            if (!e) e = cudaMemset(d_w, 0xFF, sizeof(float) * (size_t)P);  /* NaN */
+            if (!e) e = cudaMemset(d_nb, 0x7F, sizeof(int32_t));
             if (!e) e = nvfp4moe_gpu_route_and_group(&rp, d_logits, d_ids, d_w, M, (int32_t)K, (int32_t)E, bm,
                                                      d_sorted, d_bexp, d_nb, (int32_t)(cap / bm), pass ? &ch : NULL, 0);
             if (!e) e = cudaDeviceSynchronize();
@@ -196,14 +198,14 @@ static void run_route_case(const route_case *rc, uint64_t seed) {
             if (!e) e = cudaMemcpy(&nb, d_nb, sizeof nb, cudaMemcpyDeviceToHost);
             if (!e) e = cudaMemcpy(&zero, d_zero, sizeof zero, cudaMemcpyDeviceToHost);
             pthread_mutex_unlock(&g_gpu);
-            if (pass >= 1 && zero != 0) {
-                logf_(&l, "\n    chain: the counter to zero holds 0x%08x", (unsigned)zero);
-                l.failed = 1;
-            }
             if (e) {
                 logf_(&l, ": FAIL CUDA: %s\n", cudaGetErrorString(e));
                 l.failed = 1;
                 goto out;
+            }
+            if (pass >= 1 && zero != 0) {
+                logf_(&l, "\n    pass %d: the counter to zero holds 0x%08x", pass, (unsigned)zero);
+                l.failed = 1;
             }
             int bad_ids = 0, bad_w = 0;
             double max_wrel = 0;
@@ -244,7 +246,7 @@ static void run_route_case(const route_case *rc, uint64_t seed) {
             if (l.failed || pass == 2)
                 logf_(&l, "%s: %s (ids %d/%lld differ, max weight rel err %.2e%s)\n", l.failed ? "\n   " : "",
                       l.failed ? "FAIL" : "ok", bad_ids, (long long)P, max_wrel,
-                      pass == 2 ? "; chained launches, one block too" : pass ? " in the chained launches" : "");
+                      pass == 2 ? "; chained launches and one-block routing too" : pass ? ", chained launches" : "");
         }
     }
 out:
@@ -994,6 +996,8 @@ int main(int argc, char **argv) {
             v++;
         }
 
+    /* 16 pairs: the routing grid, then the single-block grouping (chained in pass 1) */
+    add_route((route_case){NVFP4MOE_ROUTING_RENORMALIZE, 128, 1, 16, NVFP4MOE_DTYPE_BF16, false});
     /* routing at large batches too: the routing grid, then the multi-block grouping */
     add_route((route_case){NVFP4MOE_ROUTING_DEEPSEEK_V3, 256, 8, 4096, NVFP4MOE_DTYPE_BF16, true});
     add_route((route_case){NVFP4MOE_ROUTING_RENORMALIZE, 128, 8, 4096, NVFP4MOE_DTYPE_F32, false});
