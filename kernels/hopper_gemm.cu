@@ -322,7 +322,8 @@ struct Params {
     const int32_t *block_expert;
     const int32_t *num_blocks;
     int32_t *sched;        // the next unclaimed work item, zeroed by the launcher (a PDL launch: by
-                           // the GEMM ahead, args->next_workspace), or NULL
+                           // the GEMM ahead, args->next_workspace, or by the grouping ahead,
+                           // args->pdl_head), or NULL
     float *ws;             // split-K partial sums [P, N], zeroed by the launcher, or NULL
     int32_t *counters;     // split-K arrivals per (block, n tile, warpgroup), zeroed, or NULL
     int a_row_div;
@@ -739,8 +740,9 @@ struct Kernel {
             }
             if (p.pdl && qi == 0) {
                 // Launched with PDL behind GEMM1 (args->pdl): everything above reads what was
-                // complete before GEMM1 started (the grouping, the router weights, the weights'
-                // scales and bias). The first item's weight chunks for the ring's first stages
+                // complete before GEMM1 let this kernel start (the grouping, the router weights,
+                // the weights' scales and bias; a GEMM1 launched with PDL itself lets it start
+                // only after its own wait for the grouping). The first item's weight chunks for the ring's first stages
                 // need no wait either (the first pass over the ring finds every stage free): they
                 // stream while GEMM1's last CTAs finish. GEMM1's output, the activations, only
                 // after the wait.

@@ -78,15 +78,17 @@ typedef struct nvfp4moe_marlin_args {
      * next_workspace: the workspace of the GEMM launched right after this one with pdl = 1 (a
      * region apart from this launch's); this launch zeroes that GEMM's item counter before it lets
      * a dependent start, or NULL. pdl = 1: launched as a programmatic dependent of the kernel
-     * ahead on the stream, a GEMM whose next_workspace was this workspace and which was itself
-     * launched after the grouping had finished; this launch then reads the grouping and issues
-     * its first weight copies before it waits for the kernel ahead, and clears no item counter.
+     * ahead on the stream, a GEMM whose next_workspace was this workspace and which let its
+     * dependents start only once the grouping had finished; this launch then reads the grouping
+     * and issues its first weight copies before it waits for the kernel ahead, and clears no item
+     * counter.
      * Where the GEMM has no item counter to claim from (no workspace, block_m 8 or 16) or has to
      * clear its split-K area, the launch is a plain one.
      * pdl_head = 1 (the Hopper GEMM only): launched as a programmatic dependent of the grouping
-     * kernel, which zeroed this launch's item counter (nvfp4moe_gpu_chain.zero, kernels/pipeline.h);
-     * the launch waits for it before it reads anything. A launch that has to clear its split-K
-     * area does so and is a plain one. */
+     * kernel, which zeroed this launch's item counter (nvfp4moe_gpu_chain.zero, kernels/pipeline.h:
+     * the first int32 of `workspace`); the launch waits for it before it reads anything, and lets
+     * its own dependents start only after that wait. A launch that has to clear its split-K area
+     * does so and is a plain one. */
     void *next_workspace;
     int32_t pdl;
     int32_t pdl_head;

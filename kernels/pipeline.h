@@ -41,13 +41,17 @@ typedef struct nvfp4moe_gpu_route_params {
 /* Launch overlap between the routing, the grouping and the kernel after them (programmatic
  * dependent launch, sm_90; elsewhere plain launches).
  *   pdl   the grouping is launched as a programmatic dependent of the routing grid (when there is
- *         one), so it starts while the routing's last blocks finish, and waits for them
+ *         one), so it starts while the routing's last blocks finish, and waits for them; not the
+ *         cluster grouping (tens of thousands of pairs) and not on a device without sm_90 code
  *   zero  an int32 the grouping sets to 0 before it finishes (the item counter of a GEMM launched
  *         next with PDL, which then needs no clear of its own), or NULL
  * Every grouping kernel lets a dependent launched with PDL start early; such a kernel must wait
  * (griddepcontrol.wait) before it reads what the grouping writes.
  *   fused_tokens  the single-block route+group kernel up to this many tokens (32 warps routing in
- *         rounds) instead of a routing grid and a grouping kernel; 0 keeps it to 8 tokens */
+ *         at most 4 rounds, E <= 256, where the ids fit in its 48 KB of shared memory) instead of
+ *         a routing grid and a grouping kernel; 0 keeps it to 8 tokens
+ * The routing grid lets a dependent launched with PDL start early too: it must wait before it
+ * reads the ids and weights. */
 typedef struct nvfp4moe_gpu_chain {
     int32_t pdl;
     int32_t *zero;

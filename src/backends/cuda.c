@@ -437,10 +437,12 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * 1-2 %, the other presets within +-0.6 %: bench/results/2026-12-07-h100-gemm-pdl.md); 0
      * launches it after GEMM1 has finished. NVFP4MOE_HOPPER_CHAIN_PDL=1 launches the rest of that
      * chain with programmatic dependent launch too: the grouping behind the routing grid, GEMM1
-     * behind the grouping (which zeroes GEMM1's item counter, so no clear runs between them) and
-     * the combine behind GEMM2; each waits for the kernel ahead before it reads its output.
-     * NVFP4MOE_HOPPER_ROUTE_TOKENS=N routes and groups up to N tokens in one single-block launch
-     * (0, the default: up to 8) instead of a routing grid and a grouping kernel. */
+     * behind the grouping (which zeroes GEMM1's item counter, so no clear runs between them
+     * unless GEMM1 splits K) and the combine behind GEMM2; each waits for the kernel ahead before
+     * it reads its output. NVFP4MOE_HOPPER_ROUTE_TOKENS=N routes and groups up to N tokens in one
+     * single-block launch (0, the default: up to 8) instead of a routing grid and a grouping
+     * kernel, where E <= 256 and 32 warps route them in at most 4 rounds within 48 KB of shared
+     * memory; in either regime, wherever GEMM1 does not route the tokens itself. */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
