@@ -43,9 +43,6 @@ namespace {
 constexpr int kGroupThreads = 1024;
 constexpr int kFusedThreads = 256;     // 8 warps route, then all group
 constexpr int64_t kFusedMaxTokens = 8;
-constexpr int kFusedWideThreads = 1024;  // more tokens (nvfp4moe_gpu_chain.fused_tokens): 32 warps,
-constexpr int kFusedMaxRounds = 4;       // at most 4 tokens each,
-constexpr int kFusedWideMaxVpl = 8;      // E <= 256 (ptxas: VPL 16 and 32 spill at 1024 threads)
 // Id loads in flight per thread: a block walking pairs is bound by load latency, not bandwidth.
 constexpr int kIdsInFlight = 8;
 
@@ -308,8 +305,8 @@ group_multi_kernel(const int32_t *ids, int P, int E, int bm, int chunk, int32_t 
 // Small M: route (one warp per token, route_warps warps taking every route_warps-th token) and
 // group in one launch. Dynamic shared memory: the grouping's ints (2 E + 33, rounded up to even),
 // route_warps x E doubles of routing scratch, then the routed ids and weights (M top_k of each).
-template <int VPL, int NT>
-__global__ void __launch_bounds__(NT)
+template <int VPL>
+__global__ void __launch_bounds__(kFusedThreads)
 route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, int32_t *ids,
                    float *weights, int bm, int32_t *sorted_ids, int32_t *block_expert,
                    int32_t *num_blocks, int max_blocks, int route_warps, int32_t *zero) {
@@ -334,22 +331,6 @@ route_group_kernel(nvfp4moe_gpu_route_params rp, const void *logits, int64_t M, 
         weights[p] = w_s[p];
     }
     group_pairs(ids_s, P, rp.num_experts, bm, sorted_ids, block_expert, num_blocks, max_blocks, sm);
-}
-
-// The fused kernel on 8 warps (one round) or, wide, on 32 (rounds; only built for VPL <= 8).
-template <int VPL>
-void launch_fused(bool wide, size_t smem, cudaStream_t stream, const nvfp4moe_gpu_route_params &rp,
-                  const void *logits, int64_t M, int32_t *ids, float *weights, int bm, int32_t *sorted_ids,
-                  int32_t *block_expert, int32_t *num_blocks, int max_blocks, int route_warps, int32_t *zero) {
-    if constexpr (VPL <= kFusedWideMaxVpl) {
-        if (wide) {
-            route_group_kernel<VPL, kFusedWideThreads><<<1, kFusedWideThreads, smem, stream>>>(
-                rp, logits, M, ids, weights, bm, sorted_ids, block_expert, num_blocks, max_blocks, route_warps, zero);
-            return;
-        }
-    }
-    route_group_kernel<VPL, kFusedThreads><<<1, kFusedThreads, smem, stream>>>(
-        rp, logits, M, ids, weights, bm, sorted_ids, block_expert, num_blocks, max_blocks, route_warps, zero);
 }
 
 // The host's choice of kernel, from P and E alone. Measured on an H100 with a scratch bench (cold
@@ -513,33 +494,24 @@ extern "C" cudaError_t nvfp4moe_gpu_route_and_group(const nvfp4moe_gpu_route_par
     if (E <= 0 || E > NVFP4MOE_GPU_MAX_EXPERTS || block_m <= 0 || top_k <= 0) return cudaErrorInvalidValue;
     int32_t *zero = chain ? chain->zero : nullptr;
     const size_t group_smem = (size_t)((2 * E + 33 + 1) & ~1) * sizeof(int);
-    // One launch for routing and grouping: up to kFusedMaxTokens tokens on 8 warps, one token each;
-    // with chain->fused_tokens, up to that many tokens on 32 warps in at most kFusedMaxRounds
-    // rounds, where E <= 256 (at 1024 threads the larger VPL spill) and the ids fit.
-    const int64_t fused_max = chain && chain->fused_tokens > kFusedMaxTokens ? chain->fused_tokens : kFusedMaxTokens;
-    if (rp && M <= fused_max) {
+    // One launch for routing and grouping: up to kFusedMaxTokens tokens on 8 warps, one token each.
+    // (Up to 128 tokens on 32 warps in rounds measured 5-15 % slower at 64-128 tokens on an H100,
+    // whole layer: bench/results/2026-12-07-h100-chain-pdl.md.)
+    if (rp && M <= kFusedMaxTokens) {
         // the kernel lays out its shared memory from rp: it must describe these ids
         if (rp->top_k != top_k || rp->num_experts != E) return cudaErrorInvalidValue;
         const size_t ids_smem = (size_t)M * top_k * (sizeof(int32_t) + sizeof(float));
         // routing warps that fit next to the grouping arrays and the ids in 48 KB
         const size_t room = 48 * 1024 - group_smem;
         const int64_t fit = room > ids_smem ? (int64_t)((room - ids_smem) / ((size_t)E * sizeof(double))) : 0;
-        const int vpl = nvfp4moe_rt::vpl_for(E);
-        int nt = 0, route_warps = 0;
-        if (M <= kFusedMaxTokens && M <= fit && M <= kFusedThreads / 32) {  // every token its own warp
-            nt = kFusedThreads;
-            route_warps = (int)(fit < kFusedThreads / 32 ? fit : kFusedThreads / 32);
-        } else if (fused_max > kFusedMaxTokens && vpl <= kFusedWideMaxVpl && fit >= 1) {
-            const int w = (int)(fit < kFusedWideThreads / 32 ? fit : kFusedWideThreads / 32);
-            if (M <= (int64_t)w * kFusedMaxRounds) nt = kFusedWideThreads, route_warps = w;
-        }
-        if (nt) {
+        if (M <= fit) {  // every token its own warp
+            const int route_warps = (int)(fit < kFusedThreads / 32 ? fit : kFusedThreads / 32);
             const size_t smem = group_smem + (size_t)route_warps * E * sizeof(double) + ids_smem;
-            const bool wide = nt == kFusedWideThreads;
 #define NVFP4MOE_FUSED(V)                                                                                   \
-    launch_fused<V>(wide, smem, stream, *rp, logits, M, ids, weights, block_m, sorted_ids, block_expert, num_blocks, \
-                    max_blocks, route_warps, zero)
-            switch (vpl) {
+    route_group_kernel<V><<<1, kFusedThreads, smem, stream>>>(*rp, logits, M, ids, weights, block_m, sorted_ids,  \
+                                                              block_expert, num_blocks, max_blocks, route_warps, \
+                                                              zero)
+            switch (nvfp4moe_rt::vpl_for(E)) {
             case 2: NVFP4MOE_FUSED(2); break;
             case 4: NVFP4MOE_FUSED(4); break;
             case 8: NVFP4MOE_FUSED(8); break;

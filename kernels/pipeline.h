@@ -46,16 +46,11 @@ typedef struct nvfp4moe_gpu_route_params {
  *   zero  an int32 the grouping sets to 0 before it finishes (the item counter of a GEMM launched
  *         next with PDL, which then needs no clear of its own), or NULL
  * Every grouping kernel lets a dependent launched with PDL start early; such a kernel must wait
- * (griddepcontrol.wait) before it reads what the grouping writes.
- *   fused_tokens  the single-block route+group kernel up to this many tokens (32 warps routing in
- *         at most 4 rounds, E <= 256, where the ids fit in its 48 KB of shared memory) instead of
- *         a routing grid and a grouping kernel; 0 keeps it to 8 tokens
- * The routing grid lets a dependent launched with PDL start early too: it must wait before it
+ * (griddepcontrol.wait) before it reads what the grouping writes. The routing grid lets a dependent launched with PDL start early too: it must wait before it
  * reads the ids and weights. */
 typedef struct nvfp4moe_gpu_chain {
     int32_t pdl;
     int32_t *zero;
-    int32_t fused_tokens;
 } nvfp4moe_gpu_chain;
 
 /* Routing (when rp != NULL: logits [M, E] -> ids/weights [M, top_k], written here) followed by the

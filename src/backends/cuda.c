@@ -107,7 +107,6 @@ typedef struct cuda_state {
     int32_t gemm_fused_act;       /* HOPPER_WGMMA larger batches: GEMM1 applies the activation where it can */
     int32_t gemm_pdl;             /* HOPPER_WGMMA larger batches: GEMM2 launched with PDL behind GEMM1 */
     int32_t gemm_chain_pdl;       /* HOPPER_WGMMA larger batches: grouping, GEMM1 and combine launched with PDL */
-    int32_t route_tokens;         /* HOPPER_WGMMA: routing and grouping in one launch up to this many tokens (0: 8) */
     int32_t gemm_block_m;         /* HOPPER_WGMMA larger batches: the GEMM's block_m (0: its rule) */
     nvfp4moe_gpu_act_params act;
     nvfp4moe_gpu_route_params route;
@@ -435,14 +434,13 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
      * multiprocessors GEMM1's last CTAs leave and stream their first weights before they wait
      * for GEMM1 (H100, whole layer: Qwen3-30B-A3B 3-4 % faster at M = 64-1024, Qwen3-235B-A22B
      * 1-2 %, the other presets within +-0.6 %: bench/results/2026-12-07-h100-gemm-pdl.md); 0
-     * launches it after GEMM1 has finished. NVFP4MOE_HOPPER_CHAIN_PDL=1 launches the rest of that
-     * chain with programmatic dependent launch too: the grouping behind the routing grid, GEMM1
-     * behind the grouping (which zeroes GEMM1's item counter, so no clear runs between them
-     * unless GEMM1 splits K) and the combine behind GEMM2; each waits for the kernel ahead before
-     * it reads its output. NVFP4MOE_HOPPER_ROUTE_TOKENS=N routes and groups up to N tokens in one
-     * single-block launch (0, the default: up to 8) instead of a routing grid and a grouping
-     * kernel, where E <= 256 and 32 warps route them in at most 4 rounds within 48 KB of shared
-     * memory; in either regime, wherever GEMM1 does not route the tokens itself. */
+     * launches it after GEMM1 has finished. NVFP4MOE_HOPPER_CHAIN_PDL (1, the default) launches
+     * the rest of that chain with programmatic dependent launch too: the grouping behind the
+     * routing grid, GEMM1 behind the grouping (which zeroes GEMM1's item counter, so no clear runs
+     * between them unless GEMM1 splits K) and the combine behind GEMM2; each waits for the kernel
+     * ahead before it reads its output (H100, whole layer: 0.3-2.2 % faster on most presets from
+     * M = 128, within noise below: bench/results/2026-12-07-h100-chain-pdl.md); 0 launches them
+     * plainly. */
     st->decode_pdl = 0;
     st->decode_prefetch = 0;
     st->decode_g1_room = 0;
@@ -454,8 +452,7 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
     st->gemm_token_tiles = 0;
     st->gemm_fused_act = 1;
     st->gemm_pdl = 1;
-    st->gemm_chain_pdl = 0;
-    st->route_tokens = 0;
+    st->gemm_chain_pdl = 1;
     st->gemm_block_m = 0;
     if (w4a16 && gemm->has_decode) {
         static const struct {
@@ -477,7 +474,6 @@ static nvfp4moe_status cuda_create(const w4a16_gemm *gemm, const nvfp4moe_backen
             {"NVFP4MOE_HOPPER_FUSED_ACT", 1, offsetof(cuda_state, gemm_fused_act), 0},
             {"NVFP4MOE_HOPPER_GEMM_PDL", 1, offsetof(cuda_state, gemm_pdl), 0},
             {"NVFP4MOE_HOPPER_CHAIN_PDL", 1, offsetof(cuda_state, gemm_chain_pdl), 0},
-            {"NVFP4MOE_HOPPER_ROUTE_TOKENS", 1024, offsetof(cuda_state, route_tokens), 0},
             {"NVFP4MOE_HOPPER_BLOCK_M", 128, offsetof(cuda_state, gemm_block_m), 8},
         };
         for (size_t i = 0; i < sizeof k_knobs / sizeof k_knobs[0]; i++) {
@@ -665,8 +661,7 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
      * GEMM1 behind the grouping (which zeroes GEMM1's item counter), the combine behind GEMM2.
      * Not with an input pass between the grouping and GEMM1. */
     const bool chain = st->gemm_chain_pdl && st->w4a16 && st->gemm->has_decode && !L.decode && !needs_input_pass(st);
-    const nvfp4moe_gpu_chain ch = {
-        .pdl = chain, .zero = chain ? (int32_t *)(ws + L.gemm_ws) : NULL, .fused_tokens = st->route_tokens};
+    const nvfp4moe_gpu_chain ch = {.pdl = chain, .zero = chain ? (int32_t *)(ws + L.gemm_ws) : NULL};
     if (!route_in_gemm1)
         CUDA_TRY(st, nvfp4moe_gpu_route_and_group(precomputed ? NULL : &st->route, io->router_logits, ids, wts,
                                                   M, st->K, st->E, L.block_m, sorted, bexp, nblk,
