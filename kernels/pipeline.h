@@ -45,9 +45,8 @@ typedef struct nvfp4moe_gpu_route_params {
  *         cluster grouping (tens of thousands of pairs) and not on a device without sm_90 code
  *   zero  an int32 the grouping sets to 0 before it finishes (the item counter of a GEMM launched
  *         next with PDL, which then needs no clear of its own), or NULL
- * Every grouping kernel lets a dependent launched with PDL start early; such a kernel must wait
- * (griddepcontrol.wait) before it reads what the grouping writes. The routing grid lets a dependent launched with PDL start early too: it must wait before it
- * reads the ids and weights. */
+ * Every grouping kernel, and the routing grid, lets a dependent launched with PDL start early;
+ * such a kernel must wait (griddepcontrol.wait) before it reads what they write. */
 typedef struct nvfp4moe_gpu_chain {
     int32_t pdl;
     int32_t *zero;

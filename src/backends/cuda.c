@@ -658,8 +658,9 @@ static nvfp4moe_status cuda_forward(void *state, const nvfp4moe_io *io, void *st
                                 !st->decode_prefetch && !st->decode_g1_room &&
                                 nvfp4moe_hopper_decode_can_route(M, st->K, st->E);
     /* The wgmma GEMM's chain with programmatic dependent launch: the grouping behind the routing,
-     * GEMM1 behind the grouping (which zeroes GEMM1's item counter), the combine behind GEMM2.
-     * Not with an input pass between the grouping and GEMM1. */
+     * GEMM1 behind the grouping (which zeroes GEMM1's item counter: the first int32 of its
+     * workspace, kernels/moe_gemm.h), the combine behind GEMM2. Not with an input pass between
+     * the grouping and GEMM1. */
     const bool chain = st->gemm_chain_pdl && st->w4a16 && st->gemm->has_decode && !L.decode && !needs_input_pass(st);
     const nvfp4moe_gpu_chain ch = {.pdl = chain, .zero = chain ? (int32_t *)(ws + L.gemm_ws) : NULL};
     if (!route_in_gemm1)
