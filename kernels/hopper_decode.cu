@@ -880,16 +880,8 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool 
     long long grid = (long long)(sm_count > 0 ? sm_count : 1) * per_sm;
     if (grid > max_items) grid = max_items;
     if (grid < 1) grid = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = nvfp4moe_pdl::config(dim3((unsigned)grid), dim3(kThreads), smem, stream, pdl, &attr);
     return cudaLaunchKernelEx(&cfg, fn, p);
 }
 

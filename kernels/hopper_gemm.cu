@@ -1782,16 +1782,9 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
         }
     }
     const int grid = persistent_grid(args, Cfg<BM, RT>::MINB, p.n_groups, p.max_splits);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3(Cfg<BM, RT>::THREADS);
-    cfg.dynamicSmemBytes = Cfg<BM, RT>::SMEM;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = p.pdl || p.pdl_head ? 1 : 0;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = nvfp4moe_pdl::config(dim3((unsigned)grid), dim3(Cfg<BM, RT>::THREADS),
+                                                        Cfg<BM, RT>::SMEM, stream, p.pdl || p.pdl_head, &attr);
     return cudaLaunchKernelEx(&cfg, hopper_moe_gemm_kernel<BM, BF16, NW, RT, GU>, p);
 }
 

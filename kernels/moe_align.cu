@@ -377,26 +377,17 @@ cudaLaunchConfig_t cluster_config(int G, int C, size_t smem, cudaStream_t stream
 template <typename... KArgs, typename... Args>
 cudaError_t launch_grouping(void (*kernel)(KArgs...), int G, int threads, size_t smem, bool pdl,
                             cudaStream_t stream, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)G);
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg =
+        nvfp4moe_pdl::config(dim3((unsigned)G), dim3((unsigned)threads), smem, stream, pdl, &attr);
     const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
     return err != cudaSuccess ? err : cudaGetLastError();
 }
 
-// Whether the grouping kernels on the current device wait for a kernel ahead (griddepcontrol, in
-// code compiled for sm_90 or later: pdl.cuh compiles it out below, and a kernel JIT-compiled from
-// older PTX would lack it), so they may be launched with PDL. Cached per device; a query that
-// fails answers no and leaves no error behind.
-bool pdl_ok() {
-    static std::atomic<signed char> cache[64];  // 0 unknown, 1 yes, -1 no
+// query(dev) for the current device, once per device: its answer is cached. A query that fails
+// answers no, and the error it left is cleared for the caller's launch check.
+template <typename Q>
+bool per_device(std::atomic<signed char> (&cache)[64], Q &&query) {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError();
@@ -404,58 +395,49 @@ bool pdl_ok() {
     }
     const bool cacheable = dev >= 0 && dev < 64;
     if (cacheable) {
-        const signed char c = cache[dev].load(std::memory_order_relaxed);
+        const signed char c = cache[dev].load(std::memory_order_relaxed);  // 0 unknown, 1 yes, -1 no
         if (c) return c > 0;
     }
-    int major = 0;
-    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    bool ok = err == cudaSuccess && major >= 9;
-    const void *kernels[] = {(const void *)group_kernel, (const void *)group_multi_kernel<1>};
-    for (const void *k : kernels) {
-        cudaFuncAttributes attr;
-        if (ok) err = cudaFuncGetAttributes(&attr, k);
-        ok = ok && err == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
-    }
-    if (err != cudaSuccess) cudaGetLastError();
+    const cudaError_t before = cudaPeekAtLastError();
+    const bool ok = query(dev);
+    if (before == cudaSuccess && cudaPeekAtLastError() != cudaSuccess) cudaGetLastError();
     if (cacheable) cache[dev].store(ok ? 1 : -1, std::memory_order_relaxed);
     return ok;
 }
 
-// Whether the current device runs group_multi_kernel<kClusterBlocks>: code compiled for sm_90 or
-// later (ptxVersion too: a kernel JIT-compiled from older PTX reports the device's binaryVersion
-// but was built without clusters, and traps), and room for at least one cluster at the largest
-// shared memory the launcher asks (a MIG slice or an MPS share may have none). Cached per device;
-// a query that fails answers no and leaves no error behind for the caller's launch check.
-bool clusters_ok() {
-    static std::atomic<signed char> cache[64];  // 0 unknown, 1 yes, -1 no
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    const bool cacheable = dev >= 0 && dev < 64;
-    if (cacheable) {
-        const signed char c = cache[dev].load(std::memory_order_relaxed);
-        if (c) return c > 0;
-    }
+// Whether kernel on device dev is sm_90 code: compiled for sm_90 or later, ptxVersion too (a
+// kernel JIT-compiled from older PTX reports the device's binaryVersion but was built without
+// what sm_90 adds).
+bool sm90_code(int dev, const void *kernel) {
     int major = 0;
-    cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    bool ok = err == cudaSuccess && major >= 9;
-    if (ok) {
-        cudaFuncAttributes attr;
-        err = cudaFuncGetAttributes(&attr, group_multi_kernel<kClusterBlocks>);
-        ok = err == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
-    }
-    if (ok) {
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9)
+        return false;
+    cudaFuncAttributes attr;
+    return cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion >= 90 && attr.ptxVersion >= 90;
+}
+
+// Whether the grouping kernels on the current device wait for a kernel ahead (griddepcontrol:
+// pdl.cuh compiles it out below sm_90), so they may be launched with PDL.
+bool pdl_ok() {
+    static std::atomic<signed char> cache[64];
+    return per_device(cache, [](int dev) {
+        return sm90_code(dev, (const void *)group_kernel) && sm90_code(dev, (const void *)group_multi_kernel<1>);
+    });
+}
+
+// Whether the current device runs group_multi_kernel<kClusterBlocks>: sm_90 code (without
+// clusters it traps), and room for at least one cluster at the largest shared memory the launcher
+// asks (a MIG slice or an MPS share may have none).
+bool clusters_ok() {
+    static std::atomic<signed char> cache[64];
+    return per_device(cache, [](int dev) {
+        if (!sm90_code(dev, (const void *)group_multi_kernel<kClusterBlocks>)) return false;
         cudaLaunchAttribute a[1];
         const cudaLaunchConfig_t cfg = cluster_config(kMultiBlocks, kClusterBlocks, kMultiMaxSmem, 0, a);
         int clusters = 0;
-        err = cudaOccupancyMaxActiveClusters(&clusters, group_multi_kernel<kClusterBlocks>, &cfg);
-        ok = err == cudaSuccess && clusters > 0;
-    }
-    if (err != cudaSuccess) cudaGetLastError();
-    if (cacheable) cache[dev].store(ok ? 1 : -1, std::memory_order_relaxed);
-    return ok;
+        return cudaOccupancyMaxActiveClusters(&clusters, group_multi_kernel<kClusterBlocks>, &cfg) == cudaSuccess &&
+               clusters > 0;
+    });
 }
 
 // G blocks (rounded up to a multiple of C), C blocks per cluster (1 or CL, CL the template's);

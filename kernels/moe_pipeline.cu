@@ -86,15 +86,9 @@ cudaError_t launch_combine(const void *y, const int32_t *ids, int64_t M, int32_t
                            int32_t is_bf16, void *out, int32_t out_dtype, bool pdl, cudaStream_t stream) {
     const int64_t n = M * (H / 8);
     if (n <= 0) return cudaSuccess;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid_for(n, kThreads));
-    cfg.blockDim = dim3(kThreads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg =
+        nvfp4moe_pdl::config(dim3(grid_for(n, kThreads)), dim3(kThreads), 0, stream, pdl, &attr);
     cudaError_t err;
     if (is_bf16)
         err = cudaLaunchKernelEx(&cfg, combine_kernel<__nv_bfloat16, kVllmMoeSum>, (const __nv_bfloat16 *)y, ids, M,

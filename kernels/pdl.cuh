@@ -14,7 +14,26 @@
 #ifndef NVFP4MOE_PDL_CUH
 #define NVFP4MOE_PDL_CUH
 
+#include <cuda_runtime.h>
+
 namespace nvfp4moe_pdl {
+
+// The host side: the configuration of a launch (cudaLaunchKernelEx) that is a programmatic
+// dependent of the kernel ahead when pdl is set. attr: the storage of its one attribute, which
+// must outlive the launch call.
+inline cudaLaunchConfig_t config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                                 cudaLaunchAttribute *attr) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr->val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cfg;
+}
 
 __device__ __forceinline__ void wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
