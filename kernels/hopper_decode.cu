@@ -881,7 +881,8 @@ cudaError_t launch(const Params &p, int max_items, int sm_count, int room, bool 
     if (grid > max_items) grid = max_items;
     if (grid < 1) grid = 1;
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = nvfp4moe_pdl::config(dim3((unsigned)grid), dim3(kThreads), smem, stream, pdl, &attr);
+    const cudaLaunchConfig_t cfg =
+        nvfp4moe_pdl::config(dim3((unsigned)grid), dim3(kThreads), smem, stream, pdl, &attr);
     return cudaLaunchKernelEx(&cfg, fn, p);
 }
 

@@ -742,10 +742,10 @@ struct Kernel {
                 // Launched with PDL behind GEMM1 (args->pdl): everything above reads what was
                 // complete before GEMM1 let this kernel start (the grouping, the router weights,
                 // the weights' scales and bias; a GEMM1 launched with PDL itself lets it start
-                // only after its own wait for the grouping). The first item's weight chunks for the ring's first stages
-                // need no wait either (the first pass over the ring finds every stage free): they
-                // stream while GEMM1's last CTAs finish. GEMM1's output, the activations, only
-                // after the wait.
+                // only after its own wait for the grouping). The first item's weight chunks for
+                // the ring's first stages need no wait either (the first pass over the ring finds
+                // every stage free): they stream while GEMM1's last CTAs finish. GEMM1's output,
+                // the activations, only after the wait.
                 if (tid == 0) {
                     pre = (uint32_t)min(C::STAGES, w.kt1 - w.kt0);
                     for (uint32_t s = 0; s < pre; s++) {
@@ -1774,7 +1774,8 @@ cudaError_t launch(const nvfp4moe_hopper_args *args, cudaStream_t stream) {
         // PDL behind the GEMM that zeroed our item counter (args->pdl); a split-K area to clear
         // makes it a plain launch (the clear sits between the kernels).
         p.pdl = args->pdl && clear == kSchedBytes;
-        // PDL behind the grouping that zeroed our item counter (args->pdl_head): the same rule.
+        // PDL behind the grouping that zeroed our item counter (args->pdl_head), or behind it with
+        // no counter at all (items dealt round robin); a split-K area to clear: a plain launch.
         p.pdl_head = !p.pdl && args->pdl_head && clear <= kSchedBytes;
         if (clear && !p.pdl && !p.pdl_head) {
             err = cudaMemsetAsync(args->workspace, 0, clear, stream);

@@ -40,7 +40,8 @@ cudaError_t nvfp4moe_hopper_repack(const uint8_t *w, const uint8_t *sf, int32_t 
 /* The GEMM's arguments are MARLIN's (kernels/moe_gemm.h), field for field, so the backend glue
  * fills one struct for either kernel; here block_m is 8, 16, 32, 64 or 128. The workspace must
  * hold nvfp4moe_hopper_workspace_bytes and serve one launch at a time (the GEMM clears and
- * rewrites it; a launch with args->pdl finds its item counter zeroed by the GEMM ahead). With it, at block_m 32, 64 and 128 the CTAs claim work items from a counter in it
+ * rewrites it; a launch with args->pdl or args->pdl_head finds its item counter zeroed by the
+ * kernel ahead). With it, at block_m 32, 64 and 128 the CTAs claim work items from a counter in it
  * as they free up (a CTA that drew short items takes more), and K may be split; block_m 8 and 16
  * deal the items round robin. A NULL workspace deals them round robin and never splits K.
  * Block_m 32 runs two CTAs per multiprocessor, the others one.
@@ -61,10 +62,11 @@ size_t nvfp4moe_hopper_workspace_bytes(int32_t P, int32_t N, int32_t K, int32_t 
  * (with scale_2_halves, column n's scale is its half's: scale_2[2 e + half(n)])
  * for every valid pair p in a block of expert e. Rows of padding (sentinel) are not written.
  * No allocation, no host synchronization: capturable in a CUDA graph (the workspace is
- * cleared with cudaMemsetAsync on the stream, except a PDL launch's item counter). cudaErrorInvalidValue for N or K not a multiple of
- * 16, block_m not one of 8, 16, 32, 64, 128, C not 4-byte aligned (the epilogue stores two
- * adjacent values at once; act_out likewise), token_subtiles or row_tiles not 0, 1 or 2, or activations of 32 GiB or more
- * (ceil(P / a_row_div) rows of K values: the kernel addresses rows by 32-bit offsets). */
+ * cleared with cudaMemsetAsync on the stream, except a PDL launch's item counter).
+ * cudaErrorInvalidValue for N or K not a multiple of 16, block_m not one of 8, 16, 32, 64, 128,
+ * C not 4-byte aligned (the epilogue stores two adjacent values at once; act_out likewise),
+ * token_subtiles or row_tiles not 0, 1 or 2, or activations of 32 GiB or more (ceil(P /
+ * a_row_div) rows of K values: the kernel addresses rows by 32-bit offsets). */
 cudaError_t nvfp4moe_hopper_gemm(const nvfp4moe_hopper_args *args, cudaStream_t stream);
 
 /* The token tile widths nvfp4moe_hopper_gemm(args) chooses from per work item: 1 (always
